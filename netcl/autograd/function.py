@@ -1,0 +1,134 @@
+"""The autograd engine: Function.apply records a node; Tensor.backward walks the nodes in reverse.
+
+A Function subclass has ``forward(ctx, *args)`` returning a Tensor (or a tuple of them) and
+``backward(ctx, *grad_outputs)`` returning one gradient (or None) per positional argument of forward.
+Forward runs with recording off, so ops inside a rule never build graph of their own.
+"""
+from __future__ import annotations
+
+import threading
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "enabled", True)
+
+
+class _GradMode:
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __enter__(self):
+        self.previous = is_grad_enabled()
+        _state.enabled = self.enabled
+
+    def __exit__(self, *exc):
+        _state.enabled = self.previous
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with _GradMode(self.enabled):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+def no_grad():
+    """Context manager (and decorator): operations inside record no graph."""
+    return _GradMode(False)
+
+
+def enable_grad():
+    return _GradMode(True)
+
+
+class Context:
+    """What a rule keeps from forward for backward."""
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+
+class Node:
+    __slots__ = ("function", "ctx", "inputs", "n_outputs", "__weakref__")
+
+    def __init__(self, function, ctx, inputs, n_outputs):
+        self.function = function
+        self.ctx = ctx
+        self.inputs = inputs  # the Tensor arguments, positions kept (None for non-tensors)
+        self.n_outputs = n_outputs
+
+
+class Function:
+    """Subclasses define the static methods ``forward(ctx, ...)`` and ``backward(ctx, *grads)``."""
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        from ..tensor import Tensor
+
+        ctx = Context()
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        with _GradMode(False):
+            outputs = cls.forward(ctx, *args, **kwargs)
+        if is_grad_enabled() and any(ctx.needs_input_grad):
+            outs = outputs if isinstance(outputs, tuple) else (outputs,)
+            node = Node(cls, ctx, tuple(a if isinstance(a, Tensor) else None for a in args), len(outs))
+            for k, out in enumerate(outs):
+                if out is not None and out.dtype.kind == "f":
+                    out._grad_node = node
+                    out._grad_slot = k
+                    out.requires_grad = True
+        return outputs
+
+
+def backward(root, gradient) -> None:
+    """Accumulate d(root)/d(leaf) into every leaf's ``.grad``."""
+    order, seen = [], set()
+    stack = [(root._grad_node, False)] if root._grad_node is not None else []
+    while stack:  # iterative post-order DFS: deep graphs must not hit the recursion limit
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for t in node.inputs:
+            if t is not None and t._grad_node is not None and id(t._grad_node) not in seen:
+                stack.append((t._grad_node, False))
+
+    grads: dict[int, list] = {id(root._grad_node): [None] * root._grad_node.n_outputs} if root._grad_node else {}
+    if root._grad_node is None:
+        _accumulate_leaf(root, gradient)
+        return
+    grads[id(root._grad_node)][root._grad_slot] = gradient
+    with _GradMode(False):
+        for node in reversed(order):
+            outs = grads.pop(id(node), None)
+            if outs is None or all(g is None for g in outs):
+                continue
+            in_grads = node.function.backward(node.ctx, *outs)
+            if not isinstance(in_grads, tuple):
+                in_grads = (in_grads,)
+            for t, g in zip(node.inputs, in_grads):
+                if t is None or g is None or not t.requires_grad:
+                    continue
+                if g.shape != t.shape:
+                    raise RuntimeError(f"internal: {node.function.__name__}.backward gave a gradient of shape "
+                                       f"{g.shape} for an input of shape {t.shape}")
+                if t._grad_node is None:
+                    _accumulate_leaf(t, g)
+                else:
+                    slots = grads.setdefault(id(t._grad_node), [None] * t._grad_node.n_outputs)
+                    prev = slots[t._grad_slot]
+                    slots[t._grad_slot] = g if prev is None else prev + g
+
+
+def _accumulate_leaf(t, g) -> None:
+    if g.dtype != t.dtype:
+        g = g.astype(t.dtype)
+    t.grad = g.detach() if t.grad is None else (t.grad + g).detach()

@@ -1,0 +1,1 @@
+"""The `netcl` command line: one module per subcommand, wired together in main.py."""

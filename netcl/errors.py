@@ -1,0 +1,57 @@
+"""Typed errors raised at netcl's public boundary.
+
+Every error derives from :class:`NetclError` and also from the built-in exception a Python user would
+expect (``ValueError`` for shapes, ``TypeError`` for dtypes, ...), so ``except ValueError`` keeps working.
+Each carries the data needed to act on it: shapes, dtypes, byte counts, the build log.
+"""
+from __future__ import annotations
+
+
+class NetclError(Exception):
+    """Base class of every error netcl raises on purpose."""
+
+
+class ShapeError(NetclError, ValueError):
+    """Shapes (or layer geometry) that an operation cannot accept."""
+
+
+class DTypeError(NetclError, TypeError):
+    """A dtype an operation does not support, or operands whose dtypes do not match."""
+
+
+class DeviceError(NetclError, RuntimeError):
+    """No usable device, a bad device selector, or tensors on different devices/contexts."""
+
+
+class KernelBuildError(NetclError, RuntimeError):
+    """An OpenCL program failed to build; carries the log, the options and the saved source."""
+
+    def __init__(self, message: str, log: str = "", options: tuple[str, ...] = (), source_path: str | None = None):
+        detail = message
+        if source_path:
+            detail += f"\n  rendered source saved at: {source_path}"
+        if options:
+            detail += f"\n  build options: {' '.join(options)}"
+        if log:
+            detail += f"\n  build log:\n{log}"
+        super().__init__(detail)
+        self.log = log
+        self.options = tuple(options)
+        self.source_path = source_path
+
+
+class DeviceMemoryError(NetclError, MemoryError):
+    """The device could not provide the memory an operation asked for."""
+
+    def __init__(self, message: str, requested_bytes: int | None = None, available_bytes: int | None = None):
+        super().__init__(message)
+        self.requested_bytes = requested_bytes
+        self.available_bytes = available_bytes
+
+
+class CheckpointError(NetclError):
+    """A checkpoint or cache file that cannot be read back."""
+
+
+class DataError(NetclError, OSError):
+    """A dataset that is missing, unreadable or malformed."""

@@ -1,0 +1,138 @@
+"""Convolution geometry and the strategy registry shared by conv2d, its strategies and the planner.
+
+A strategy is a module-level object with:
+  name                                   one of the CONV2D_* constants
+  why_not(layer, pass_) -> str | None    None when it can serve the layer for that pass, else the rule
+  workspace_bytes(layer, pass_) -> int   exact extra device memory it allocates for that pass
+  forward(x, w, layer) -> y              y without bias, shape layer.output_shape
+  backward_data(grad_y, w, layer) -> grad_x
+  backward_weight(x, grad_y, layer) -> grad_w
+Strategies register themselves with :func:`register`; the order of registration is the order of
+preference when nothing else decides.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ShapeError
+
+PASSES = ("forward", "backward_data", "backward_weight")
+
+
+def pair(value, name: str, minimum: int) -> tuple[int, int]:
+    """An int or an (h, w) pair, each ≥ minimum."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = (int(value), int(value))
+    try:
+        h, w = value
+        h, w = int(h), int(w)
+    except (TypeError, ValueError):
+        raise ShapeError(f"{name} must be an int or an (h, w) pair, got {value!r}") from None
+    if h < minimum or w < minimum:
+        raise ShapeError(f"{name} must be ≥ {minimum}, got {value!r}")
+    return h, w
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    """The full geometry of one 2-D convolution (NCHW input, KCRS weight)."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_h: int = 0
+    pad_w: int = 0
+    dil_h: int = 1
+    dil_w: int = 1
+    groups: int = 1
+    dtype: str = "float32"
+
+    @classmethod
+    def from_shapes(cls, input_shape, weight_shape, stride=1, padding=0, dilation=1, groups=1,
+                    dtype="float32") -> "ConvLayer":
+        input_shape, weight_shape = tuple(input_shape), tuple(weight_shape)
+        if len(input_shape) != 4:
+            raise ShapeError(f"conv2d expects a 4-D (N, C, H, W) input, got shape {input_shape}")
+        if len(weight_shape) != 4:
+            raise ShapeError(f"conv2d expects a 4-D (K, C/groups, R, S) weight, got shape {weight_shape}")
+        if any(int(d) <= 0 for d in input_shape + weight_shape):
+            raise ShapeError(f"conv2d shapes must be positive: input {input_shape}, weight {weight_shape}")
+        sh, sw = pair(stride, "stride", 1)
+        ph, pw = pair(padding, "padding", 0)
+        dh, dw = pair(dilation, "dilation", 1)
+        if not isinstance(groups, numbers.Integral) or groups < 1:
+            raise ShapeError(f"groups must be a positive int, got {groups!r}")
+        n, c, h, w = (int(d) for d in input_shape)
+        k, cg, r, s = (int(d) for d in weight_shape)
+        if c % groups or k % groups:
+            raise ShapeError(f"groups={groups} must divide the input channels ({c}) and the output channels ({k})")
+        if cg * groups != c:
+            raise ShapeError(f"input of shape {input_shape} has {c} channels but weight of shape {weight_shape} "
+                             f"expects {cg * groups} (= {cg} per group × {groups} groups)")
+        dtype = np.dtype(dtype).name
+        layer = cls(n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, int(groups), dtype)
+        if layer.out_h <= 0 or layer.out_w <= 0:
+            raise ShapeError(f"kernel {r}×{s} (dilation {dh}×{dw}) is larger than the padded input "
+                             f"{h + 2 * ph}×{w + 2 * pw} (input {input_shape}, padding {(ph, pw)})")
+        return layer
+
+    @property
+    def out_h(self) -> int:
+        return (self.h + 2 * self.pad_h - self.dil_h * (self.r - 1) - 1) // self.stride_h + 1
+
+    @property
+    def out_w(self) -> int:
+        return (self.w + 2 * self.pad_w - self.dil_w * (self.s - 1) - 1) // self.stride_w + 1
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, self.h, self.w)
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        return (self.k, self.c // self.groups, self.r, self.s)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.k, self.out_h, self.out_w)
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds × 2 of the direct definition (the same for every pass)."""
+        return 2 * self.n * self.k * self.out_h * self.out_w * (self.c // self.groups) * self.r * self.s
+
+    def signature(self) -> str:
+        return (f"n{self.n}c{self.c}h{self.h}w{self.w}k{self.k}r{self.r}s{self.s}"
+                f"st{self.stride_h}x{self.stride_w}p{self.pad_h}x{self.pad_w}d{self.dil_h}x{self.dil_w}"
+                f"g{self.groups}{self.dtype}")
+
+    def describe(self) -> str:
+        return (f"input {self.input_shape}, weight {self.weight_shape}, stride {(self.stride_h, self.stride_w)}, "
+                f"padding {(self.pad_h, self.pad_w)}, dilation {(self.dil_h, self.dil_w)}, groups {self.groups}")
+
+
+_registry: dict[str, object] = {}
+
+
+def register(strategy) -> object:
+    _registry[strategy.name] = strategy
+    return strategy
+
+
+def strategies() -> dict[str, object]:
+    """Every registered strategy by name (importing netcl.ops.conv2d registers the built-in ones)."""
+    from . import conv2d  # noqa: F401  (registers)
+    return dict(_registry)

@@ -1,0 +1,171 @@
+"""Elementwise maps with NumPy broadcasting, strided copies and fills (kernels/elementwise.cl)."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import DTypeError, ShapeError
+from ..runtime import memory
+from ..runtime.kernels import get_kernel, launch, local_size_1d
+from ..tensor import Tensor
+
+BINARY_EXPR = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+    "pow": "pow({0}, {1})", "maximum": "max({0}, {1})", "minimum": "min({0}, {1})",
+    "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
+    "gt": "{0} > {1}", "ge": "{0} >= {1}",
+}
+UNARY_EXPR = {
+    "neg": "-{0}", "exp": "exp({0})", "log": "log({0})", "tanh": "tanh({0})", "sqrt": "sqrt({0})",
+    "abs": "fabs({0})", "relu": "max({0}, ({T})0)", "sigmoid": "({T})1 / (({T})1 + exp(-{0}))",
+    "relu_mask": "{0} > ({T})0 ? ({T})1 : ({T})0",
+}
+FLOAT_ONLY = {"exp", "log", "tanh", "sqrt", "sigmoid", "pow"}
+INTEGER_SAFE = {"neg", "abs", "relu", "relu_mask"}
+
+
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for d in range(ndim):
+        sizes = {s[d - ndim + len(s)] for s in shapes if d - ndim + len(s) >= 0}
+        sizes.discard(1)
+        if len(sizes) > 1:
+            raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def broadcast_strides(t: Tensor, shape) -> tuple[int, ...]:
+    pad = len(shape) - t.ndim
+    strides = [0] * pad
+    for n, s, target in zip(t.shape, t.strides, shape[pad:]):
+        strides.append(0 if n == 1 and target != 1 else s)
+    return tuple(strides)
+
+
+def result_dtype(*operands) -> np.dtype:
+    tensor_dtypes = [o.dtype for o in operands if isinstance(o, Tensor)]
+    dt = np.result_type(*tensor_dtypes) if tensor_dtypes else np.dtype(np.float32)
+    if dt.kind != "f" and any(isinstance(o, float) for o in operands):
+        dt = np.dtype(np.float32)
+    return dtypes.as_dtype(dt)
+
+
+def _collapse(shape, stride_sets):
+    """Merge adjacent dimensions that are contiguous in every operand: fewer index divisions."""
+    dims = [(n, [s[k] for s in stride_sets]) for k, n in enumerate(shape) if n != 1]
+    if not dims:
+        return (1,), [(0,) for _ in stride_sets]
+    merged = [dims[0]]
+    for n, strides in dims[1:]:
+        pn, pstrides = merged[-1]
+        if all(ps == s * n for ps, s in zip(pstrides, strides)):
+            merged[-1] = (pn * n, strides)
+        else:
+            merged.append((n, strides))
+    shape = tuple(n for n, _ in merged)
+    return shape, [tuple(st[k] for _, st in merged) for k in range(len(stride_sets))]
+
+
+def map_expr(template_expr: str, operands, out_dtype=None, compute_dtype=None) -> Tensor:
+    """out = template_expr(operands) elementwise, with broadcasting. Operands are Tensors or numbers;
+    ``template_expr`` uses {0}, {1}, ... for operands and {T} for the compute type's C name."""
+    tensors = [o for o in operands if isinstance(o, Tensor)]
+    if not tensors:
+        raise DTypeError("an elementwise op needs at least one tensor operand")
+    first = tensors[0]
+    for t in tensors[1:]:
+        first.same_device(t, "elementwise op")
+    for o in operands:
+        if not isinstance(o, (Tensor, numbers.Number)):
+            raise DTypeError(f"cannot combine a tensor with {type(o).__name__}")
+    compute = dtypes.as_dtype(compute_dtype) if compute_dtype is not None else result_dtype(*operands)
+    out_dt = dtypes.as_dtype(out_dtype) if out_dtype is not None else compute
+    shape = broadcast_shapes(*(t.shape for t in tensors))
+    out = Tensor.empty(shape, out_dt, first.device)
+    if out.size == 0:
+        return out
+    ct = dtypes.c_type(compute)
+    names, args_t, args_s = [], [], []
+    for o in operands:
+        if isinstance(o, Tensor):
+            names.append(f"a{len(args_t)}")
+            args_t.append(o)
+        else:
+            names.append(f"s{len(args_s)}")
+            args_s.append(o)
+    expr = template_expr.format(*names, T=ct)
+    stride_sets = [broadcast_strides(t, shape) for t in args_t]
+    contiguous = all(t.shape == shape and t.is_contiguous() for t in args_t)
+    if contiguous:
+        ndim, meta = 0, memory.meta_buffer(first.device, (0,))
+    else:
+        cshape, cstrides = _collapse(shape, stride_sets)
+        ndim = len(cshape)
+        meta = memory.meta_buffer(first.device, cshape + sum(cstrides, ()))
+    kernel = get_kernel(first.device, "elementwise.cl", "elementwise", OUT_TYPE=dtypes.c_type(out_dt),
+                        IN_TYPES=tuple(dtypes.c_type(t.dtype) for t in args_t), N_SCALARS=len(args_s),
+                        COMPUTE_TYPE=ct, EXPR=expr, NDIM=ndim)
+    args = [out.buffer, np.int64(0)]
+    for t in args_t:
+        args += [t.buffer, np.int64(t.offset)]
+    args += [compute.type(s) for s in args_s]
+    args += [meta, np.int64(out.size)]
+    launch(first.device, kernel, (out.size,), local_size_1d(first.device, out.size), *args)
+    return out
+
+
+def binary(op: str, a, b) -> Tensor:
+    if op not in BINARY_EXPR:
+        raise ValueError(f"unknown binary op {op!r}")
+    if op in FLOAT_ONLY and result_dtype(a, b).kind != "f":
+        return map_expr(BINARY_EXPR[op], [a, b], compute_dtype=np.float32)
+    return map_expr(BINARY_EXPR[op], [a, b])
+
+
+def unary(op: str, a: Tensor) -> Tensor:
+    if op not in UNARY_EXPR:
+        raise ValueError(f"unknown unary op {op!r}")
+    if a.dtype.kind != "f" and op not in INTEGER_SAFE:
+        raise DTypeError(f"{op} needs a float tensor, got {a.dtype}")
+    return map_expr(UNARY_EXPR[op], [a])
+
+
+def cast(a: Tensor, dtype) -> Tensor:
+    return map_expr("{0}", [a], out_dtype=dtype, compute_dtype=dtype)
+
+
+def copy_into(dst: Tensor, src: Tensor) -> Tensor:
+    """dst[...] = src, broadcasting src; dst may be any strided view (its elements must not overlap)."""
+    dst.same_device(src, "copy")
+    if src.dtype != dst.dtype:
+        src = cast(src, dst.dtype)
+    shape = dst.shape
+    broadcast_shapes(shape, src.shape)
+    if dst.size == 0:
+        return dst
+    cshape, (dstr, sstr) = _collapse(shape, [dst.strides, broadcast_strides(src, shape)])
+    meta = memory.meta_buffer(dst.device, cshape + dstr + sstr)
+    kernel = get_kernel(dst.device, "copy.cl", "strided_copy", T=dtypes.c_type(dst.dtype), NDIM=len(cshape))
+    launch(dst.device, kernel, (dst.size,), local_size_1d(dst.device, dst.size),
+           dst.buffer, np.int64(dst.offset), src.buffer, np.int64(src.offset), meta, np.int64(dst.size))
+    return dst
+
+
+def contiguous_copy(a: Tensor) -> Tensor:
+    out = Tensor.empty(a.shape, a.dtype, a.device)
+    return copy_into(out, a)
+
+
+def fill(t: Tensor, value) -> Tensor:
+    """Fill a contiguous tensor in place."""
+    if t.size == 0:
+        return t
+    if t.is_contiguous():
+        memory.fill(t.device, t.buffer, t.dtype.type(value), t.nbytes, t.offset * t.dtype.itemsize)
+    else:
+        copy_into(t, Tensor.from_host(np.asarray(value, dtype=t.dtype), t.device))
+    return t

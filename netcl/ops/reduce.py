@@ -1,0 +1,99 @@
+"""Reductions over one or more axes: sum, mean, max, argmax (kernels/reduce.cl)."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import ShapeError
+from ..runtime.kernels import get_kernel, launch
+from ..tensor import Tensor
+
+CHUNK = 2048
+
+
+def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    out = []
+    for a in axes:
+        if not isinstance(a, numbers.Integral) or not -ndim <= a < max(ndim, 1):
+            raise ShapeError(f"axis {a} is out of range for a tensor of rank {ndim}")
+        out.append(int(a) % max(ndim, 1))
+    if len(set(out)) != len(out):
+        raise ShapeError(f"repeated axis in {axis}")
+    return tuple(sorted(out))
+
+
+def reduced_shape(shape, axes, keepdims: bool) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if d in axes else n for d, n in enumerate(shape))
+    return tuple(n for d, n in enumerate(shape) if d not in axes)
+
+
+def _reduce_one(x: Tensor, outer: int, R: int, inner: int, op: str, index: Tensor | None = None):
+    """One chunked pass over (outer, R, inner); returns (values, indices, chunks)."""
+    chunks = max(1, -(-R // CHUNK))
+    acc = "double" if x.dtype == np.float64 else ("long" if x.dtype.kind == "i" and op == "sum" else None)
+    out_dtype = np.dtype(np.int64) if acc == "long" else x.dtype
+    values = Tensor.empty((outer, chunks, inner), out_dtype, x.device)
+    indices = Tensor.empty((outer, chunks, inner), np.int64, x.device) if op == "argmax" else values
+    kernel = get_kernel(x.device, "reduce.cl", "reduce_axis", IN_TYPE=dtypes.c_type(x.dtype), ACC_TYPE=acc,
+                        OUT_TYPE=dtypes.c_type(out_dtype), OP=op, WITH_INDEX=index is not None)
+    launch(x.device, kernel, (inner, chunks, outer), None, values.buffer, indices.buffer, x.buffer,
+           np.int64(x.offset), (index if index is not None else values).buffer,
+           np.int64(outer), np.int64(R), np.int64(inner), np.int64(min(CHUNK, max(R, 1))))
+    return values, (indices if op == "argmax" else None), chunks
+
+
+def _reduce_axis(x: Tensor, axis: int, op: str):
+    outer = math.prod(x.shape[:axis])
+    R = x.shape[axis]
+    inner = math.prod(x.shape[axis + 1:])
+    values, indices, chunks = _reduce_one(x, outer, R, inner, op)
+    while chunks > 1:
+        values, indices, chunks = _reduce_one(values, outer, chunks, inner, op, indices)
+    shape = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+    return values.reshape(shape), (indices.reshape(shape) if indices is not None else None)
+
+
+def _check_nonempty(x: Tensor, axes, op: str) -> None:
+    if any(x.shape[a] == 0 for a in axes) and op != "sum":
+        raise ShapeError(f"{op} over an empty axis of a tensor of shape {x.shape}")
+
+
+def reduce(x: Tensor, op: str, axis=None, keepdims: bool = False) -> Tensor:
+    """sum / max / mean of x over axis (None: all axes). mean of ints is float32."""
+    axes = normalize_axes(axis, x.ndim)
+    _check_nonempty(x, axes, op)
+    base = "sum" if op == "mean" else op
+    y = x.contiguous()
+    if op == "mean" and y.dtype.kind != "f":
+        from .elementwise import cast
+        y = cast(y, np.float32)
+    if y.ndim == 0:
+        y = y.reshape((1,))
+        axes = (0,)
+    for a in axes:
+        y, _ = _reduce_axis(y.contiguous(), a, base)
+    if op == "mean":
+        count = math.prod(x.shape[a] for a in axes) if x.ndim else 1
+        from .elementwise import map_expr
+        y = map_expr("{0} / {1}", [y, float(max(count, 1))], compute_dtype=y.dtype)
+    return y.reshape(reduced_shape(x.shape, axes, keepdims) if x.ndim else ())
+
+
+def argmax(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    """Index of the largest element (first on ties) along axis, or into the flattened tensor."""
+    if axis is None:
+        if x.size == 0:
+            raise ShapeError("argmax of an empty tensor")
+        _, idx = _reduce_axis(x.contiguous().reshape((x.size,)), 0, "argmax")
+        return idx.reshape((1,) * x.ndim if keepdims else ())
+    (a,) = normalize_axes(axis, x.ndim)
+    _check_nonempty(x, (a,), "argmax")
+    _, idx = _reduce_axis(x.contiguous(), a, "argmax")
+    return idx if keepdims else idx.reshape(reduced_shape(x.shape, (a,), False))

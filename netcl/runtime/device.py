@@ -1,0 +1,174 @@
+"""OpenCL devices: discovery, selection, and the per-device context and queue that tensors carry.
+
+A :class:`Device` owns one ``pyopencl`` context and one in-order queue. Tensors hold a reference to their
+Device, so every operation knows exactly where it runs; the process-wide default (``NETCL_DEVICE``, then
+``PYOPENCL_CTX``, then the first GPU, then the first device) is a convenience on top.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+
+import pyopencl as cl
+
+from ..errors import DeviceError
+
+_KIND_NAMES = {cl.device_type.GPU: "gpu", cl.device_type.CPU: "cpu", cl.device_type.ACCELERATOR: "accelerator"}
+
+INSTALL_HINT = (
+    "No OpenCL device found. Install a driver: on Debian/Ubuntu `apt-get install pocl-opencl-icd` "
+    "(a CPU device), or your GPU vendor's OpenCL driver; `bash ci/setup.sh` does this for you."
+)
+
+
+@dataclass(eq=False)
+class Device:
+    """One OpenCL device with its own context and command queue."""
+
+    cl_device: cl.Device = field(repr=False)
+    index: int = 0
+
+    def __post_init__(self):
+        d = self.cl_device
+        self.name: str = d.name.strip()
+        self.platform: str = d.platform.name.strip()
+        self.kind: str = next((v for k, v in _KIND_NAMES.items() if d.type & k), "accelerator")
+        self.opencl_version: str = d.version.strip()
+        self.driver_version: str = d.driver_version.strip()
+        self.vendor: str = d.vendor.strip()
+        self.compute_units: int = int(d.max_compute_units)
+        self.global_mem_bytes: int = int(d.global_mem_size)
+        self.max_alloc_bytes: int = int(d.max_mem_alloc_size)
+        self.local_mem_bytes: int = int(d.local_mem_size)
+        self.max_work_group_size: int = int(d.max_work_group_size)
+        extensions = d.extensions.split()
+        self.extensions: tuple[str, ...] = tuple(extensions)
+        self.has_fp64: bool = "cl_khr_fp64" in extensions or bool(getattr(d, "double_fp_config", 0))
+        self.has_fp16: bool = "cl_khr_fp16" in extensions
+        self.has_int64_atomics: bool = "cl_khr_int64_base_atomics" in extensions
+        self._lock = threading.Lock()
+        self._context: cl.Context | None = None
+        self._queue: cl.CommandQueue | None = None
+
+    # The context is created lazily so that listing devices never allocates driver resources.
+    @property
+    def context(self) -> cl.Context:
+        with self._lock:
+            if self._context is None:
+                try:
+                    self._context = cl.Context([self.cl_device])
+                    self._queue = cl.CommandQueue(self._context, self.cl_device)
+                except cl.Error as exc:
+                    raise DeviceError(f"cannot open a context on {self.describe()}: {exc}") from exc
+            return self._context
+
+    @property
+    def queue(self) -> cl.CommandQueue:
+        self.context
+        return self._queue
+
+    @property
+    def identity(self) -> str:
+        """Platform, device and driver: what a compiled binary or a tuning result is valid for."""
+        return f"{self.platform}|{self.name}|{self.driver_version}|{self.opencl_version}"
+
+    def describe(self) -> str:
+        return f"[{self.index}] {self.platform} / {self.name} ({self.kind})"
+
+    def synchronize(self) -> None:
+        self.queue.finish()
+
+    def as_dict(self) -> dict:
+        return {
+            "index": self.index, "name": self.name, "platform": self.platform, "kind": self.kind,
+            "opencl_version": self.opencl_version, "driver_version": self.driver_version, "vendor": self.vendor,
+            "compute_units": self.compute_units, "global_mem_bytes": self.global_mem_bytes,
+            "max_alloc_bytes": self.max_alloc_bytes, "local_mem_bytes": self.local_mem_bytes,
+            "max_work_group_size": self.max_work_group_size, "has_fp64": self.has_fp64, "has_fp16": self.has_fp16,
+        }
+
+    def __repr__(self) -> str:
+        return f"Device({self.describe()})"
+
+
+_devices: list[Device] | None = None
+_default: Device | None = None
+_registry_lock = threading.Lock()
+
+
+def devices() -> list[Device]:
+    """Every OpenCL device on every platform, in platform order (indices are what NETCL_DEVICE takes)."""
+    global _devices
+    with _registry_lock:
+        if _devices is None:
+            found = []
+            try:
+                platforms = cl.get_platforms()
+            except cl.Error:
+                platforms = []  # the ICD loader reports "no platforms" as an error
+            for platform in platforms:
+                try:
+                    platform_devices = platform.get_devices()
+                except cl.Error:
+                    continue
+                for d in platform_devices:
+                    found.append(Device(d, index=len(found)))
+            _devices = found
+        return list(_devices)
+
+
+def _select(selector) -> Device:
+    all_devices = devices()
+    if not all_devices:
+        raise DeviceError(INSTALL_HINT)
+    if isinstance(selector, Device):
+        return selector
+    text = str(selector).strip()
+    if text.isdigit():
+        index = int(text)
+        if index >= len(all_devices):
+            raise DeviceError(f"device index {index} out of range: {len(all_devices)} device(s) found "
+                              f"({', '.join(d.describe() for d in all_devices)})")
+        return all_devices[index]
+    if ":" in text and all(part.isdigit() for part in text.split(":", 1)):
+        # PYOPENCL_CTX style "platform:device"
+        p, d = (int(x) for x in text.split(":", 1))
+        platforms = sorted({dev.platform for dev in all_devices}, key=[x.platform for x in all_devices].index)
+        if p < len(platforms):
+            on_platform = [dev for dev in all_devices if dev.platform == platforms[p]]
+            if d < len(on_platform):
+                return on_platform[d]
+        raise DeviceError(f"no device '{text}' among: {', '.join(x.describe() for x in all_devices)}")
+    needle = text.lower()
+    for dev in all_devices:
+        if needle in f"{dev.platform} {dev.name}".lower():
+            return dev
+    raise DeviceError(f"no device matches '{text}'; available: {', '.join(d.describe() for d in all_devices)}")
+
+
+def default_device() -> Device:
+    """The process-wide default device (see the module docstring for the order of choice)."""
+    global _default
+    if _default is not None:
+        return _default
+    selector = os.environ.get("NETCL_DEVICE") or os.environ.get("PYOPENCL_CTX")
+    if selector:
+        _default = _select(selector)
+    else:
+        all_devices = devices()
+        if not all_devices:
+            raise DeviceError(INSTALL_HINT)
+        _default = next((d for d in all_devices if d.kind == "gpu"), all_devices[0])
+    return _default
+
+
+def set_default_device(dev_or_selector) -> Device:
+    """Make a Device (or a selector as NETCL_DEVICE takes it) the default for new tensors."""
+    global _default
+    _default = _select(dev_or_selector)
+    return _default
+
+
+def resolve_device(device) -> Device:
+    return default_device() if device is None else _select(device)

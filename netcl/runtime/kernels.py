@@ -1,0 +1,176 @@
+"""The kernel pipeline: Mako template -> OpenCL source -> program built once per device -> launch.
+
+``get_kernel(device, "gemm.cl", "gemm_tiled", TILE_M=64, ...)`` renders ``kernels/gemm.cl`` with the given
+template parameters (every parameter has a default declared in the template's ``<%page args=...>``),
+builds it for the device, memoizes the program per context, and keeps the binary on disk keyed by the
+rendered source, the build options, the device identity and the cache-format version. ``launch`` is the
+only place that enqueues kernels; it turns driver failures into netcl errors.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyopencl as cl
+from mako.lookup import TemplateLookup
+
+from ..errors import DeviceError, DeviceMemoryError, KernelBuildError
+from .cache import CACHE_FORMAT_VERSION, atomic_write_bytes, cache_enabled, cache_path
+from .device import Device
+
+DEFAULT_BUILD_OPTIONS = ("-cl-mad-enable",)
+_BINARY_MAGIC = b"NETCLBIN"
+
+
+def kernels_dir() -> Path:
+    """The installed copy (netcl/kernels) or, in a source checkout, the repository's kernels/."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "kernels", here.parent / "kernels"):
+        if candidate.is_dir() and any(candidate.glob("*.cl")):
+            return candidate
+    raise DeviceError(f"netcl's kernel templates are missing (looked in {here / 'kernels'} and "
+                      f"{here.parent / 'kernels'}); reinstall netcl")
+
+
+_lookup: TemplateLookup | None = None
+_programs: dict[tuple, cl.Program] = {}
+_kernels: dict[tuple, cl.Kernel] = {}
+_lock = threading.RLock()
+build_stats = {"source_builds": 0, "binary_loads": 0, "seconds": 0.0}
+
+
+def render(template_name: str, **params) -> str:
+    global _lookup
+    if _lookup is None:
+        _lookup = TemplateLookup(directories=[str(kernels_dir())], strict_undefined=True)
+    try:
+        template = _lookup.get_template(template_name)
+    except Exception as exc:  # mako raises its own TopLevelLookupException
+        raise KernelBuildError(f"cannot load kernel template {template_name!r}: {exc}") from exc
+    return template.render(**params)
+
+
+def _cache_key(device: Device, source: str, options: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for part in (str(CACHE_FORMAT_VERSION), device.identity, " ".join(options), source):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _load_binary(device: Device, path: Path, options: tuple[str, ...]) -> cl.Program | None:
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    header = len(_BINARY_MAGIC) + 32
+    if len(blob) <= header or not blob.startswith(_BINARY_MAGIC):
+        return None
+    digest, payload = blob[len(_BINARY_MAGIC):header], blob[header:]
+    if hashlib.sha256(payload).digest() != digest:
+        return None  # damaged entry: rebuild from source
+    try:
+        program = cl.Program(device.context, [device.cl_device], [payload])
+        return program.build(options=list(options))
+    except cl.Error:
+        return None
+
+
+def _save_failed_source(key: str, source: str) -> str:
+    path = cache_path("failed", f"{key[:24]}.cl") if cache_enabled() else None
+    if path is None:
+        import tempfile
+        fd, name = tempfile.mkstemp(prefix="netcl-failed-", suffix=".cl")
+        os.close(fd)
+        path = Path(name)
+    path.write_text(source)
+    return str(path)
+
+
+def build_program(device: Device, source: str, options: tuple[str, ...] = DEFAULT_BUILD_OPTIONS) -> cl.Program:
+    """Build (or fetch from memory or disk) a program for one device."""
+    key = _cache_key(device, source, options)
+    with _lock:
+        memo_key = (id(device.context), key)
+        program = _programs.get(memo_key)
+        if program is not None:
+            return program
+        start = time.perf_counter()
+        binary_path = cache_path("kernels", key[:2], f"{key}.bin") if cache_enabled() else None
+        program = _load_binary(device, binary_path, options) if binary_path is not None else None
+        if program is not None:
+            build_stats["binary_loads"] += 1
+        else:
+            try:
+                program = cl.Program(device.context, source).build(options=list(options))
+            except cl.Error as exc:
+                log = str(exc)
+                raise KernelBuildError(f"OpenCL build failed on {device.describe()}", log=log, options=options,
+                                       source_path=_save_failed_source(key, source)) from None
+            build_stats["source_builds"] += 1
+            if binary_path is not None:
+                try:
+                    payload = program.get_info(cl.program_info.BINARIES)[0]
+                    atomic_write_bytes(binary_path, _BINARY_MAGIC + hashlib.sha256(payload).digest() + payload)
+                except (cl.Error, OSError):
+                    pass  # a cache we cannot write only costs the next process a rebuild
+        build_stats["seconds"] += time.perf_counter() - start
+        _programs[memo_key] = program
+        return program
+
+
+def get_kernel(device: Device, template_name: str, kernel_name: str, options: tuple[str, ...] = (),
+               **params) -> cl.Kernel:
+    """A built kernel from a template; memoized on (device, template, parameters, options)."""
+    memo = (id(device.context), template_name, kernel_name, options, tuple(sorted(params.items())))
+    kernel = _kernels.get(memo)
+    if kernel is None:
+        source = render(template_name, **params)
+        program = build_program(device, source, DEFAULT_BUILD_OPTIONS + tuple(options))
+        try:
+            kernel = getattr(program, kernel_name)
+        except (AttributeError, cl.Error) as exc:
+            raise KernelBuildError(f"template {template_name} has no kernel {kernel_name!r}: {exc}") from None
+        with _lock:
+            _kernels[memo] = kernel
+    return kernel
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wait_for=None) -> cl.Event:
+    """Enqueue one kernel. ``global_size`` is rounded up to a multiple of ``local_size``; the kernel
+    itself must guard the tail. Driver failures become DeviceMemoryError / DeviceError."""
+    global_size = tuple(int(g) for g in global_size)
+    if local_size is not None:
+        local_size = tuple(int(x) for x in local_size)
+        global_size = tuple(round_up(max(g, 1), l) for g, l in zip(global_size, local_size))
+    try:
+        return kernel(device.queue, global_size, local_size, *args, wait_for=wait_for)
+    except cl.MemoryError as exc:
+        raise DeviceMemoryError(f"{device.describe()} ran out of memory launching {kernel.function_name}: {exc}",
+                                available_bytes=device.max_alloc_bytes) from None
+    except cl.Error as exc:
+        code = getattr(exc, "code", None)
+        if code in (cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE, cl.status_code.OUT_OF_RESOURCES,
+                    cl.status_code.OUT_OF_HOST_MEMORY):
+            raise DeviceMemoryError(f"{device.describe()} ran out of memory launching "
+                                    f"{kernel.function_name}: {exc}", available_bytes=device.max_alloc_bytes) from None
+        raise DeviceError(f"launching {kernel.function_name} on {device.describe()} failed: {exc}") from None
+
+
+def local_size_1d(device: Device, n: int) -> tuple[int]:
+    """A work-group size for flat kernels: large enough for PoCL to vectorize across work-items,
+    never larger than the device allows."""
+    preferred = 64 if device.kind == "cpu" else 128
+    return (min(preferred, device.max_work_group_size),)
+
+
+def scalar(dtype, value):
+    return np.dtype(dtype).type(value)

@@ -1,0 +1,1 @@
+"""Per-device kernel tuning: the tuning database and one tuner per kernel family."""

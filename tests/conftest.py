@@ -1,0 +1,72 @@
+"""Shared fixtures: the device under test, fresh random data with a printed seed, and canaries.
+
+``canaries``: while active, every tensor netcl allocates gets guard elements before and after it
+(filled with a sentinel) and lives at a non-zero offset in its buffer; at the end of the test every
+guard must be intact. This catches out-of-bounds writes and kernels that ignore offsets.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl import dtypes
+from netcl.runtime import memory
+from netcl.runtime.device import resolve_device
+from netcl.tensor import Tensor, _check_shape
+
+GUARD = 37  # elements on each side; odd so that guarded tensors are misaligned for vector loads
+SENTINEL = {np.dtype(np.float32): np.float32(-7.654321e29), np.dtype(np.float64): np.float64(-7.654321e29),
+            np.dtype(np.int32): np.int32(-123456789), np.dtype(np.int64): np.int64(-123456789012)}
+
+
+@pytest.fixture(scope="session")
+def device():
+    return nc.default_device()
+
+
+@pytest.fixture
+def rng(request):
+    """A generator with a fresh seed each run; the seed is printed on failure (NETCL_TEST_SEED replays)."""
+    seed = int(os.environ.get("NETCL_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
+    request.node.user_properties.append(("seed", seed))
+    print(f"random seed: {seed} (replay with NETCL_TEST_SEED={seed})")
+    return np.random.default_rng(seed)
+
+
+class Canaries:
+    def __init__(self):
+        self.guarded = []
+
+    def empty(self, cls, shape, dtype=np.float32, device=None):
+        shape = _check_shape(shape)
+        dt = dtypes.as_dtype(dtype)
+        dev = resolve_device(device)
+        n = math.prod(shape)
+        buf = memory.allocate(dev, (n + 2 * GUARD) * dt.itemsize)
+        host = np.full(n + 2 * GUARD, SENTINEL[dt], dtype=dt)
+        memory.upload(dev, buf, host)
+        self.guarded.append((buf, n, dt, dev, shape))
+        return cls(buf, shape, dt, dev, offset=GUARD)
+
+    def check(self):
+        for buf, n, dt, dev, shape in self.guarded:
+            host = np.empty(n + 2 * GUARD, dtype=dt)
+            memory.download(dev, buf, host)
+            head, tail = host[:GUARD], host[GUARD + n:]
+            bad = np.flatnonzero(head != SENTINEL[dt]).tolist() + [GUARD + n + i for i in np.flatnonzero(tail != SENTINEL[dt])]
+            if bad:
+                raise AssertionError(f"out-of-bounds write around a tensor of shape {shape} ({dt}): "
+                                     f"guard elements {bad[:10]} changed")
+
+
+@pytest.fixture
+def canaries(monkeypatch):
+    guard = Canaries()
+    monkeypatch.setattr(Tensor, "empty", classmethod(guard.empty))
+    yield guard
+    monkeypatch.undo()
+    guard.check()

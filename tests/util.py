@@ -1,0 +1,70 @@
+"""Helpers for tests: error measures and float64 references."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def rel_l2(actual, expected) -> float:
+    """Relative L2 error ||a - e|| / ||e|| (computed in float64; 0-norm references compare absolutely)."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    if a.shape != e.shape:
+        raise AssertionError(f"shape {a.shape} != expected {e.shape}")
+    if not np.all(np.isfinite(a)):
+        raise AssertionError("result contains NaN or Inf")
+    denom = np.linalg.norm(e)
+    return float(np.linalg.norm(a - e) / (denom if denom > 0 else 1.0))
+
+
+def assert_close(actual, expected, tol: float, what: str = "") -> None:
+    err = rel_l2(actual, expected)
+    e = np.asarray(expected)
+    if np.any(e != 0) and not np.any(np.asarray(actual) != 0):
+        raise AssertionError(f"{what}: result is all zeros")
+    assert err <= tol, f"{what}: relative L2 error {err:.3e} > {tol:.1e}"
+
+
+def conv2d_ref(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """float64 NCHW cross-correlation by summing shifted slices (one per kernel tap)."""
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    n, c, h, wd = x.shape
+    k, cg, r, s = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    ho = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+    wo = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    y = np.zeros((n, k, ho, wo))
+    kg = k // groups
+    for g in range(groups):
+        xg = xp[:, g * cg:(g + 1) * cg]
+        wg = w[g * kg:(g + 1) * kg]
+        for i in range(r):
+            for j in range(s):
+                patch = xg[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
+                y[:, g * kg:(g + 1) * kg] += np.einsum("nchw,kc->nkhw", patch, wg[:, :, i, j])
+    return y
+
+
+def conv2d_grads_ref(x, w, grad_y, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """float64 (grad_x, grad_w) of conv2d_ref for an upstream gradient grad_y."""
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    gy = np.asarray(grad_y, np.float64)
+    n, c, h, wd = x.shape
+    k, cg, r, s = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    ho, wo = gy.shape[2:]
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    gxp = np.zeros_like(xp)
+    gw = np.zeros_like(w)
+    kg = k // groups
+    for g in range(groups):
+        cs, ks = slice(g * cg, (g + 1) * cg), slice(g * kg, (g + 1) * kg)
+        for i in range(r):
+            for j in range(s):
+                hs = slice(i * dh, i * dh + sh * (ho - 1) + 1, sh)
+                ws = slice(j * dw, j * dw + sw * (wo - 1) + 1, sw)
+                gw[ks, :, i, j] += np.einsum("nkhw,nchw->kc", gy[:, ks], xp[:, cs, hs, ws])
+                gxp[:, cs, hs, ws] += np.einsum("nkhw,kc->nchw", gy[:, ks], w[ks, :, i, j])
+    return gxp[:, :, ph:ph + h, pw:pw + wd], gw
