@@ -1,0 +1,180 @@
+"""The per-device tuning database: kernel parameters (and measured rates) that a tuner found best.
+
+Entries are keyed by the device's identity (platform | device | driver | OpenCL version), a kernel
+*family* ("gemm", "mec", ...) and an optional *key* inside the family (a dtype, a shape class...).
+Two layers answer a :func:`lookup`, first match wins:
+
+1. the user's file ``<cache dir>/tuning/tuning.json`` (written by ``netcl tune`` through :func:`store`,
+   with a locked read-modify-write so concurrent tuners do not lose each other's entries);
+2. :data:`BUILTIN`, shipped with netcl, keyed by device kind ("cpu", "gpu", "any") instead of identity,
+   so an unknown device still gets sensible parameters.
+
+A damaged user file is ignored with a RuntimeWarning (lookups fall back to the built-in table).
+:func:`identity` hashes everything a lookup on one device can see, so a cache of decisions derived from
+tuning results (the conv planner's) can put it in its key and be invalidated by a re-tune.
+With ``NETCL_CACHE=0`` the user file is neither read nor written; :func:`store` then only affects the
+running process.
+
+File layout::
+
+    {"format": 1, "devices": {"<identity>": {"<family>": {"<key or *>": {param: value, ...}}}}}
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import threading
+import warnings
+
+from ..runtime.cache import cache_enabled, cache_path, update_json
+
+FORMAT = 1
+_DEFAULT_KEY = "*"  # the family-wide entry (key=None)
+
+# Parameters for devices without a user entry, by device kind then family then key. Only the GEMM
+# family ships here: other families pass their own ``default=`` to lookup.
+BUILTIN: dict[str, dict[str, dict[str, dict]]] = {
+    "cpu": {
+        "gemm": {
+            "float32": {"MR": 4, "NR": 32, "VW": 16, "WG_M": 1, "WG_N": 8, "KU": 4},
+            "float64": {"MR": 4, "NR": 16, "VW": 8, "WG_M": 1, "WG_N": 8, "KU": 4},
+        },
+    },
+    "any": {
+        "gemm": {
+            "float32": {"MR": 4, "NR": 8, "VW": 4, "WG_M": 8, "WG_N": 16, "KU": 2},
+            "float64": {"MR": 4, "NR": 4, "VW": 2, "WG_M": 8, "WG_N": 16, "KU": 2},
+        },
+    },
+}
+
+_lock = threading.Lock()
+_memo: dict = {"stamp": None, "data": {}}
+_overlay: dict = {}  # entries stored while the on-disk cache is off
+
+
+def db_path():
+    return cache_path("tuning", "tuning.json")
+
+
+def _key(key) -> str:
+    return _DEFAULT_KEY if key is None else str(key)
+
+
+def _valid(data) -> bool:
+    if not isinstance(data, dict) or not isinstance(data.get("devices", {}), dict):
+        return False
+    for families in data.get("devices", {}).values():
+        if not isinstance(families, dict):
+            return False
+        for entries in families.values():
+            if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
+                return False
+    return True
+
+
+def _user_devices() -> dict:
+    """The user file's ``devices`` mapping, re-read only when the file changes."""
+    if not cache_enabled():
+        return _overlay
+    path = db_path()
+    try:
+        st = os.stat(path)
+        stamp = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        return {}
+    with _lock:
+        if _memo["stamp"] == stamp:
+            return _memo["data"]
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"ignoring damaged tuning database at {path}: {exc}", RuntimeWarning, stacklevel=3)
+            data = None
+        if data is not None and not _valid(data):
+            warnings.warn(f"ignoring tuning database at {path}: unexpected layout", RuntimeWarning, stacklevel=3)
+            data = None
+        devices = (data or {}).get("devices", {})
+        _memo.update(stamp=stamp, data=devices)
+        return devices
+
+
+def _identity_of(device) -> str:
+    return device if isinstance(device, str) else device.identity
+
+
+def _kind_of(device) -> str:
+    return "any" if isinstance(device, str) else getattr(device, "kind", "any")
+
+
+def lookup(device, family: str, key=None, default=None):
+    """The stored parameters for (device, family, key) as a fresh dict, else the built-in entry for the
+    device's kind (then for "any"), else ``default``. ``device`` is a Device or an identity string."""
+    entry = _user_devices().get(_identity_of(device), {}).get(family, {}).get(_key(key))
+    if entry is None:
+        for kind in (_kind_of(device), "any"):
+            entry = BUILTIN.get(kind, {}).get(family, {}).get(_key(key))
+            if entry is not None:
+                break
+    return copy.deepcopy(entry) if entry is not None else default
+
+
+def source(device, family: str, key=None) -> str:
+    """Where :func:`lookup` would answer from: "user", "builtin" or "none"."""
+    if _key(key) in _user_devices().get(_identity_of(device), {}).get(family, {}):
+        return "user"
+    if any(_key(key) in BUILTIN.get(k, {}).get(family, {}) for k in (_kind_of(device), "any")):
+        return "builtin"
+    return "none"
+
+
+def store(device, family: str, params: dict, key=None) -> None:
+    """Record ``params`` (JSON-serializable) as the entry for (device, family, key)."""
+    params = json.loads(json.dumps(params))  # fail here, not in the middle of a locked write
+    ident = _identity_of(device)
+
+    def mutate(data):
+        if not _valid(data):
+            data.clear()
+        data["format"] = FORMAT
+        data.setdefault("devices", {}).setdefault(ident, {}).setdefault(family, {})[_key(key)] = params
+
+    if not cache_enabled():
+        _overlay.setdefault(ident, {}).setdefault(family, {})[_key(key)] = params
+        return
+    update_json(db_path(), "tuning database", mutate)
+    with _lock:
+        _memo["stamp"] = None
+
+
+def forget(device, family: str | None = None) -> None:
+    """Drop the user entries of one device (one family, or all of them)."""
+    ident = _identity_of(device)
+
+    def mutate(data):
+        families = data.get("devices", {}).get(ident, {}) if _valid(data) else {}
+        if family is None:
+            families.clear()
+        else:
+            families.pop(family, None)
+
+    if not cache_enabled():
+        (_overlay.get(ident, {}).pop(family, None) if family else _overlay.pop(ident, None))
+        return
+    update_json(db_path(), "tuning database", mutate)
+    with _lock:
+        _memo["stamp"] = None
+
+
+def entries(device) -> dict:
+    """Everything the user file holds for one device: {family: {key: params}} (a copy)."""
+    return copy.deepcopy(_user_devices().get(_identity_of(device), {}))
+
+
+def identity(device) -> str:
+    """A short hash of every entry a lookup on ``device`` can return (user and built-in)."""
+    blob = json.dumps({"format": FORMAT, "user": _user_devices().get(_identity_of(device), {}),
+                       "builtin": {k: BUILTIN.get(k, {}) for k in (_kind_of(device), "any")}}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
