@@ -1,0 +1,617 @@
+"""Which convolution strategy runs each pass of each layer, why, and remembering the answer.
+
+For one layer and one pass the planner asks every registered strategy whether it can serve it (its own
+``why_not``) and how much workspace it needs (its own ``workspace_bytes``), predicts its time with the cost
+model of :mod:`netcl.ops.conv_cost`, and, in ``measure``/``exhaustive`` mode, times it on random data of the
+layer's shape. Candidates over the workspace budget are excluded. The winner comes with one sentence that
+says why it won (or who forced it, or that the budget forced a slower one).
+
+Modes: ``heuristic`` (the default: no kernel runs, instant), ``measure`` (times the applicable candidates that
+the model does not rule out by more than ``MEASURE_MARGIN``×), ``exhaustive`` (times every applicable one).
+Budget: the ``budget_bytes`` argument, else ``NETCL_CONV_WORKSPACE_LIMIT`` (bytes, or with a K/M/G suffix),
+else the smaller of the device's max allocation and half its global memory. Overrides: a strategy forced by
+the caller (``nn.Conv2d(strategy=...)`` bypasses the planner altogether) or ``NETCL_CONV_STRATEGY``.
+``NETCL_CONV_PLAN_MODE`` sets the mode that ``conv2d(strategy="auto")`` plans with.
+
+Plans live in memory per process and, when measured, on disk (``plans/<key>.json`` in the netcl cache),
+keyed by netcl's version, the device identity, the tuning database's identity and the set of registered
+strategies, then per layer signature and pass; a later process in any mode reuses a measured plan.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import NetclError, ShapeError
+from ..runtime import cache
+from . import conv_cost
+from .conv_common import PASSES, ConvLayer, strategies
+
+MODES = ("heuristic", "measure", "exhaustive")
+MEASURE_MARGIN = 4.0         # measure mode skips candidates predicted this many times slower than the best
+MEASURE_MIN_RUNS = 3
+MEASURE_MAX_RUNS = 9
+MEASURE_TIME_S = 0.6         # per candidate, after warm-up: stop adding runs past this
+CORRECTION_BOUNDS = (0.05, 20.0)
+
+
+@dataclass
+class Candidate:
+    strategy: str
+    applicable: bool
+    why_not: str | None
+    workspace_bytes: int | None
+    predicted_ms: float | None
+    measured_ms: float | None = None
+    within_budget: bool = True
+
+    def as_dict(self) -> dict:
+        return {"strategy": self.strategy, "applicable": self.applicable, "why_not": self.why_not,
+                "workspace_bytes": self.workspace_bytes,
+                "predicted_ms": None if self.predicted_ms is None else round(self.predicted_ms, 4),
+                "measured_ms": None if self.measured_ms is None else round(self.measured_ms, 4),
+                "within_budget": self.within_budget}
+
+
+@dataclass
+class Plan:
+    strategy: str
+    reason: str
+    candidates: list[Candidate]
+    pass_: str
+    mode: str
+    budget_bytes: int
+    layer: ConvLayer = field(repr=False)
+    source: str = "model"    # "model", "measured", "cache", "override"
+
+    def candidate(self, name: str) -> Candidate | None:
+        return next((c for c in self.candidates if c.strategy == name), None)
+
+    def as_dict(self) -> dict:
+        return {"pass": self.pass_, "strategy": self.strategy, "reason": self.reason, "mode": self.mode,
+                "source": self.source, "budget_bytes": self.budget_bytes,
+                "candidates": [c.as_dict() for c in self.candidates]}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# settings
+
+def _parse_bytes(text: str, what: str) -> int:
+    t = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    digits = t[:-1] if scale > 1 else t
+    try:
+        value = float(digits) * scale
+    except ValueError:
+        raise NetclError(f"{what} must be a byte count such as 268435456 or 256M, got {text!r}") from None
+    if value < 0 or math.isnan(value):
+        raise NetclError(f"{what} must be ≥ 0, got {text!r}")
+    return int(value)
+
+
+def default_budget(device) -> int:
+    env = os.environ.get("NETCL_CONV_WORKSPACE_LIMIT", "").strip()
+    if env:
+        return _parse_bytes(env, "NETCL_CONV_WORKSPACE_LIMIT")
+    return int(min(device.max_alloc_bytes, device.global_mem_bytes // 2))
+
+
+def _env_strategy() -> str | None:
+    value = os.environ.get("NETCL_CONV_STRATEGY", "").strip()
+    return None if value in ("", "auto") else value
+
+
+def _env_mode() -> str:
+    mode = os.environ.get("NETCL_CONV_PLAN_MODE", "heuristic").strip() or "heuristic"
+    if mode not in MODES:
+        raise NetclError(f"NETCL_CONV_PLAN_MODE must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode
+
+
+def _mib(nbytes: int) -> str:
+    if nbytes < 1 << 20:
+        return f"{nbytes / 1024:.1f} KiB"
+    return f"{nbytes / (1 << 20):.1f} MiB"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# device profile, tuning database, corrections
+
+_profiles: dict[str, conv_cost.DeviceProfile] = {}
+_lock = threading.RLock()
+
+
+def _tuning_db():
+    try:
+        from ..tuning import db
+    except ImportError:
+        return None
+    return db
+
+
+def tuning_identity(device) -> str:
+    """The tuning database's identity for this device ("none" without a database)."""
+    db = _tuning_db()
+    if db is None or not callable(getattr(db, "identity", None)):
+        return "none"
+    try:
+        return str(db.identity(device))
+    except Exception:  # a broken database must not stop convolutions from running
+        return "unreadable"
+
+
+def _tuned_gemm_gflops(device, dtype: str) -> float | None:
+    """The GEMM rate the tuner measured and stored with its parameters, if it did."""
+    db = _tuning_db()
+    if db is None:
+        return None
+    try:
+        entry = db.lookup(device, "gemm", dtype) or {}
+    except Exception:
+        return None
+    for name in ("gflops", "measured_gflops", "GFLOPS"):
+        value = entry.get(name)
+        if isinstance(value, (int, float)) and value > 0:
+            return float(value)
+    return None
+
+
+def _calibration_path(device):
+    # The GEMM kernel's source and the tuning database decide the rate the calibration measured.
+    from .. import __version__
+    from ..runtime.kernels import kernels_dir
+    try:
+        gemm_source = (kernels_dir() / "gemm.cl").read_bytes()
+    except OSError:
+        gemm_source = b""
+    key = hashlib.sha256(b"|".join((__version__.encode(), device.identity.encode(),
+                                    tuning_identity(device).encode(), gemm_source))).hexdigest()[:20]
+    return cache.cache_path("planner", f"device-{key}.json")
+
+
+_memory_calibration: dict[str, dict] = {}
+
+
+def _read_calibration(device) -> dict:
+    """This device's calibration and model corrections (read from disk once per process)."""
+    key = device.identity
+    with _lock:
+        if key not in _memory_calibration:
+            data = cache.read_json(_calibration_path(device), "planner calibration") if cache.cache_enabled() else None
+            _memory_calibration[key] = data if isinstance(data, dict) else {}
+        return _memory_calibration[key]
+
+
+def _write_calibration(device, mutate) -> None:
+    with _lock:
+        current = _read_calibration(device)
+        if cache.cache_enabled():
+            try:
+                current = cache.update_json(_calibration_path(device), "planner calibration", mutate)
+            except OSError:
+                mutate(current)
+        else:
+            mutate(current)
+        _memory_calibration[device.identity] = current
+
+
+def device_profile(device, dtype: str = "float32") -> conv_cost.DeviceProfile:
+    """The cost model's numbers for this device: tuning database, then calibration, then estimate."""
+    key = f"{device.identity}|{dtype}"
+    with _lock:
+        if key in _profiles:
+            return _profiles[key]
+        profile = conv_cost.estimate(device)
+        sources = set()
+        cal = _read_calibration(device)
+        for field_name in ("bandwidth_gbs", "launch_ms", "gemm_gflops"):
+            value = cal.get(field_name if field_name != "gemm_gflops" else f"gemm_gflops_{dtype}")
+            if isinstance(value, (int, float)) and value > 0:
+                setattr(profile, field_name, float(value))
+                sources.add("calibration")
+        tuned = _tuned_gemm_gflops(device, dtype)
+        if tuned:
+            profile.gemm_gflops = tuned
+            sources.add("tuning database")
+        if sources:
+            profile.source = " + ".join(sorted(sources))
+        _profiles[key] = profile
+        return profile
+
+
+def calibrate_device(device, dtype: str = "float32") -> conv_cost.DeviceProfile:
+    """Measure bandwidth, launch overhead and the GEMM rate once per device and keep them in the cache."""
+    cal = _read_calibration(device)
+    if all(k in cal for k in ("bandwidth_gbs", "launch_ms", f"gemm_gflops_{dtype}")):
+        return device_profile(device, dtype)
+    measured = conv_cost.calibrate(device, dtype)
+
+    def mutate(d):
+        d.update(measured)
+        d["device"] = device.identity
+    _write_calibration(device, mutate)
+    with _lock:
+        _profiles.pop(f"{device.identity}|{dtype}", None)
+    return device_profile(device, dtype)
+
+
+def _correction(cal: dict, name: str, pass_: str) -> float:
+    ratios = cal.get("corrections", {}).get(f"{name}|{pass_}")
+    if not ratios:
+        return 1.0
+    lo, hi = CORRECTION_BOUNDS
+    return float(min(hi, max(lo, math.exp(sum(math.log(r) for r in ratios) / len(ratios)))))
+
+
+def _record_corrections(device, pass_: str, candidates: list[Candidate], uncorrected: dict[str, float]) -> None:
+    ratios = {c.strategy: c.measured_ms / uncorrected[c.strategy] for c in candidates
+              if c.measured_ms and uncorrected.get(c.strategy)}
+    if not ratios:
+        return
+
+    def mutate(d):
+        table = d.setdefault("corrections", {})
+        for name, ratio in ratios.items():
+            kept = table.setdefault(f"{name}|{pass_}", [])
+            kept.append(round(ratio, 4))
+            del kept[:-16]
+    _write_calibration(device, mutate)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# plan cache
+
+_memory_plans: dict[tuple, Plan] = {}
+_disk_plans: dict[str, dict] = {}
+
+
+def _plan_file(device, names: tuple[str, ...]):
+    from .. import __version__
+    key = "|".join((__version__, device.identity, tuning_identity(device), ",".join(names)))
+    return cache.cache_path("plans", hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+
+
+def _load_disk_plans(device, names) -> dict:
+    if not cache.cache_enabled():
+        return {}
+    path = _plan_file(device, names)
+    data = cache.read_json(path, "conv plan cache")
+    data = data if isinstance(data, dict) else {}
+    _disk_plans[str(path)] = data
+    return data
+
+
+def _store_disk_plan(device, names, entry_key: str, entry: dict) -> None:
+    if not cache.cache_enabled():
+        return
+    path = _plan_file(device, names)
+
+    def mutate(d):
+        d[entry_key] = entry
+    try:
+        _disk_plans[str(path)] = cache.update_json(path, "conv plan cache", mutate)
+    except OSError:
+        pass  # an unwritable cache only costs the next process a measurement
+
+
+def clear_memory_cache() -> None:
+    """Forget every plan and profile held in this process (the disk cache stays)."""
+    with _lock:
+        _memory_plans.clear()
+        _disk_plans.clear()
+        _profiles.clear()
+        _memory_calibration.clear()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# candidates
+
+def _assess(layer: ConvLayer, pass_: str, device, budget: int) -> tuple[list[Candidate], dict[str, float]]:
+    """Every registered strategy's applicability, workspace and predicted time (corrected, uncorrected)."""
+    profile = device_profile(device, layer.dtype)
+    cal = _read_calibration(device)
+    out, uncorrected = [], {}
+    for name, impl in strategies().items():
+        try:
+            why = impl.why_not(layer, pass_)
+        except Exception as exc:  # a strategy that cannot even answer cannot serve the layer
+            why = f"its applicability check failed ({type(exc).__name__}: {exc})"
+        if why:
+            out.append(Candidate(name, False, str(why), None, None))
+            continue
+        try:
+            ws = int(impl.workspace_bytes(layer, pass_))
+        except Exception as exc:
+            out.append(Candidate(name, False, f"its workspace size is unknown ({type(exc).__name__}: {exc})",
+                                 None, None))
+            continue
+        raw = conv_cost.predict_ms(name, layer, pass_, profile, impl, ws)
+        uncorrected[name] = raw
+        out.append(Candidate(name, True, None, ws, raw * _correction(cal, name, pass_), within_budget=ws <= budget))
+    return out, uncorrected
+
+
+def _time_candidate(impl, layer: ConvLayer, pass_: str, device, rng) -> float:
+    from ..tensor import Tensor
+    dtype = np.dtype(layer.dtype)
+
+    def rand(shape):
+        return Tensor.from_host(rng.uniform(-1.0, 1.0, size=shape).astype(dtype), device=device)
+    if pass_ == "forward":
+        a, b = rand(layer.input_shape), rand(layer.weight_shape)
+        fn = lambda: impl.forward(a, b, layer)  # noqa: E731
+    elif pass_ == "backward_data":
+        a, b = rand(layer.output_shape), rand(layer.weight_shape)
+        fn = lambda: impl.backward_data(a, b, layer)  # noqa: E731
+    else:
+        a, b = rand(layer.input_shape), rand(layer.output_shape)
+        fn = lambda: impl.backward_weight(a, b, layer)  # noqa: E731
+    fn()  # warm-up: kernel builds and first-touch allocations are not the layer's cost
+    device.synchronize()
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < MEASURE_MIN_RUNS or (len(times) < MEASURE_MAX_RUNS and spent < MEASURE_TIME_S):
+        start = time.perf_counter()
+        fn()
+        device.synchronize()
+        elapsed = time.perf_counter() - start
+        times.append(elapsed)
+        spent += elapsed
+    return float(np.median(times)) * 1e3
+
+
+def _measure(layer, pass_, device, candidates: list[Candidate], exhaustive: bool) -> None:
+    registry = strategies()
+    runnable = [c for c in candidates if c.applicable and (exhaustive or c.within_budget)]
+    if not runnable:
+        return
+    best_predicted = min(c.predicted_ms for c in runnable)
+    rng = np.random.default_rng(0)
+    for c in runnable:
+        if not exhaustive and c.predicted_ms > MEASURE_MARGIN * best_predicted:
+            continue
+        try:
+            c.measured_ms = _time_candidate(registry[c.strategy], layer, pass_, device, rng)
+        except NetclError as exc:
+            c.applicable, c.within_budget = False, False
+            c.why_not = f"it failed when measured ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# choice and explanation
+
+def _fmt_ms(ms: float) -> str:
+    return f"{ms:.3g} ms"
+
+
+def _choose(layer, pass_, candidates: list[Candidate], budget: int, measured: bool, from_cache: bool) -> tuple[str, str]:
+    applicable = [c for c in candidates if c.applicable]
+    if not applicable:
+        rules = "; ".join(f"{c.strategy}: {c.why_not}" for c in candidates) or "no strategy is registered"
+        raise ShapeError(f"no conv2d strategy can run the {pass_} pass of this layer ({layer.describe()}): {rules}")
+
+    def cost(c):
+        if measured:
+            return c.measured_ms if c.measured_ms is not None else math.inf
+        return c.predicted_ms
+    order = {c.strategy: i for i, c in enumerate(candidates)}
+    fits = [c for c in applicable if c.within_budget]
+    if not fits:
+        smallest = min(applicable, key=lambda c: (c.workspace_bytes, order[c.strategy]))
+        return smallest.strategy, (f"no applicable strategy fits the {_mib(budget)} workspace budget, so "
+                                   f"{smallest.strategy} runs with the smallest workspace ({_mib(smallest.workspace_bytes)}).")
+    timed = [c for c in fits if not measured or c.measured_ms is not None]
+    ranked = sorted(timed or fits, key=lambda c: (cost(c), order[c.strategy]))
+    best = ranked[0]
+    what = "measured fastest" if measured else "has the lowest predicted time"
+    where = " in an earlier run" if from_cache else ""
+    best_cost = cost(best)
+    if len(applicable) == 1:
+        sentence = f"{best.strategy} is the only registered strategy that can run this pass"
+        if measured and best.measured_ms is not None:
+            sentence += f" ({_fmt_ms(best.measured_ms)} measured{where})"
+        return best.strategy, sentence + "."
+    sentence = f"{best.strategy} {what}{where} ({_fmt_ms(best_cost)}"
+    if len(ranked) > 1:
+        sentence += f"; next {ranked[1].strategy} at {_fmt_ms(cost(ranked[1]))}"
+    sentence += ")"
+    faster_over_budget = [c for c in applicable if not c.within_budget and
+                          (c.measured_ms if measured and c.measured_ms is not None else c.predicted_ms) < best_cost]
+    if faster_over_budget:
+        over = min(faster_over_budget, key=lambda c: c.measured_ms if measured and c.measured_ms else c.predicted_ms)
+        sentence += (f", chosen because the {_mib(budget)} workspace budget excludes the faster {over.strategy}, "
+                     f"which needs {_mib(over.workspace_bytes)}")
+    return best.strategy, sentence + "."
+
+
+def _forced(layer, pass_, name: str, how: str, candidates, budget, mode) -> Plan:
+    registry = strategies()
+    from .conv2d import ALL_STRATEGIES
+    if name not in ALL_STRATEGIES:
+        raise ShapeError(f"unknown conv2d strategy {name!r} ({how}); choose one of {', '.join(ALL_STRATEGIES)} or 'auto'")
+    if name not in registry:
+        raise ShapeError(f"conv2d strategy {name!r} ({how}) is not available in this build")
+    c = next(c for c in candidates if c.strategy == name)
+    if not c.applicable:
+        raise ShapeError(f"conv2d strategy {name!r} ({how}) cannot run the {pass_} pass of this layer: {c.why_not} "
+                         f"({layer.describe()})")
+    return Plan(name, f"{name} is forced by {how}.", candidates, pass_, mode, budget, layer, "override")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# entry points
+
+def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, budget_bytes: int | None = None,
+                      device=None, strategy: str | None = None) -> Plan:
+    """The plan for one pass of one layer (what ``conv2d(strategy="auto")`` runs)."""
+    from ..runtime.device import resolve_device
+    if pass_ not in PASSES:
+        raise ShapeError(f"pass_ must be one of {', '.join(PASSES)}, got {pass_!r}")
+    mode = _env_mode() if mode is None else mode
+    if mode not in MODES:
+        raise ShapeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    device = resolve_device(device)
+    budget = default_budget(device) if budget_bytes is None else int(budget_bytes)
+    if budget < 0:
+        raise ShapeError(f"budget_bytes must be ≥ 0, got {budget_bytes}")
+    names = tuple(strategies())
+    forced = strategy if strategy not in (None, "auto") else None
+    how = "the caller" if forced else None
+    if forced is None and _env_strategy():
+        forced, how = _env_strategy(), f"NETCL_CONV_STRATEGY={_env_strategy()}"
+    memo_key = (device.identity, layer.signature(), pass_, mode, budget, names, forced)
+    with _lock:
+        plan = _memory_plans.get(memo_key)
+    if plan is not None:
+        return plan
+    candidates, uncorrected = _assess(layer, pass_, device, budget)
+    if forced:
+        plan = _forced(layer, pass_, forced, how, candidates, budget, mode)
+    else:
+        plan = _plan_free(layer, pass_, mode, budget, device, names, candidates, uncorrected)
+    with _lock:
+        _memory_plans[memo_key] = plan
+    return plan
+
+
+def _plan_free(layer, pass_, mode, budget, device, names, candidates, uncorrected) -> Plan:
+    entry_key = f"{layer.signature()}|{pass_}"
+    path = str(_plan_file(device, names)) if cache.cache_enabled() else None
+    stored = (_disk_plans.get(path) if path in _disk_plans else _load_disk_plans(device, names)) if path else {}
+    entry = (stored or {}).get(entry_key)
+    if isinstance(entry, dict) and isinstance(entry.get("measured_ms"), dict) and \
+            (mode != "exhaustive" or entry.get("mode") == "exhaustive"):
+        for c in candidates:
+            value = entry["measured_ms"].get(c.strategy)
+            if c.applicable and isinstance(value, (int, float)):
+                c.measured_ms = float(value)
+        if any(c.measured_ms is not None for c in candidates if c.applicable):
+            name, reason = _choose(layer, pass_, candidates, budget, True, True)
+            return Plan(name, reason, candidates, pass_, mode, budget, layer, "cache")
+    if mode == "heuristic":
+        name, reason = _choose(layer, pass_, candidates, budget, False, False)
+        return Plan(name, reason, candidates, pass_, mode, budget, layer, "model")
+    calibrate_device(device, layer.dtype)
+    _measure(layer, pass_, device, candidates, mode == "exhaustive")
+    name, reason = _choose(layer, pass_, candidates, budget, True, False)
+    _record_corrections(device, pass_, candidates, uncorrected)
+    _store_disk_plan(device, names, entry_key, {
+        "mode": mode, "measured_ms": {c.strategy: c.measured_ms for c in candidates if c.measured_ms is not None},
+        "layer": layer.describe(), "time": time.time()})
+    return Plan(name, reason, candidates, pass_, mode, budget, layer, "measured")
+
+
+def plan_conv2d(input_shape, weight_shape, stride=1, padding=0, dilation=1, groups=1, dtype="float32",
+                device=None, pass_="forward", mode="heuristic", budget_bytes=None, strategy=None) -> Plan:
+    """Plan one pass of the convolution of ``input_shape`` (N, C, H, W) by ``weight_shape`` (K, C/g, R, S).
+
+    Returns a :class:`Plan`: ``.strategy``, ``.reason`` (one sentence), ``.candidates`` (each with strategy,
+    applicable, why_not, workspace_bytes, predicted_ms, measured_ms). ``strategy`` forces one, as
+    ``nn.Conv2d(strategy=...)`` does; ``NETCL_CONV_STRATEGY`` forces one globally.
+    """
+    layer = ConvLayer.from_shapes(input_shape, weight_shape, stride, padding, dilation, groups, dtype)
+    return plan_conv2d_layer(layer, pass_, mode, budget_bytes, device, strategy)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `netcl plan`
+
+def lenet_layers(batch: int) -> list[tuple[str, ConvLayer]]:
+    """The two convolutions of the modified LeNet (seeds/000, Table 2)."""
+    return [("conv1", ConvLayer.from_shapes((batch, 1, 28, 28), (20, 1, 5, 5))),
+            ("conv2", ConvLayer.from_shapes((batch, 20, 12, 12), (50, 20, 5, 5)))]
+
+
+# cv1–cv12 of the MEC paper (seeds/004, Table 2): input ih×iw×ic, kernel kh×kw×oc, stride; no padding.
+MEC_LAYERS = (
+    ("cv1", 227, 3, 11, 96, 4), ("cv2", 231, 3, 11, 96, 4), ("cv3", 227, 3, 7, 64, 2),
+    ("cv4", 224, 64, 7, 64, 2), ("cv5", 24, 96, 5, 256, 1), ("cv6", 12, 256, 3, 512, 1),
+    ("cv7", 224, 3, 3, 64, 1), ("cv8", 112, 64, 3, 128, 1), ("cv9", 56, 64, 3, 64, 1),
+    ("cv10", 28, 128, 3, 128, 1), ("cv11", 14, 256, 3, 256, 1), ("cv12", 7, 512, 3, 512, 1),
+)
+
+
+def mec_layers(batch: int) -> list[tuple[str, ConvLayer]]:
+    return [(name, ConvLayer.from_shapes((batch, c, hw, hw), (k, c, r, r), stride=s))
+            for name, hw, c, r, k, s in MEC_LAYERS]
+
+
+def _parse_dims(text, flag: str, count: int) -> tuple[int, ...]:
+    from ..cli.main import ArgumentError
+    parts = str(text).lower().replace("×", "x").split("x")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) not in ((count,) if count == 4 else (1, 2)) or any(d < (1 if count == 4 else 0) for d in dims):
+        form = "NxCxHxW" if flag == "--input" else ("KxCxRxS" if flag == "--weight" else "V or HxW")
+        raise ArgumentError(f"{flag} must look like {form} with positive integers, got {text!r}")
+    return dims
+
+
+def _command_layers(args) -> list[tuple[str, ConvLayer]]:
+    from ..cli.main import ArgumentError
+    if args.batch is not None and args.batch < 1:
+        raise ArgumentError(f"--batch must be ≥ 1, got {args.batch}")
+    if args.network == "lenet":
+        return lenet_layers(args.batch)
+    if args.network == "mec":
+        return mec_layers(args.batch)
+    if not args.input or not args.weight:
+        raise ArgumentError("netcl plan conv needs --input NxCxHxW and --weight KxCxRxS")
+    input_shape = _parse_dims(args.input, "--input", 4)
+    weight_shape = _parse_dims(args.weight, "--weight", 4)
+    stride = _parse_dims(args.stride, "--stride", 2)
+    padding = _parse_dims(args.padding, "--padding", 2)
+    dilation = _parse_dims(args.dilation, "--dilation", 2)
+    try:
+        layer = ConvLayer.from_shapes(input_shape, weight_shape, stride if len(stride) == 2 else stride[0],
+                                      padding if len(padding) == 2 else padding[0],
+                                      dilation if len(dilation) == 2 else dilation[0], args.groups)
+    except ShapeError as exc:
+        raise ArgumentError(str(exc)) from None
+    return [("conv", layer)]
+
+
+def _table(name: str, plan: Plan) -> str:
+    rows = [("", "strategy", "applicable / why not", "workspace", "predicted ms", "measured ms")]
+    for c in plan.candidates:
+        status = "yes" if c.applicable and c.within_budget else (
+            "over budget" if c.applicable else f"no: {c.why_not}")
+        rows.append(("*" if c.strategy == plan.strategy else "", c.strategy, status,
+                     "-" if c.workspace_bytes is None else _mib(c.workspace_bytes),
+                     "-" if c.predicted_ms is None else f"{c.predicted_ms:.3f}",
+                     "-" if c.measured_ms is None else f"{c.measured_ms:.3f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [f"{name} {plan.pass_}: {plan.layer.describe()}"]
+    for r in rows:
+        lines.append("  " + "  ".join(v.ljust(widths[i]) if i in (0, 1, 2) else v.rjust(widths[i])
+                                      for i, v in enumerate(r)).rstrip())
+    lines.append(f"  -> {plan.strategy}: {plan.reason}")
+    return "\n".join(lines)
+
+
+def plan_command(args) -> dict:
+    from ..cli.main import ArgumentError
+    from ..runtime.device import resolve_device
+    if args.budget is not None and args.budget < 0:
+        raise ArgumentError(f"--budget must be ≥ 0 bytes, got {args.budget}")
+    layers = _command_layers(args)
+    device = resolve_device(args.device)
+    passes = PASSES if args.pass_ == "all" else (args.pass_,)
+    out = []
+    print(f"device: {device.describe()}; mode {args.mode}; workspace budget "
+          f"{_mib(args.budget if args.budget is not None else default_budget(device))}")
+    for name, layer in layers:
+        for pass_ in passes:
+            plan = plan_conv2d_layer(layer, pass_, args.mode, args.budget, device)
+            print(_table(name, plan))
+            out.append({"name": name, **plan.as_dict(), "layer": layer.describe()})
+    return {"device": device.describe(), "mode": args.mode, "profile": device_profile(device).as_dict(),
+            "layers": out}
