@@ -25,9 +25,9 @@ Launch: 3-D global size (inner, chunks, outer); any local size.
 % endif
 
 __kernel void reduce_axis(
-    __global ${OUT}* out, __global long* out_index,
+    __global ${OUT}* out, const long out_off, __global long* out_index, const long out_index_off,
     __global const ${IN_TYPE}* in, const long in_off,
-    __global const long* in_index,
+    __global const long* in_index, const long in_index_off,
     const long outer, const long R, const long inner, const long chunk)
 {
     const long i = get_global_id(0), c = get_global_id(1), o = get_global_id(2);
@@ -39,11 +39,11 @@ __kernel void reduce_axis(
 % if OP == 'sum':
     ${ACC} acc = (${ACC})0;
     for (long r = r0; r < r1; ++r) acc += (${ACC}) p[r * inner];
-    out[(o * chunks + c) * inner + i] = (${OUT}) acc;
+    out[out_off + (o * chunks + c) * inner + i] = (${OUT}) acc;
 % else:
     ${ACC} best = (${ACC}) p[r0 * inner];
   % if WITH_INDEX:
-    __global const long* q = in_index + o * R * inner + i;
+    __global const long* q = in_index + in_index_off + o * R * inner + i;
     long best_at = q[r0 * inner];
   % else:
     long best_at = r0;
@@ -59,9 +59,9 @@ __kernel void reduce_axis(
   % endif
         }
     }
-    out[(o * chunks + c) * inner + i] = (${OUT}) best;
+    out[out_off + (o * chunks + c) * inner + i] = (${OUT}) best;
   % if OP == 'argmax':
-    out_index[(o * chunks + c) * inner + i] = best_at;
+    out_index[out_index_off + (o * chunks + c) * inner + i] = best_at;
   % endif
 % endif
 }

@@ -73,9 +73,9 @@ class Tensor:
             array = array.to_host()
         host = np.asarray(array)
         target = dtypes.as_dtype(dtype) if dtype is not None else dtypes.host_dtype_for(host)
-        host = np.ascontiguousarray(host, dtype=target)
+        host = np.asarray(host, dtype=target, order="C")
         t = cls.empty(host.shape, target, device)
-        memory.upload(t.device, t.buffer, host)
+        memory.upload(t.device, t.buffer, host, t.offset * target.itemsize)
         if requires_grad:
             dtypes.require_float(target, "requires_grad")
         t.requires_grad = requires_grad

@@ -109,7 +109,7 @@ def map_expr(template_expr: str, operands, out_dtype=None, compute_dtype=None) -
     kernel = get_kernel(first.device, "elementwise.cl", "elementwise", OUT_TYPE=dtypes.c_type(out_dt),
                         IN_TYPES=tuple(dtypes.c_type(t.dtype) for t in args_t), N_SCALARS=len(args_s),
                         COMPUTE_TYPE=ct, EXPR=expr, NDIM=ndim)
-    args = [out.buffer, np.int64(0)]
+    args = [out.buffer, np.int64(out.offset)]
     for t in args_t:
         args += [t.buffer, np.int64(t.offset)]
     args += [compute.type(s) for s in args_s]

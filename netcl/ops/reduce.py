@@ -43,8 +43,9 @@ def _reduce_one(x: Tensor, outer: int, R: int, inner: int, op: str, index: Tenso
     indices = Tensor.empty((outer, chunks, inner), np.int64, x.device) if op == "argmax" else values
     kernel = get_kernel(x.device, "reduce.cl", "reduce_axis", IN_TYPE=dtypes.c_type(x.dtype), ACC_TYPE=acc,
                         OUT_TYPE=dtypes.c_type(out_dtype), OP=op, WITH_INDEX=index is not None)
-    launch(x.device, kernel, (inner, chunks, outer), None, values.buffer, indices.buffer, x.buffer,
-           np.int64(x.offset), (index if index is not None else values).buffer,
+    index = index if index is not None else values
+    launch(x.device, kernel, (inner, chunks, outer), None, values.buffer, np.int64(values.offset),
+           indices.buffer, np.int64(indices.offset), x.buffer, np.int64(x.offset), index.buffer, np.int64(index.offset),
            np.int64(outer), np.int64(R), np.int64(inner), np.int64(min(CHUNK, max(R, 1))))
     return values, (indices if op == "argmax" else None), chunks
 

@@ -26,7 +26,7 @@ def allocate(device: Device, nbytes: int) -> cl.Buffer:
 
 
 def upload(device: Device, buffer: cl.Buffer, array: np.ndarray, offset_bytes: int = 0, wait: bool = True):
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array, order="C")
     if array.nbytes == 0:
         return None
     try:
