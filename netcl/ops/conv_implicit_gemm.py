@@ -1,0 +1,87 @@
+"""The `implicit_gemm` conv2d strategy: each pass is one tiled GEMM whose tiles gather their operands
+straight from the input / gradient tensors into local memory (kernels/implicit_gemm.cl). No lowered
+matrix exists anywhere, so the workspace is 0 bytes for every pass; every stride, padding, dilation and
+group count is served.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..runtime import memory
+from ..runtime.kernels import get_kernel, launch
+from ..tensor import Tensor
+from .conv_common import ConvLayer, register
+
+# (TM, TN, TK, WM, WN): a 32×64 tile with 4×8 per work-item keeps 8 work-items along the columns
+# (one AVX2 vector of floats when PoCL vectorizes across work-items) and 256 multiply-adds per
+# local-memory pass; small problems take a smaller tile so that both cores get a work-group.
+TILES = {"large": (32, 64, 16, 4, 8), "small": (16, 32, 16, 2, 4)}
+
+
+def geometry(device, layer: ConvLayer):
+    """The int64 geometry array kernels/implicit_gemm.cl (and winograd.cl, mec.cl) read."""
+    return memory.meta_buffer(device, (layer.n, layer.c, layer.h, layer.w, layer.k, layer.r, layer.s,
+                                       layer.out_h, layer.out_w, layer.stride_h, layer.stride_w,
+                                       layer.pad_h, layer.pad_w, layer.dil_h, layer.dil_w, layer.groups))
+
+
+def gemm_dims(layer: ConvLayer, pass_: str) -> tuple[int, int, int]:
+    """(rows, columns, inner) of one group's GEMM for a pass."""
+    cg, kg, rs = layer.c // layer.groups, layer.k // layer.groups, layer.r * layer.s
+    pq, hw = layer.out_h * layer.out_w, layer.h * layer.w
+    if pass_ == "forward":
+        return kg, layer.n * pq, cg * rs
+    if pass_ == "backward_data":
+        return cg, layer.n * hw, kg * rs
+    return kg, cg * rs, layer.n * pq
+
+
+def choose_tile(layer: ConvLayer, pass_: str) -> tuple[int, int, int, int, int]:
+    rows, cols, _ = gemm_dims(layer, pass_)
+    tm, tn = TILES["large"][:2]
+    groups_of_work = -(-rows // tm) * -(-cols // tn) * layer.groups
+    return TILES["large"] if groups_of_work >= 8 else TILES["small"]
+
+
+def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, tile=None) -> Tensor:
+    """out = the pass's GEMM of a (weight or grad_y) and b (x or grad_y) for every group."""
+    if out.size == 0:
+        return out
+    tm, tn, tk, wm, wn = tile or choose_tile(layer, pass_)
+    rows, cols, _ = gemm_dims(layer, pass_)
+    kernel = get_kernel(a.device, "implicit_gemm.cl", f"igemm_{pass_}", T=dtypes.c_type(a.dtype), MODE=pass_,
+                        TM=tm, TN=tn, TK=tk, WM=wm, WN=wn)
+    global_size = (-(-cols // tn) * (tn // wn), -(-rows // tm) * (tm // wm), layer.groups)
+    launch(a.device, kernel, global_size, (tn // wn, tm // wm, 1),
+           a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
+           geometry(a.device, layer))
+    return out
+
+
+class ImplicitGemmStrategy:
+    name = "implicit_gemm"
+
+    def why_not(self, layer: ConvLayer, pass_: str) -> str | None:
+        rows, cols, inner = gemm_dims(layer, pass_)
+        # the kernel indexes with 32-bit ints
+        biggest = max(layer.n * layer.c * layer.h * layer.w, layer.n * layer.k * layer.out_h * layer.out_w,
+                      layer.k * (layer.c // layer.groups) * layer.r * layer.s, cols, inner)
+        if biggest >= 2 ** 31 - 2 ** 30:
+            return f"a tensor or GEMM dimension of {biggest:,} elements exceeds the kernel's 32-bit indexing"
+        return None
+
+    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
+        return 0
+
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        return run_pass("forward", w, x, Tensor.empty(layer.output_shape, x.dtype, x.device), layer)
+
+    def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        return run_pass("backward_data", w, grad_y, Tensor.empty(layer.input_shape, w.dtype, w.device), layer)
+
+    def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
+        return run_pass("backward_weight", grad_y, x, Tensor.empty(layer.weight_shape, x.dtype, x.device), layer)
+
+
+STRATEGY = register(ImplicitGemmStrategy())
