@@ -1,0 +1,318 @@
+"""The conv2d planner: applicability and workspace straight from the strategies, budget, overrides,
+measured plans reused across processes, damaged cache files, and `netcl plan`."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.ops import conv2d_planner as planner
+from netcl.ops import conv_common
+from netcl.ops.conv2d_planner import plan_conv2d, plan_conv2d_layer
+from netcl.ops.conv_common import PASSES, ConvLayer, strategies
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Layers that exercise the applicability rules: 1×1, 3×3 stride 1 and 2, 5×5, dilation, groups, padding.
+LAYERS = [
+    ((2, 8, 7, 7), (5, 8, 1, 1), 1, 0, 1, 1),
+    ((3, 4, 13, 13), (6, 4, 3, 3), 1, 1, 1, 1),
+    ((1, 4, 17, 17), (7, 4, 3, 3), 2, 1, 1, 1),
+    ((2, 20, 12, 12), (50, 20, 5, 5), 1, 0, 1, 1),
+    ((1, 6, 15, 15), (4, 3, 3, 3), 1, 2, 2, 2),
+    ((1, 1, 28, 28), (20, 1, 5, 5), 1, 0, 1, 1),
+]
+
+
+@pytest.fixture(autouse=True)
+def fresh_planner(tmp_path, monkeypatch):
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path / "cache"))
+    for var in ("NETCL_CONV_STRATEGY", "NETCL_CONV_WORKSPACE_LIMIT", "NETCL_CONV_PLAN_MODE", "NETCL_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    planner.clear_memory_cache()
+    yield
+    planner.clear_memory_cache()
+
+
+class FakeLowering:
+    """A strategy that declares an im2col-sized workspace and computes with the direct kernels."""
+
+    def __init__(self, name="im2col"):
+        self.name = name
+
+    def why_not(self, layer, pass_):
+        return "it is only for stride 1" if layer.stride_h != 1 else None
+
+    def workspace_bytes(self, layer, pass_):
+        return layer.n * layer.out_h * layer.out_w * layer.c * layer.r * layer.s * layer.itemsize
+
+    def forward(self, x, w, layer):
+        return strategies()["direct"].forward(x, w, layer)
+
+    def backward_data(self, grad_y, w, layer):
+        return strategies()["direct"].backward_data(grad_y, w, layer)
+
+    def backward_weight(self, x, grad_y, layer):
+        return strategies()["direct"].backward_weight(x, grad_y, layer)
+
+
+def _with_lowering(monkeypatch):
+    """The real im2col when it is registered, else the fake one."""
+    registry = strategies()
+    if "im2col" not in registry:
+        monkeypatch.setitem(conv_common._registry, "im2col", FakeLowering())
+    return strategies()["im2col"]
+
+
+def _layer(spec):
+    return ConvLayer.from_shapes(*spec)
+
+
+@pytest.mark.parametrize("spec", LAYERS)
+@pytest.mark.parametrize("pass_", PASSES)
+def test_candidates_report_the_strategies_own_rules_and_workspace(spec, pass_, device):
+    layer = _layer(spec)
+    plan = plan_conv2d_layer(layer, pass_, device=device)
+    registry = strategies()
+    assert [c.strategy for c in plan.candidates] == list(registry)
+    for c in plan.candidates:
+        why = registry[c.strategy].why_not(layer, pass_)
+        assert c.applicable == (why is None)
+        assert c.why_not == why
+        if c.applicable:
+            assert c.workspace_bytes == registry[c.strategy].workspace_bytes(layer, pass_)
+            assert c.predicted_ms > 0 and np.isfinite(c.predicted_ms)
+        else:
+            assert c.workspace_bytes is None and c.why_not
+        assert c.measured_ms is None
+    chosen = plan.candidate(plan.strategy)
+    assert chosen.applicable and chosen.within_budget
+    assert plan.reason.endswith(".") and plan.strategy in plan.reason
+
+
+def test_direct_serves_everything(device):
+    for spec in LAYERS:
+        for pass_ in PASSES:
+            plan = plan_conv2d(*spec, device=device, pass_=pass_)
+            assert plan.candidate("direct").applicable and plan.candidate("direct").workspace_bytes == 0
+
+
+def test_public_signature_and_errors(device):
+    plan = plan_conv2d((1, 3, 9, 9), (4, 3, 3, 3), stride=1, padding=0, dilation=1, groups=1, dtype="float32",
+                       device=device, pass_="backward_weight", mode="heuristic", budget_bytes=None)
+    assert plan.pass_ == "backward_weight" and plan.mode == "heuristic"
+    with pytest.raises(nc.ShapeError, match="pass_"):
+        plan_conv2d((1, 3, 9, 9), (4, 3, 3, 3), pass_="sideways")
+    with pytest.raises(nc.ShapeError, match="mode"):
+        plan_conv2d((1, 3, 9, 9), (4, 3, 3, 3), mode="guess")
+    with pytest.raises(nc.ShapeError, match="channels"):
+        plan_conv2d((1, 3, 9, 9), (4, 2, 3, 3))
+
+
+def test_budget_below_lowering_workspace_is_never_exceeded(device, monkeypatch):
+    im2col = _with_lowering(monkeypatch)
+    layer = ConvLayer.from_shapes((4, 20, 12, 12), (50, 20, 5, 5))
+    need = im2col.workspace_bytes(layer, "forward")
+    assert need > 0
+    # Make the lowering the model's favourite so that the budget has to overrule it.
+    real = planner.conv_cost.predict_ms
+    monkeypatch.setattr(planner.conv_cost, "predict_ms",
+                        lambda name, *a, **k: 0.01 if name == "im2col" else 1000.0 + real(name, *a, **k))
+    free = plan_conv2d_layer(layer, "forward", device=device)
+    assert free.strategy == "im2col" and "budget" not in free.reason
+    budget = need - 1
+    plan = plan_conv2d_layer(layer, "forward", device=device, budget_bytes=budget)
+    assert plan.strategy != "im2col"
+    assert plan.candidate(plan.strategy).workspace_bytes <= budget
+    assert not plan.candidate("im2col").within_budget
+    assert "budget" in plan.reason and "im2col" in plan.reason
+
+
+def test_budget_from_environment(device, monkeypatch):
+    im2col = _with_lowering(monkeypatch)
+    layer = ConvLayer.from_shapes((2, 4, 13, 13), (6, 4, 3, 3))
+    monkeypatch.setenv("NETCL_CONV_WORKSPACE_LIMIT", "1K")
+    plan = plan_conv2d_layer(layer, "forward", device=device)
+    assert plan.budget_bytes == 1024
+    assert plan.candidate(plan.strategy).workspace_bytes <= 1024
+    assert im2col.workspace_bytes(layer, "forward") > 1024 and not plan.candidate("im2col").within_budget
+    monkeypatch.setenv("NETCL_CONV_WORKSPACE_LIMIT", "lots")
+    planner.clear_memory_cache()
+    with pytest.raises(nc.NetclError, match="NETCL_CONV_WORKSPACE_LIMIT"):
+        plan_conv2d_layer(layer, "forward", device=device)
+
+
+def test_default_budget_comes_from_the_device(device):
+    assert planner.default_budget(device) == min(device.max_alloc_bytes, device.global_mem_bytes // 2)
+
+
+def test_nothing_fits_the_budget_picks_the_smallest_workspace(device, monkeypatch):
+    big, small = FakeLowering("im2col"), FakeLowering("mec")
+    small.workspace_bytes = lambda layer, pass_: 64
+    monkeypatch.setattr(conv_common, "_registry", {"im2col": big, "mec": small})
+    plan = plan_conv2d((1, 2, 9, 9), (3, 2, 3, 3), device=device, budget_bytes=8)
+    assert plan.strategy == "mec" and "budget" in plan.reason
+
+
+def test_no_applicable_strategy_raises_with_every_rule(device, monkeypatch):
+    monkeypatch.setattr(conv_common, "_registry", {"im2col": FakeLowering()})
+    with pytest.raises(nc.ShapeError, match="only for stride 1"):
+        plan_conv2d((1, 2, 9, 9), (3, 2, 3, 3), stride=2, device=device)
+
+
+def test_caller_override_wins_and_is_the_reason(device, monkeypatch):
+    _with_lowering(monkeypatch)
+    plan = plan_conv2d((2, 4, 13, 13), (6, 4, 3, 3), device=device, strategy="im2col")
+    assert plan.strategy == "im2col" and "forced by the caller" in plan.reason and plan.source == "override"
+    with pytest.raises(nc.ShapeError, match="im2col"):
+        plan_conv2d((1, 4, 17, 17), (7, 4, 3, 3), stride=2, device=device, strategy="im2col")
+    with pytest.raises(nc.ShapeError, match="unknown"):
+        plan_conv2d((1, 4, 17, 17), (7, 4, 3, 3), device=device, strategy="fft")
+
+
+def test_environment_override_wins_and_is_the_reason(device, monkeypatch):
+    monkeypatch.setenv("NETCL_CONV_STRATEGY", "direct")
+    plan = plan_conv2d((2, 4, 13, 13), (6, 4, 3, 3), device=device, pass_="backward_data")
+    assert plan.strategy == "direct" and "NETCL_CONV_STRATEGY=direct" in plan.reason
+    monkeypatch.setenv("NETCL_CONV_STRATEGY", "nonsense")
+    with pytest.raises(nc.ShapeError, match="nonsense"):
+        plan_conv2d((2, 4, 13, 13), (6, 4, 3, 3), device=device)
+
+
+def test_conv2d_auto_runs_the_planned_strategy(device, monkeypatch, rng):
+    from netcl.ops.conv2d import conv2d
+    from util import assert_close, conv2d_ref
+    asked = []
+    real = planner.plan_conv2d_layer
+
+    def spy(layer, pass_, *a, **k):
+        asked.append(pass_)
+        return real(layer, pass_, *a, **k)
+    monkeypatch.setattr(planner, "plan_conv2d_layer", spy)
+    x = rng.uniform(-1, 1, (2, 3, 7, 7)).astype(np.float32)
+    w = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
+    y = conv2d(nc.tensor(x, device=device), nc.tensor(w, device=device), padding=1)
+    assert asked == ["forward"]
+    assert_close(y.to_host(), conv2d_ref(x, w, padding=(1, 1)), 1e-5)
+
+
+def test_measure_mode_times_candidates_and_picks_the_fastest(device, monkeypatch):
+    _with_lowering(monkeypatch)
+    plan = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device, mode="measure")
+    timed = [c for c in plan.candidates if c.measured_ms is not None]
+    assert timed and all(c.applicable and c.measured_ms > 0 for c in timed)
+    assert plan.candidate(plan.strategy).measured_ms == min(c.measured_ms for c in timed)
+    assert plan.source == "measured" and "measured" in plan.reason
+    exhaustive = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device, mode="exhaustive")
+    assert all(c.measured_ms is not None for c in exhaustive.candidates if c.applicable)
+
+
+_CHILD = """
+import json, sys
+from netcl.ops.conv2d_planner import plan_conv2d
+p = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), padding=1, pass_=sys.argv[2], mode=sys.argv[1])
+print(json.dumps({"source": p.source, "strategy": p.strategy, "reason": p.reason,
+                  "measured": {c.strategy: c.measured_ms for c in p.candidates}}))
+"""
+
+
+def _child(tmp_path, mode, pass_="forward"):
+    env = dict(os.environ, NETCL_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", _CHILD, mode, pass_], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_measured_plan_is_reused_by_a_later_process(tmp_path):
+    first, _ = _child(tmp_path, "measure")
+    assert first["source"] == "measured"
+    second, _ = _child(tmp_path, "heuristic")
+    assert second["source"] == "cache" and second["strategy"] == first["strategy"]
+    assert second["measured"] == first["measured"]
+    assert "earlier run" in second["reason"]
+    other_pass, _ = _child(tmp_path, "heuristic", "backward_weight")
+    assert other_pass["source"] == "model"
+
+
+def test_damaged_plan_cache_is_ignored_with_a_warning(tmp_path):
+    first, _ = _child(tmp_path, "measure")
+    files = list((tmp_path / "cache" / "plans").glob("*.json"))
+    assert len(files) == 1
+    files[0].write_text("{not json")
+    for cal in (tmp_path / "cache" / "planner").glob("*.json"):
+        cal.write_text("\x00garbage")
+    again, stderr = _child(tmp_path, "heuristic")
+    assert again["source"] == "model" and "damaged" in stderr
+    remeasured, _ = _child(tmp_path, "measure")
+    assert remeasured["source"] == "measured"
+    assert json.loads(files[0].read_text())
+
+
+def test_cache_key_includes_version_and_tuning_identity(device, monkeypatch):
+    names = tuple(strategies())
+    base = planner._plan_file(device, names)
+    monkeypatch.setattr(planner, "tuning_identity", lambda d: "retuned")
+    assert planner._plan_file(device, names) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(nc, "__version__", "999.0")
+    assert planner._plan_file(device, names) != base
+
+
+def _args(**kw):
+    base = dict(network="lenet", batch=128, input=None, weight=None, stride="1", padding="0", dilation="1",
+                groups=1, pass_="all", mode="heuristic", budget=None, device=None, json=True)
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_plan_command_lenet_is_fast_and_complete(capsys):
+    start = time.perf_counter()
+    out = planner.plan_command(_args())
+    assert time.perf_counter() - start < 1.0
+    assert [(l["name"], l["pass"]) for l in out["layers"]] == [(n, p) for n in ("conv1", "conv2") for p in PASSES]
+    for layer in out["layers"]:
+        assert {"name", "pass", "strategy", "reason", "candidates"} <= set(layer)
+        assert {"strategy", "applicable", "why_not", "workspace_bytes", "predicted_ms", "measured_ms"} \
+            <= set(layer["candidates"][0])
+    json.dumps(out)
+    text = capsys.readouterr().out
+    assert text.count("-> ") == 6 and "*" in text
+
+
+def test_plan_command_mec_and_conv():
+    out = planner.plan_command(_args(network="mec", batch=1, pass_="forward"))
+    assert [l["name"] for l in out["layers"]] == [f"cv{i}" for i in range(1, 13)]
+    out = planner.plan_command(_args(network="conv", input="2x3x9x9", weight="4x3x3x3", stride="2",
+                                     padding="1x0", pass_="backward_data"))
+    assert len(out["layers"]) == 1 and "stride (2, 2), padding (1, 0)" in out["layers"][0]["layer"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "conv", "--input", "2x3x9", "--weight", "4x3x3x3"],
+    ["plan", "conv", "--input", "2xAx9x9", "--weight", "4x3x3x3"],
+    ["plan", "conv", "--weight", "4x3x3x3"],
+    ["plan", "conv", "--input", "2x3x9x9", "--weight", "4x2x3x3"],
+    ["plan", "conv", "--input", "2x3x9x9", "--weight", "4x3x3x3", "--stride", "0"],
+    ["plan", "lenet", "--batch", "0"],
+    ["plan", "lenet", "--budget", "-5"],
+])
+def test_plan_cli_rejects_bad_arguments(argv, capsys):
+    from netcl.cli.main import main
+    assert main(argv) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_plan_cli_json(capsys):
+    from netcl.cli.main import main
+    assert main(["plan", "conv", "--input", "1x3x9x9", "--weight", "4x3x3x3", "--pass", "forward", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["device"] and out["layers"][0]["pass"] == "forward"
