@@ -1,0 +1,81 @@
+"""Backward rules of the layer-level operations: linear, pooling, cross-entropy, dropout.
+
+Each rule keeps from forward exactly what its backward needs (the argmax of max pooling, the per-row
+log-sum-exp of the loss, the dropout mask) so backward never recomputes forward.
+"""
+from __future__ import annotations
+
+from ..ops import elementwise as ew
+from ..ops import reduce as red
+from .function import Function
+
+
+class LinearFunction(Function):
+    """y = x @ w.T (+ b) for a 2-D x (N, in), w (out, in), b (out,); the gradients come out contiguous."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        from ..ops.gemm import gemm
+        ctx.x, ctx.w, ctx.has_bias = x, w, b is not None
+        y = gemm(x, w, trans_b=True)
+        return ew.binary("add", y, b.reshape((1, b.shape[0]))) if b is not None else y
+
+    @staticmethod
+    def backward(ctx, g):
+        from ..ops.gemm import gemm
+        g = g if g.is_contiguous() else g.contiguous()
+        gx = gemm(g, ctx.w) if ctx.needs_input_grad[0] else None
+        gw = gemm(g, ctx.x, trans_a=True) if ctx.needs_input_grad[1] else None
+        gb = None
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = red.reduce(g, "sum", (0,), keepdims=False)
+        return gx, gw, gb
+
+
+class Pool2dFunction(Function):
+    """Max or average pooling; max keeps the int32 argmax of every window for backward."""
+
+    @staticmethod
+    def forward(ctx, x, geometry, op, count_include_pad):
+        from ..ops.pool import pool_forward
+        y, arg = pool_forward(x, geometry, op, count_include_pad)
+        ctx.geometry, ctx.op, ctx.count_include_pad, ctx.arg = geometry, op, count_include_pad, arg
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        from ..ops.pool import pool_backward
+        return pool_backward(g, ctx.geometry, ctx.op, ctx.arg, ctx.count_include_pad), None, None, None
+
+
+class CrossEntropyFunction(Function):
+    """Fused log-softmax + negative log-likelihood of integer targets, reduced by mean or sum."""
+
+    @staticmethod
+    def forward(ctx, logits, target, reduction):
+        from ..ops.loss import cross_entropy_forward
+        loss, lse = cross_entropy_forward(logits, target, reduction)
+        ctx.logits, ctx.target, ctx.lse, ctx.reduction = logits, target, lse, reduction
+        return loss
+
+    @staticmethod
+    def backward(ctx, g):
+        from ..ops.loss import cross_entropy_backward
+        return cross_entropy_backward(g, ctx.logits, ctx.target, ctx.lse, ctx.reduction), None, None
+
+
+class DropoutFunction(Function):
+    """y = x * mask with mask = 1/(1-p) (kept, probability 1-p) or 0, drawn from a counter-based stream, so a
+    given seed always drops the same elements."""
+
+    @staticmethod
+    def forward(ctx, x, p, seed):
+        from ..factories import random_fill
+        from ..tensor import Tensor
+        mask = random_fill(Tensor.empty(x.shape, x.dtype, x.device), "bernoulli_keep", seed, p)
+        ctx.mask = mask
+        return ew.binary("mul", x, mask)
+
+    @staticmethod
+    def backward(ctx, g):
+        return ew.binary("mul", g, ctx.mask), None, None

@@ -1,0 +1,130 @@
+"""2-D max and average pooling with kernel, stride, padding and dilation (kernels/pool.cl).
+
+Dilation d spreads the k×k taps d pixels apart: the d-regularly sparse pooling kernel P_{k,d} of
+Li, Zhao & Wang, which lets a strided patch classifier run densely over a whole image (netcl.dense).
+Output size per axis: (H + 2·pad − dil·(k − 1) − 1) // stride + 1, as in PyTorch without ceil_mode.
+These are the raw ops; the differentiable versions are netcl.nn.functional.max_pool2d / avg_pool2d.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import DTypeError, ShapeError
+from ..runtime.kernels import get_kernel, launch, local_size_1d
+from ..tensor import Tensor
+from .conv_common import pair
+
+
+@dataclass(frozen=True)
+class PoolGeometry:
+    n: int
+    c: int
+    h: int
+    w: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+
+    @classmethod
+    def make(cls, input_shape, kernel_size, stride=None, padding=0, dilation=1) -> "PoolGeometry":
+        input_shape = tuple(int(d) for d in input_shape)
+        if len(input_shape) != 4:
+            raise ShapeError(f"pooling expects a 4-D (N, C, H, W) input, got shape {input_shape}")
+        if any(d <= 0 for d in input_shape):
+            raise ShapeError(f"pooling input shape must be positive, got {input_shape}")
+        kh, kw = pair(kernel_size, "pooling kernel_size", 1)
+        sh, sw = pair(kernel_size if stride is None else stride, "pooling stride", 1)
+        ph, pw = pair(padding, "pooling padding", 0)
+        dh, dw = pair(dilation, "pooling dilation", 1)
+        for p, k, d, axis in ((ph, kh, dh, "height"), (pw, kw, dw, "width")):
+            effective = d * (k - 1) + 1
+            if p > effective // 2:
+                raise ShapeError(f"pooling padding {p} along {axis} is more than half the effective kernel size "
+                                 f"{effective} (kernel {k}, dilation {d})")
+        g = cls(*input_shape, kh, kw, sh, sw, ph, pw, dh, dw)
+        if g.out_h <= 0 or g.out_w <= 0:
+            raise ShapeError(f"pooling kernel {kh}×{kw} (dilation {dh}×{dw}) is larger than the padded input "
+                             f"{g.h + 2 * ph}×{g.w + 2 * pw} (input {input_shape}, padding {(ph, pw)})")
+        return g
+
+    @property
+    def out_h(self) -> int:
+        return (self.h + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
+
+    @property
+    def out_w(self) -> int:
+        return (self.w + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, self.h, self.w)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, self.out_h, self.out_w)
+
+    def _args(self):
+        return (np.int32(self.h), np.int32(self.w), np.int32(self.out_h), np.int32(self.out_w),
+                np.int32(self.sh), np.int32(self.sw), np.int32(self.ph), np.int32(self.pw),
+                np.int32(self.dh), np.int32(self.dw))
+
+
+def _check_input(x: Tensor, what: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{what}: input must be a netcl Tensor, got {type(x).__name__}")
+    dtypes.require_float(x.dtype, what)
+    return x if x.is_contiguous() else x.contiguous()
+
+
+def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: bool = True):
+    return get_kernel(x.device, "pool.cl", name, T=dtypes.c_type(x.dtype), KH=g.kh, KW=g.kw, OP=op,
+                      COUNT_PAD=bool(count_include_pad))
+
+
+def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = True):
+    """(y, argmax) for op "max" (argmax: int32 index ih*W + iw into each input plane), (y, None) for "avg"."""
+    x = _check_input(x, f"{op}_pool2d")
+    if x.shape != g.input_shape:
+        raise ShapeError(f"pooling geometry is for input {g.input_shape}, got {x.shape}")
+    y = Tensor.empty(g.output_shape, x.dtype, x.device)
+    arg = Tensor.empty(g.output_shape, np.int32, x.device) if op == "max" else None
+    kernel = _kernel(x, g, op, "pool_forward", count_include_pad)
+    arg_buf, arg_off = (arg.buffer, arg.offset) if arg is not None else (y.buffer, 0)
+    launch(x.device, kernel, (y.size,), local_size_1d(x.device, y.size), x.buffer, np.int64(x.offset),
+           y.buffer, np.int64(y.offset), arg_buf, np.int64(arg_off), np.int64(y.size), *g._args())
+    return y, arg
+
+
+def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | None = None,
+                  count_include_pad: bool = True) -> Tensor:
+    """The input gradient, gathered per input element (deterministic, no atomics)."""
+    grad_y = _check_input(grad_y, f"{op}_pool2d backward")
+    if grad_y.shape != g.output_shape:
+        raise ShapeError(f"pooling backward: gradient of shape {grad_y.shape}, expected {g.output_shape}")
+    if op == "max" and (argmax is None or argmax.shape != g.output_shape or argmax.dtype != np.int32):
+        raise ShapeError(f"max pooling backward needs the int32 argmax of shape {g.output_shape} from forward")
+    gx = Tensor.empty(g.input_shape, grad_y.dtype, grad_y.device)
+    kernel = _kernel(grad_y, g, op, "pool_backward", count_include_pad)
+    arg_buf, arg_off = (argmax.buffer, argmax.offset) if argmax is not None else (grad_y.buffer, 0)
+    launch(grad_y.device, kernel, (gx.size,), local_size_1d(grad_y.device, gx.size), grad_y.buffer,
+           np.int64(grad_y.offset), arg_buf, np.int64(arg_off), gx.buffer, np.int64(gx.offset),
+           np.int64(gx.size), *g._args())
+    return gx
+
+
+def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, dilation=1):
+    """(y, argmax) of max pooling; see pool_forward."""
+    return pool_forward(x, PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation), "max")
+
+
+def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, count_include_pad=True):
+    g = PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation)
+    return pool_forward(x, g, "avg", count_include_pad)[0]

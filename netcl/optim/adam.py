@@ -1,0 +1,42 @@
+"""Adam (torch.optim.Adam without amsgrad): bias-corrected first and second moment estimates."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ops.elementwise import fill
+from ..tensor import Tensor
+from .optimizer import Optimizer
+
+
+class Adam(Optimizer):
+    """m = b1·m + (1−b1)·g, v = b2·v + (1−b2)·g², p -= lr/(1−b1^t) · m / (√v/√(1−b2^t) + eps),
+    with g = grad + weight_decay·p (L2 penalty, as torch.optim.Adam)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        b1, b2 = betas
+        if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise ShapeError(f"Adam needs lr ≥ 0, eps ≥ 0, weight_decay ≥ 0 and betas in [0, 1): got lr={lr}, "
+                             f"betas={betas}, eps={eps}, weight_decay={weight_decay}")
+        super().__init__(params, dict(lr=float(lr), betas=(float(b1), float(b2)), eps=float(eps),
+                                      weight_decay=float(weight_decay)))
+
+    def _update(self, group, p, g, state):
+        if "step" not in state:
+            state["step"] = 0
+            state["exp_avg"] = fill(Tensor.empty(p.shape, p.dtype, p.device), 0)
+            state["exp_avg_sq"] = fill(Tensor.empty(p.shape, p.dtype, p.device), 0)
+        state["step"] += 1
+        t = state["step"]
+        b1, b2 = group["betas"]
+        step_size = group["lr"] / (1.0 - b1 ** t)
+        sqrt_bc2 = math.sqrt(1.0 - b2 ** t)
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        T = p.dtype.type
+        self._launch(p, "adam_step",
+                     (p.buffer, np.int64(p.offset), g.buffer, np.int64(g.offset), m.buffer, np.int64(m.offset),
+                      v.buffer, np.int64(v.offset), np.int64(p.size), T(step_size), T(b1), T(b2), T(group["eps"]),
+                      T(sqrt_bc2), T(group["weight_decay"])),
+                     WD=group["weight_decay"] != 0)

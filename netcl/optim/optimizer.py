@@ -1,0 +1,114 @@
+"""Optimizer base: parameter groups, per-parameter state, state_dict/load_state_dict (for --resume).
+
+Hyper-parameters live in ``param_groups`` (a list of dicts with "params" and the settings), so a schedule
+changes ``group["lr"]`` between steps, as in PyTorch. Updates run as one fused kernel per parameter
+(kernels/optim.cl), in place, so modules and optimizers keep sharing the same tensors.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import CheckpointError, DTypeError, ShapeError
+from ..runtime import memory
+from ..runtime.kernels import get_kernel, launch, local_size_1d
+from ..tensor import Tensor
+
+
+class Optimizer:
+    defaults: dict = {}
+
+    def __init__(self, params, defaults: dict):
+        params = list(params)
+        if not params:
+            raise ShapeError(f"{type(self).__name__} got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        self.param_groups = []
+        for group in groups:
+            group = dict(group)
+            group["params"] = list(group["params"])
+            for p in group["params"]:
+                if not isinstance(p, Tensor):
+                    raise DTypeError(f"{type(self).__name__} optimizes netcl Tensors, got {type(p).__name__}")
+                dtypes.require_float(p.dtype, f"{type(self).__name__} parameter")
+                if not p.is_contiguous():
+                    raise ShapeError(f"{type(self).__name__}: parameter of shape {p.shape} is not contiguous")
+            for key, value in defaults.items():
+                group.setdefault(key, value)
+            self.param_groups.append(group)
+        self.state: dict[int, dict] = {}  # id(param) -> state
+
+    def _params(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                yield group, p
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for _, p in self._params():
+            p.grad = None
+
+    def step(self) -> None:
+        for group, p in self._params():
+            if p.grad is None:
+                continue
+            g = p.grad
+            if g.shape != p.shape:
+                raise ShapeError(f"gradient of shape {g.shape} for a parameter of shape {p.shape}")
+            if g.dtype != p.dtype:
+                g = g.astype(p.dtype)
+            if not g.is_contiguous():
+                g = g.contiguous()
+            self._update(group, p, g, self.state.setdefault(id(p), {}))
+
+    def _update(self, group, p, g, state) -> None:
+        raise NotImplementedError
+
+    def _launch(self, p: Tensor, name: str, args, **params) -> None:
+        kernel = get_kernel(p.device, "optim.cl", name, T=dtypes.c_type(p.dtype), **params)
+        launch(p.device, kernel, (p.size,), local_size_1d(p.device, p.size), *args)
+
+    # ---- checkpoints ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """{"state": {index: {name: ndarray | number}}, "param_groups": [settings + "params": indices]}."""
+        index = {}
+        groups = []
+        for group in self.param_groups:
+            ids = []
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+                ids.append(index[id(p)])
+            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
+        state = {}
+        for pid, s in self.state.items():
+            if pid in index:
+                state[index[pid]] = {k: (v.to_host() if isinstance(v, Tensor) else v) for k, v in s.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        try:
+            groups, state = state_dict["param_groups"], state_dict["state"]
+        except (KeyError, TypeError):
+            raise CheckpointError("optimizer state_dict needs 'state' and 'param_groups'") from None
+        if len(groups) != len(self.param_groups) or any(
+                len(g["params"]) != len(own["params"]) for g, own in zip(groups, self.param_groups)):
+            raise CheckpointError("optimizer state_dict has a different number of parameter groups or parameters")
+        params = [p for _, p in self._params()]
+        for g, own in zip(groups, self.param_groups):
+            own.update({k: v for k, v in g.items() if k != "params"})
+        self.state = {}
+        for key, s in state.items():
+            p = params[int(key)]
+            entry = {}
+            for name, value in s.items():
+                if isinstance(value, (np.ndarray, Tensor)):
+                    host = value.to_host() if isinstance(value, Tensor) else value
+                    if tuple(host.shape) != p.shape:
+                        raise CheckpointError(f"optimizer state {name!r} has shape {tuple(host.shape)} for a "
+                                              f"parameter of shape {p.shape}")
+                    t = Tensor.empty(p.shape, p.dtype, p.device)
+                    memory.upload(p.device, t.buffer, np.ascontiguousarray(host, dtype=p.dtype),
+                                  t.offset * p.dtype.itemsize)
+                    entry[name] = t
+                else:
+                    entry[name] = value
+            self.state[id(p)] = entry
