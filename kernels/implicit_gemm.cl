@@ -23,17 +23,18 @@ Template parameters (all have defaults):
   TN     columns of C per work-group tile                       (default 64)
   TK     inner-dimension slice loaded into local memory per step (default 16)
   WM     rows per work-item (TM % WM == 0)                      (default 4)
-  WN     columns per work-item (TN % WN == 0)                   (default 8)
+  WN     contiguous columns per work-item, held as one vector T<WN>: 2, 4, 8 or 16 (default 16)
 
 Launch: global (ceil(cols/TN)*TN/WN, ceil(rows/TM)*TM/WM, G), local (TN/WN, TM/WM, 1).
-A work-item owns rows ly + a*(TM/WM) and columns lx + b*(TN/WN), so neighbouring work-items touch
-neighbouring columns (what PoCL vectorizes across).
+A work-item owns rows ly*WM .. ly*WM+WM-1 and the WN contiguous columns lx*WN .., accumulated as WM
+vectors of WN elements (explicit vectors: a CPU device runs one work-item per SIMD lane group, so the
+arithmetic is vectorized inside the work-item rather than across work-items).
 </%doc>
-<%page args="T='float', MODE='forward', TM=32, TN=64, TK=16, WM=4, WN=8"/>
+<%page args="T='float', MODE='forward', TM=32, TN=64, TK=16, WM=4, WN=16"/>
 <%
     LX = TN // WN
     LY = TM // WM
-    UNIT_STRIDE_CHECK = MODE == 'backward_data'
+    VT = T + str(WN)
 %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -104,9 +105,9 @@ void igemm_${MODE}(
         col_off[j] = off; col_h[j] = hh; col_w[j] = ww; col_store[j] = st;
     }
 
-    ${T} acc[${WM}][${WN}];
-    for (int a = 0; a < ${WM}; ++a)
-        for (int b = 0; b < ${WN}; ++b) acc[a][b] = 0;
+% for a in range(WM):
+    ${VT} acc${a} = (${VT})(0);
+% endfor
 
     for (int k0 = 0; k0 < KD; k0 += ${TK}) {
         // Inner-index tables for this slice.
@@ -135,6 +136,9 @@ void igemm_${MODE}(
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
+        // Each work-item stages the rows i = ly, ly+LY, ... of the A and B slices; along the columns
+        // it gathers the WN contiguous columns it will compute (a unit-stride loop the compiler can
+        // vectorize), along the rows of A the slots lx, lx+LX, ...
         for (int i = ly; i < ${TK}; i += ${LY}) {
             const int ao = in_a[i];
             for (int m = lx; m < ${TM}; m += ${LX}) {
@@ -142,7 +146,7 @@ void igemm_${MODE}(
                 As[i][m] = (ao >= 0 && row < MD) ? A[a_base + ao + row * a_m] : (${T})0;
             }
             const int ih = in_h[i], iw = in_w[i], io = in_off[i];
-            for (int j = lx; j < ${TN}; j += ${LX}) {
+            for (int j = lx * ${WN}; j < lx * ${WN} + ${WN}; ++j) {
                 const int hh = col_h[j] + ih, ww = col_w[j] + iw;
 % if MODE == 'backward_data':
                 // hh, ww are output-gradient coordinates times the stride
@@ -161,21 +165,25 @@ void igemm_${MODE}(
         barrier(CLK_LOCAL_MEM_FENCE);
 
         for (int i = 0; i < ${TK}; ++i) {
-            ${T} av[${WM}], bv[${WN}];
-            for (int a = 0; a < ${WM}; ++a) av[a] = As[i][ly + a * ${LY}];
-            for (int b = 0; b < ${WN}; ++b) bv[b] = Bs[i][lx + b * ${LX}];
-            for (int a = 0; a < ${WM}; ++a)
-                for (int b = 0; b < ${WN}; ++b) acc[a][b] = mad(av[a], bv[b], acc[a][b]);
+            const ${VT} bv = vload${WN}(0, &Bs[i][lx * ${WN}]);
+% for a in range(WM):
+            acc${a} = mad((${VT})(As[i][ly * ${WM} + ${a}]), bv, acc${a});
+% endfor
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    for (int a = 0; a < ${WM}; ++a) {
-        const int row = m0 + ly + a * ${LY};
-        if (row >= MD) continue;
-        for (int b = 0; b < ${WN}; ++b) {
-            const int st = col_store[lx + b * ${LX}];
-            if (st >= 0) Cout[c_off + st + row * s_m] = acc[a][b];
+% for a in range(WM):
+    {
+        const int row = m0 + ly * ${WM} + ${a};
+        if (row < MD) {
+            ${T} vals[${WN}];
+            vstore${WN}(acc${a}, 0, vals);
+            for (int b = 0; b < ${WN}; ++b) {
+                const int st = col_store[lx * ${WN} + b];
+                if (st >= 0) Cout[c_off + st + row * s_m] = vals[b];
+            }
         }
     }
+% endfor
 }
