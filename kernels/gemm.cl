@@ -1,22 +1,57 @@
 <%doc>
-Reference batched GEMM: C[b] = alpha * A[b] @ B[b] + beta * C[b], one work-item per element of C.
-Every operand is addressed through (offset, row stride, column stride, batch stride) in elements, so
-transposes, views and broadcast batches (batch stride 0) need no copies.
+Batched GEMM: C[b] = alpha * A[b] @ B[b] + beta * C[b], A: M x K, B: K x N, C: M x N (all in elements).
 
-Template parameters (all have defaults):
-  T    C element type   (default "float")
+gemm_tiled: each work-item owns an MR x NR block of C (NR = VW * NV), held in NV vectors of width VW per
+row, and walks K: per k step it broadcasts MR scalars of A and loads NV vectors of B, then does MR * NV
+vector FMAs. B must have unit stride along N (the host swaps operands or packs B to ensure it); A and C
+may have any strides. A work-group is WG_N x WG_M work-items (dimension 0 runs along N).
+With LOCAL=1 the work-group first stages a KC-deep slice of its A (WG_M*MR rows) and B (WG_N*NR columns)
+tiles in local memory (zero-padded at the edges) and computes from there: what a GPU wants. With LOCAL=0
+every work-item reads global memory directly: what PoCL's CPU driver wants (see docs/gemm.md).
+Edges: rows of A beyond M are clamped (read but never stored), columns of B beyond N are read only in
+the tail path, which loads element by element; stores are guarded, so nothing outside the operands is
+touched. Batch strides may be 0 (a broadcast operand).
+
+Template parameters (defaults in the page tag):
+  T      element type, "float" or "double"                        (float)
+  MR     rows of C per work-item                                  (4)
+  VW     vector width of the B loads and the accumulators         (8)
+  NV     vectors per row of the register tile (NR = VW * NV)      (2)
+  WG_M   work-items per work-group along M                        (1)
+  WG_N   work-items per work-group along N                        (1)
+  KU     unroll factor of the K loop (LOCAL=0)                    (1)
+  LOCAL  stage tiles in local memory (0/1)                        (0)
+  KC     K depth of a local-memory stage (LOCAL=1)                (16)
+  PACK_B B comes packed by gemm_pack_b (LOCAL=0 only): panels of NR columns, k-major, zero-padded;
+         b_bs is then the packed batch stride and b_rs/b_cs are ignored                    (0)
+  ORDER  "nm": dimension 0 of the grid walks N-blocks, 1 walks M-blocks; "mn": the reverse, so
+         consecutive work-items share a B panel instead of an A panel               ("nm")
+
+gemm_reference: one work-item per element of C, any strides; the tuner's check and the fallback.
 </%doc>
-<%page args="T='float'"/>
+<%page args="T='float', MR=4, VW=8, NV=2, WG_M=1, WG_N=1, KU=1, LOCAL=0, KC=16, PACK_B=0, ORDER='nm'"/>
+<%
+    NR = VW * NV
+    V = T if VW == 1 else '%s%d' % (T, VW)
+    BM = WG_M * MR
+    BN = WG_N * NR
+    def vload(ptr):
+        return ('*(%s)' % ptr) if VW == 1 else ('vload%d(0, %s)' % (VW, ptr))
+    lanes = ['s%x' % l for l in range(VW)] if VW > 1 else None
+    def lane(v, l):
+        return v if VW == 1 else '%s.s%x' % (v, l)
+%>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 
-__kernel void gemm_reference(
-    const int M, const int N, const int K, const int batch,
-    const ${T} alpha, const ${T} beta,
-    __global const ${T}* A, const long a_off, const long a_rs, const long a_cs, const long a_bs,
-    __global const ${T}* B, const long b_off, const long b_rs, const long b_cs, const long b_bs,
-    __global ${T}* C, const long c_off, const long c_rs, const long c_cs, const long c_bs)
+#define GEMM_ARGS \
+    const int M, const int N, const int K, const int batch, const ${T} alpha, const ${T} beta, \
+    __global const ${T}* A, const long a_off, const long a_rs, const long a_cs, const long a_bs, \
+    __global const ${T}* B, const long b_off, const long b_rs, const long b_cs, const long b_bs, \
+    __global ${T}* C, const long c_off, const long c_rs, const long c_cs, const long c_bs
+
+__kernel void gemm_reference(GEMM_ARGS)
 {
     const int n = get_global_id(0), m = get_global_id(1), b = get_global_id(2);
     if (n >= N || m >= M || b >= batch) return;
@@ -26,4 +61,157 @@ __kernel void gemm_reference(
     for (int k = 0; k < K; ++k) acc += a[k * a_cs] * bb[k * b_rs];
     __global ${T}* c = C + c_off + b * c_bs + m * c_rs + n * c_cs;
     *c = (beta == (${T})0) ? alpha * acc : alpha * acc + beta * *c;
+}
+
+<%def name="fma_step(aexpr, bexpr)">\
+    {
+% for j in range(NV):
+        const ${V} b${j} = ${bexpr(j)};
+% endfor
+% for i in range(MR):
+        const ${T} a${i} = ${aexpr(i)};
+% for j in range(NV):
+        acc${i}_${j} = fma((${V})a${i}, b${j}, acc${i}_${j});
+% endfor
+% endfor
+    }
+</%def>
+
+<% DN, DM = (0, 1) if ORDER == 'nm' else (1, 0) %>
+% if not LOCAL:
+// One work-item per row of NR packed columns: Bp[b][panel][k][0..NR) = B[b][k][panel*NR + c], zero past N.
+__kernel void gemm_pack_b(const int K, const int N, const int batch,
+    __global const ${T}* B, const long b_off, const long b_rs, const long b_cs, const long b_bs,
+    __global ${T}* Bp)
+{
+    const int k = get_global_id(0), p = get_global_id(1), b = get_global_id(2);
+    if (k >= K || b >= batch) return;
+    const int panels = (N + ${NR - 1}) / ${NR};
+    __global const ${T}* src = B + b_off + b * b_bs + k * b_rs;
+    __global ${T}* dst = Bp + (((long)b * panels + p) * K + k) * ${NR};
+    const int n0 = p * ${NR};
+    if (n0 + ${NR} <= N && b_cs == 1) {
+% for j in range(NV):
+% if VW == 1:
+        dst[${j}] = src[n0 + ${j}];
+% else:
+        vstore${VW}(${vload('src + n0 + %d' % (j * VW))}, 0, dst + ${j * VW});
+% endif
+% endfor
+    } else {
+        for (int c = 0; c < ${NR}; ++c)
+            dst[c] = (n0 + c < N) ? src[(long)(n0 + c) * b_cs] : (${T})0;
+    }
+}
+% endif
+
+__kernel __attribute__((reqd_work_group_size(${(WG_N, WG_M)[DN]}, ${(WG_N, WG_M)[DM]}, 1)))
+void gemm_tiled(GEMM_ARGS)
+{
+    const int bidx = get_global_id(2);
+    const int n0 = get_global_id(${DN}) * ${NR};
+    const int m0 = get_global_id(${DM}) * ${MR};
+    A += a_off + bidx * a_bs;
+    B += b_off + bidx * b_bs;
+    C += c_off + bidx * c_bs;
+% for i in range(MR):
+% for j in range(NV):
+    ${V} acc${i}_${j} = (${V})0;
+% endfor
+% endfor
+% if not LOCAL:
+    // Rows past M are clamped to M-1: valid addresses whose results are never stored.
+% for i in range(MR):
+    __global const ${T}* ap${i} = A + min(m0 + ${i}, M - 1) * a_rs;
+% endfor
+% if PACK_B:
+    if (n0 < N) {
+        __global const ${T}* bp = B + (long)(n0 / ${NR}) * K * ${NR};
+<% b_rs = NR %>
+% else:
+<% b_rs = 'b_rs' %>
+    if (n0 + ${NR} <= N) {
+        __global const ${T}* bp = B + n0;
+% endif
+        int k = 0;
+% if KU > 1:
+        for (; k + ${KU} <= K; k += ${KU}) {
+% for u in range(KU):
+${fma_step(lambda i: 'ap%d[(k + %d) * a_cs]' % (i, u), lambda j: vload('bp + (k + %d) * %s + %d' % (u, b_rs, j * VW)))}
+% endfor
+        }
+% endif
+        for (; k < K; ++k) {
+${fma_step(lambda i: 'ap%d[k * a_cs]' % i, lambda j: vload('bp + k * %s + %d' % (b_rs, j * VW)))}
+        }
+% if not PACK_B:
+    } else if (n0 < N) {
+        // Column tail: element loads with indices clamped to N-1 (those lanes are never stored).
+        for (int k = 0; k < K; ++k) {
+            __global const ${T}* bp = B + k * b_rs;
+% for j in range(NV):
+% if VW == 1:
+            const ${V} t${j} = bp[min(n0 + ${j}, N - 1)];
+% else:
+            const ${V} t${j} = (${V})(${', '.join('bp[min(n0 + %d, N - 1)]' % (j * VW + l) for l in range(VW))});
+% endif
+% endfor
+${fma_step(lambda i: 'ap%d[k * a_cs]' % i, lambda j: 't%d' % j)}
+        }
+% endif
+    }
+% else:
+    // Work-group tiles staged in local memory, KC deep; As is k-major so a work-item's MR values for
+    // one k are adjacent, Bs is k-major too so its NR columns are a contiguous vector run.
+    __local ${T} As[${KC}][${BM}];
+    __local ${T} Bs[${KC}][${BN}];
+    const int lx = get_local_id(${DN}), ly = get_local_id(${DM});
+    const int lid = ly * ${WG_N} + lx;
+    const int gm0 = get_group_id(${DM}) * ${BM}, gn0 = get_group_id(${DN}) * ${BN};
+    for (int k0 = 0; k0 < K; k0 += ${KC}) {
+        for (int e = lid; e < ${KC * BM}; e += ${WG_M * WG_N}) {
+            const int kk = e / ${BM}, mm = e % ${BM};
+            const int gm = gm0 + mm, gk = k0 + kk;
+            As[kk][mm] = (gm < M && gk < K) ? A[gm * a_rs + gk * a_cs] : (${T})0;
+        }
+        for (int e = lid; e < ${KC * BN}; e += ${WG_M * WG_N}) {
+            const int kk = e / ${BN}, nn = e % ${BN};
+            const int gn = gn0 + nn, gk = k0 + kk;
+            Bs[kk][nn] = (gn < N && gk < K) ? B[gk * b_rs + gn * b_cs] : (${T})0;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int kk = 0; kk < ${KC}; ++kk) {
+${fma_step(lambda i: 'As[kk][ly * %d + %d]' % (MR, i), lambda j: vload('&Bs[kk][lx * %d + %d]' % (NR, j * VW)))}
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+% endif
+    if (m0 >= M || n0 >= N) return;
+    const int full_n = (n0 + ${NR} <= N) && c_cs == 1;
+% for i in range(MR):
+    if (m0 + ${i} < M) {
+        __global ${T}* cp = C + (m0 + ${i}) * c_rs;
+% for j in range(NV):
+        {
+            ${V} r = alpha * acc${i}_${j};
+            if (full_n) {
+% if VW == 1:
+                if (beta != (${T})0) r += beta * cp[n0 + ${j}];
+                cp[n0 + ${j}] = r;
+% else:
+                if (beta != (${T})0) r += beta * vload${VW}(0, cp + n0 + ${j * VW});
+                vstore${VW}(r, 0, cp + n0 + ${j * VW});
+% endif
+            } else {
+% for l in range(VW):
+                if (n0 + ${j * VW + l} < N) {
+                    __global ${T}* q = cp + (long)(n0 + ${j * VW + l}) * c_cs;
+                    *q = (beta != (${T})0) ? ${lane('r', l)} + beta * *q : ${lane('r', l)};
+                }
+% endfor
+            }
+        }
+% endfor
+    }
+% endfor
 }

@@ -1,7 +1,13 @@
 """General matrix products: gemm(a, b, c=None, alpha, beta, trans_a, trans_b) and a batched form.
 
-Operands may be any 2-D (3-D for batched) views: the kernels address them through offsets and
-strides, so transposed or sliced operands are not copied.
+Operands may be any 2-D (3-D for batched) views: the kernels address A and C through offsets and
+strides, so transposed or sliced operands are not copied. B is read as vectors along N, so it must
+have unit stride there; when it does not (a transposed or strided B), or when the tuned parameters
+ask for it, B is first packed into NR-column panels (``gemm_pack_b``), which also removes the cache-set
+conflicts of walking a row-major B down K with a power-of-two leading dimension (see docs/gemm.md).
+
+Kernel parameters come from the tuning database (``netcl tune gemm``; netcl.tuning.db), looked up per
+dtype and shape class, falling back to the built-in table for the device kind.
 """
 from __future__ import annotations
 
@@ -9,8 +15,30 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import DTypeError, ShapeError
+from ..runtime import memory
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
+from ..tuning import db
+
+PARAM_NAMES = ("MR", "VW", "NV", "WG_M", "WG_N", "KU", "LOCAL", "KC", "PACK_B", "ORDER")
+
+
+def shape_class(M: int, N: int, K: int) -> str:
+    """The tuning database's key suffix for a product: the tuner measures one representative per class."""
+    if K <= 96:
+        return "small_k"
+    if M <= 96 or N <= 96:
+        return "small_mn"
+    return "large"
+
+
+def params_for(device, dtype, M: int, N: int, K: int) -> dict:
+    """Kernel parameters for one product: the tuned entry for (dtype, shape class), else for the dtype."""
+    name = np.dtype(dtype).name
+    p = db.lookup(device, "gemm", f"{name}/{shape_class(M, N, K)}") or db.lookup(device, "gemm", name)
+    if p is None:
+        raise DTypeError(f"gemm: no kernel parameters for dtype {name}")
+    return {k: p[k] for k in PARAM_NAMES if k in p}
 
 
 def _check_operands(a: Tensor, b: Tensor, c: Tensor | None, rank: int, what: str):
@@ -26,6 +54,8 @@ def _check_operands(a: Tensor, b: Tensor, c: Tensor | None, rank: int, what: str
         raise DTypeError(f"{what}: dtypes differ: a {a.dtype}, b {b.dtype}" + (f", c {c.dtype}" if c is not None else ""))
     if c is not None:
         a.same_device(c, what)
+    if a.dtype == np.float64 and not a.device.has_fp64:
+        raise DTypeError(f"{what}: {a.device.describe()} has no float64 support")
 
 
 def _op_dims(t: Tensor, trans: bool):
@@ -36,41 +66,62 @@ def _op_dims(t: Tensor, trans: bool):
 
 
 def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta: float = 0.0,
-                 trans_a: bool = False, trans_b: bool = False) -> Tensor:
-    """C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for 3-D operands; a batch of 1 broadcasts."""
+                 trans_a: bool = False, trans_b: bool = False, params: dict | None = None) -> Tensor:
+    """C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for 3-D operands, in one launch; an operand with a
+    batch of 1 is broadcast. ``params`` overrides the tuned kernel parameters (the tuner uses it)."""
     _check_operands(a, b, c, 3, "gemm_batched")
     M, K, a_rs, a_cs = _op_dims(a, trans_a)
     K2, N, b_rs, b_cs = _op_dims(b, trans_b)
     batch = max(a.shape[0], b.shape[0])
     if K != K2 or a.shape[0] not in (1, batch) or b.shape[0] not in (1, batch):
-        raise ShapeError(f"gemm_batched: op(a) of shape {(a.shape[0], M, K)} and op(b) of shape "
-                         f"{(b.shape[0], K2, N)} do not multiply (trans_a={trans_a}, trans_b={trans_b})")
+        raise ShapeError(f"gemm_batched: op(a) of shape {(a.shape[0], M, K)} (a {a.shape}) and op(b) of shape "
+                         f"{(b.shape[0], K2, N)} (b {b.shape}) do not multiply (trans_a={trans_a}, trans_b={trans_b})")
     if c is None:
         c = Tensor.empty((batch, M, N), a.dtype, a.device)
         beta = 0.0
     elif c.shape != (batch, M, N):
-        raise ShapeError(f"gemm_batched: c has shape {c.shape}, expected {(batch, M, N)}")
+        raise ShapeError(f"gemm_batched: c has shape {c.shape}, expected {(batch, M, N)} for a {a.shape} "
+                         f"and b {b.shape}")
     if c.size == 0:
         return c
-    if K == 0:
-        from .elementwise import fill
-        if beta == 0.0:
-            return fill(c, 0.0)
+    dev = a.device
+    p = dict(params) if params is not None else params_for(dev, a.dtype, M, N, K)
+    T = dtypes.c_type(a.dtype)
+    scalar = a.dtype.type
+    MR, NR = p.get("MR", 4), p.get("VW", 8) * p.get("NV", 2)
     a_bs = a.strides[0] if a.shape[0] > 1 else 0
     b_bs = b.strides[0] if b.shape[0] > 1 else 0
-    T = dtypes.c_type(a.dtype)
-    kernel = get_kernel(a.device, "gemm.cl", "gemm_reference", T=T)
-    scalar = a.dtype.type
-    launch(a.device, kernel, (N, M, batch), None,
+    b_buf, b_off = b.buffer, b.offset
+    if not p.get("LOCAL"):
+        p["PACK_B"] = int(bool(p.get("PACK_B")) or (b_cs != 1 and N > 1))
+        if p["PACK_B"] and K > 0:
+            b_batches = b.shape[0]
+            panels = -(-N // NR)
+            b_buf = memory.allocate(dev, b_batches * panels * K * NR * a.dtype.itemsize)
+            pack = get_kernel(dev, "gemm.cl", "gemm_pack_b", T=T, **p)
+            launch(dev, pack, (K, panels, b_batches), None, np.int32(K), np.int32(N), np.int32(b_batches),
+                   b.buffer, np.int64(b.offset), np.int64(b_rs), np.int64(b_cs), np.int64(b_bs), b_buf)
+            b_off, b_rs, b_cs = 0, NR, 1
+            b_bs = panels * K * NR if b_batches > 1 else 0
+        elif N == 1:
+            b_cs = 1  # a single column: its stride is never used
+    kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **p)
+    blocks_n, blocks_m = -(-N // NR), -(-M // MR)
+    wg_n, wg_m = p.get("WG_N", 1), p.get("WG_M", 1)
+    if p.get("ORDER", "nm") == "nm":
+        grid, local = (blocks_n, blocks_m, batch), (wg_n, wg_m, 1)
+    else:
+        grid, local = (blocks_m, blocks_n, batch), (wg_m, wg_n, 1)
+    launch(dev, kernel, grid, local,
            np.int32(M), np.int32(N), np.int32(K), np.int32(batch), scalar(alpha), scalar(beta),
            a.buffer, np.int64(a.offset), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs),
-           b.buffer, np.int64(b.offset), np.int64(b_rs), np.int64(b_cs), np.int64(b_bs),
+           b_buf, np.int64(b_off), np.int64(b_rs), np.int64(b_cs), np.int64(b_bs),
            c.buffer, np.int64(c.offset), np.int64(c.strides[1]), np.int64(c.strides[2]), np.int64(c.strides[0]))
     return c
 
 
 def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta: float = 0.0,
-         trans_a: bool = False, trans_b: bool = False) -> Tensor:
+         trans_a: bool = False, trans_b: bool = False, params: dict | None = None) -> Tensor:
     """alpha * op(a) @ op(b) + beta * c for 2-D operands (op = transpose when trans_* is set)."""
     _check_operands(a, b, c, 2, "gemm")
     M, K = _op_dims(a, trans_a)[:2]
@@ -80,7 +131,8 @@ def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta
                          f"{(K2, N)} (b {b.shape}, trans_b={trans_b}) do not multiply")
     if c is not None and c.shape != (M, N):
         raise ShapeError(f"gemm: c has shape {c.shape}, expected {(M, N)} for a {a.shape} and b {b.shape}")
-    out = gemm_batched(_as3(a), _as3(b), _as3(c) if c is not None else None, alpha, beta, trans_a, trans_b)
+    out = gemm_batched(_as3(a), _as3(b), _as3(c) if c is not None else None, alpha, beta, trans_a, trans_b,
+                       params=params)
     return c if c is not None else out.reshape((M, N))
 
 
