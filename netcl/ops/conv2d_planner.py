@@ -331,7 +331,7 @@ def _assess(layer: ConvLayer, pass_: str, device, budget: int) -> tuple[list[Can
             out.append(Candidate(name, False, f"its workspace size is unknown ({type(exc).__name__}: {exc})",
                                  None, None))
             continue
-        raw = conv_cost.predict_ms(name, layer, pass_, profile, impl, ws)
+        raw = conv_cost.predict_ms(name, layer, pass_, profile, impl, ws, device.compute_units)
         uncorrected[name] = raw
         out.append(Candidate(name, True, None, ws, raw * _correction(cal, name, pass_), within_budget=ws <= budget))
     return out, uncorrected

@@ -18,9 +18,10 @@ import numpy as np
 
 from .conv_common import ConvLayer
 
-# Fraction of the GEMM rate each strategy's inner loop reaches, per pass, before the shape penalty.
-# Calibrated on PoCL 3.1 (pthread, 2 cores): measured time / modelled arithmetic time over the LeNet and
-# MEC layers; a measured plan refines them per device (see ``Corrections``).
+# Fraction of the GEMM rate each strategy's inner loop reaches, per pass, once tile padding and too little
+# parallel work are accounted for. Fitted on PoCL 3.1 (pthread, 2 cores) with benchmarks/planner_accuracy.py
+# --fit over the LeNet and MEC layers; a measured plan refines them per device (see the planner's
+# corrections).
 EFFICIENCY = {
     "direct": {"forward": 0.35, "backward_data": 0.25, "backward_weight": 0.2},
     "im2col": {"forward": 1.0, "backward_data": 1.0, "backward_weight": 0.9},
@@ -30,6 +31,12 @@ EFFICIENCY = {
     "mec": {"forward": 0.85, "backward_data": 0.8, "backward_weight": 0.75},
 }
 DEFAULT_EFFICIENCY = 0.3  # a strategy this model does not know
+
+# (rows, columns, inner) tile of each GEMM-shaped kernel: a dimension that is not a multiple of its tile
+# wastes the padding's arithmetic.
+GEMM_TILE = (16, 64, 8)
+IMPLICIT_GEMM_TILE = (32, 64, 16)
+WORK_PER_UNIT = 4   # work-groups per compute unit needed to keep it busy
 
 
 @dataclass
@@ -53,93 +60,109 @@ def estimate(device) -> DeviceProfile:
     return DeviceProfile(gemm_gflops=4.0 * cu, bandwidth_gbs=4.0 * cu, launch_ms=0.03, source="estimate")
 
 
-def gemm_shape_efficiency(m: int, n: int, k: int) -> float:
-    """Fraction of the large-GEMM rate a product of this shape reaches: thin or short products lose
-    to tile padding and too little parallel work."""
-    def f(d, half):
-        return d / (d + half)
-    return f(m, 12.0) * f(n, 12.0) * f(k, 8.0) / (f(1024, 12.0) ** 2 * f(1024, 8.0))
-
-
-def _gemm_ms(profile: DeviceProfile, m: int, n: int, k: int, batch: int = 1, efficiency: float = 1.0) -> float:
-    flops = 2.0 * m * n * k * batch
-    rate = profile.gemm_gflops * 1e6 * gemm_shape_efficiency(m, n, k) * efficiency  # flops per ms
-    return flops / max(rate, 1e-9)
-
-
-def _bytes_ms(profile: DeviceProfile, nbytes: float) -> float:
-    return nbytes / (profile.bandwidth_gbs * 1e6)
-
-
-def _dims(layer: ConvLayer):
-    g = layer.groups
-    return g, layer.c // g, layer.k // g, layer.out_h * layer.out_w, layer.r * layer.s
-
-
 def winograd_tile(strategy) -> tuple[int, int]:
-    """(m, r) of the F(m×m, r×r) transform a Winograd strategy uses (it may say so as .tile / .m)."""
+    """(m, r) of the F(m×m, r×r) transform a Winograd strategy uses (it may say so as .tile or .m)."""
     m = getattr(strategy, "tile", None) or getattr(strategy, "m", None) or 2
     try:
-        m = int(m if not isinstance(m, (tuple, list)) else m[0])
+        m = int(m[0] if isinstance(m, (tuple, list)) else m)
     except (TypeError, ValueError):
         m = 2
     return m, 3
 
 
-def predict_ms(name: str, layer: ConvLayer, pass_: str, profile: DeviceProfile, strategy=None,
-               workspace_bytes: int = 0) -> float:
-    """Predicted milliseconds of ``pass_`` of ``layer`` with strategy ``name`` (before corrections)."""
+def _padded(d: int, tile: int) -> float:
+    return d / (math.ceil(d / tile) * tile)
+
+
+def tile_efficiency(m: int, n: int, k: int, tile=GEMM_TILE, batch: int = 1, units: int = 1) -> float:
+    """Useful fraction of a tiled GEMM's arithmetic: tile padding, and work-groups too few to fill
+    the device."""
+    tm, tn, tk = tile
+    groups = math.ceil(m / tm) * math.ceil(n / tn) * batch
+    busy = min(1.0, groups / (WORK_PER_UNIT * units))
+    return _padded(m, tm) * _padded(n, tn) * _padded(k, tk) * busy
+
+
+@dataclass
+class Terms:
+    """A prediction split into its parts (the benchmark fits the efficiencies from these)."""
+    arith_ms: float      # at the full GEMM rate, after shape efficiency; divided by the strategy's efficiency
+    other_ms: float      # memory traffic and launches
+
+    def total(self, efficiency: float) -> float:
+        return self.arith_ms / max(efficiency, 1e-6) + self.other_ms
+
+
+def terms(name: str, layer: ConvLayer, pass_: str, profile: DeviceProfile, strategy=None,
+          workspace_bytes: int = 0, units: int = 1) -> Terms:
+    """The cost model's formula for one strategy and pass (see the module docstring)."""
     b = layer.itemsize
-    g, cg, kg, hw_out, rs = _dims(layer)
-    n = layer.n
-    x_bytes = n * layer.c * layer.h * layer.w * b
+    g, cg, kg = layer.groups, layer.c // layer.groups, layer.k // layer.groups
+    rs, pq, hw, n = layer.r * layer.s, layer.out_h * layer.out_w, layer.h * layer.w, layer.n
+    x_bytes, y_bytes = n * layer.c * hw * b, n * layer.k * pq * b
     w_bytes = layer.k * cg * rs * b
-    y_bytes = n * layer.k * hw_out * b
-    eff = EFFICIENCY.get(name, {}).get(pass_, DEFAULT_EFFICIENCY)
+    rate = profile.gemm_gflops * 1e6  # flops per ms
     launch = profile.launch_ms
-    if name in ("im2col", "gemm"):
-        cols = n * hw_out * cg * rs * g * b if name == "im2col" else 0
-        if pass_ == "forward":
-            gemm = _gemm_ms(profile, kg, n * hw_out, cg * rs, g, eff)
-            moved = x_bytes + 2 * cols + w_bytes + 2 * y_bytes
-        elif pass_ == "backward_data":
-            gemm = _gemm_ms(profile, cg * rs, n * hw_out, kg, g, eff)
-            moved = 2 * y_bytes + w_bytes + 2 * cols + 2 * x_bytes
-        else:
-            gemm = _gemm_ms(profile, kg, cg * rs, n * hw_out, g, eff)
-            moved = x_bytes + 2 * cols + 2 * y_bytes + w_bytes
-        return 3 * launch * g + gemm + _bytes_ms(profile, moved)
+
+    def bw(nbytes):
+        return nbytes / (profile.bandwidth_gbs * 1e6)
+
+    def gemm(m, ncols, k, batch=1, tile=GEMM_TILE):
+        return 2.0 * m * ncols * k * batch / (rate * tile_efficiency(m, ncols, k, tile, batch, units))
+
+    # (rows, columns, inner) of one group's product per pass, as implicit_gemm and im2col lay them out.
+    dims = {"forward": (kg, n * pq, cg * rs), "backward_data": (cg * rs, n * pq, kg),
+            "backward_weight": (kg, cg * rs, n * pq)}[pass_]
+    if name == "im2col":
+        cols = n * pq * cg * rs * g * b
+        transform = 2 * y_bytes if n > 1 else 0  # (K, NPQ) <-> (N, K, PQ)
+        lowering = x_bytes + cols if pass_ != "backward_data" else 2 * cols + x_bytes  # im2col / col2im
+        moved = lowering + transform + cols + w_bytes + y_bytes
+        return Terms(gemm(*dims, g), bw(moved) + launch * 3)
+    if name == "gemm":
+        calls = g if not (g > 1 and n < g) else n
+        if pass_ == "backward_weight":
+            return Terms(gemm(kg, cg, hw, g) * n, bw(x_bytes + y_bytes + n * w_bytes) + launch * n)
+        m, k = (kg, cg) if pass_ == "forward" else (cg, kg)
+        return Terms(gemm(m, hw, k, n * g), bw(x_bytes + y_bytes + w_bytes) + launch * calls)
+    if name == "implicit_gemm":
+        rows, cols_, inner = {"forward": (kg, n * pq, cg * rs), "backward_data": (cg, n * hw, kg * rs),
+                              "backward_weight": (kg, cg * rs, n * pq)}[pass_]
+        return Terms(gemm(rows, cols_, inner, g, IMPLICIT_GEMM_TILE), bw(x_bytes + y_bytes + w_bytes) + launch)
     if name == "mec":
-        # Lowered matrix: per image, out_w rows of (padded height × S × C): S/… of im2col's size.
+        # Lowered matrix: per image, out_w rows of (padded height × S × C), R/stride-times smaller than
+        # im2col's; then out_h GEMMs over overlapping windows of it.
         hp = layer.h + 2 * layer.pad_h
         lowered = n * layer.out_w * hp * layer.s * layer.c * b
-        if pass_ == "forward":
-            gemm = _gemm_ms(profile, n * layer.out_w, kg, cg * rs, layer.out_h * g, eff)
-        elif pass_ == "backward_data":
-            gemm = _gemm_ms(profile, n * layer.out_w, cg * rs, kg, layer.out_h * g, eff)
+        m, k_ = {"forward": (kg, cg * rs), "backward_data": (cg * rs, kg), "backward_weight": (kg, cg * rs)}[pass_]
+        inner_cols = n * layer.out_w
+        if pass_ == "backward_weight":
+            arith = gemm(kg, cg * rs, inner_cols, layer.out_h * g)
         else:
-            gemm = _gemm_ms(profile, kg, cg * rs, n * layer.out_w, layer.out_h * g, eff)
-        moved = x_bytes + 2 * lowered + w_bytes + 2 * y_bytes
-        return 3 * launch * g + gemm + _bytes_ms(profile, moved)
+            arith = gemm(m, inner_cols, k_, layer.out_h * g)
+        return Terms(arith, bw(x_bytes + 2 * lowered + w_bytes + 2 * y_bytes) + launch * 3)
     if name == "winograd":
         m, r = winograd_tile(strategy)
         a = m + r - 1
         tiles = n * math.ceil(layer.out_h / m) * math.ceil(layer.out_w / m)
-        # Element-wise products in the transformed domain: a² batched GEMMs of (K × C) @ (C × tiles).
-        if pass_ == "backward_weight":
-            gemm = _gemm_ms(profile, kg, cg, tiles, a * a * g, eff)
-        else:
-            gemm = _gemm_ms(profile, kg, tiles, cg, a * a * g, eff)
+        # a² products in the transformed domain: (K × C) @ (C × tiles) each (C × tiles ← K for data).
+        prod = {"forward": (kg, tiles, cg), "backward_data": (cg, tiles, kg), "backward_weight": (kg, cg, tiles)}[pass_]
         transformed = tiles * a * a * (layer.c + layer.k) * b + layer.k * cg * a * a * b
-        moved = x_bytes + w_bytes + y_bytes + 2 * max(transformed, workspace_bytes)
-        return 4 * launch + gemm + _bytes_ms(profile, moved)
-    # direct, implicit_gemm and unknown strategies: the direct definition's flops, each tensor once.
-    flops = layer.flops
-    shape_eff = gemm_shape_efficiency(kg, n * hw_out, cg * rs)
-    if name == "direct":
-        shape_eff = max(shape_eff, 0.5)  # no tiles to pad: thin layers lose less than a GEMM would
-    arith = flops / max(profile.gemm_gflops * 1e6 * shape_eff * eff, 1e-9)
-    return launch * g + arith + _bytes_ms(profile, x_bytes + w_bytes + y_bytes)
+        return Terms(gemm(*prod, a * a * g), bw(x_bytes + w_bytes + y_bytes + 2 * max(transformed, workspace_bytes))
+                     + launch * 4)
+    # direct and strategies this model does not know: the definition's flops, one work-item per output
+    # element, every tensor read once.
+    outputs = {"forward": n * layer.k * pq, "backward_data": n * layer.c * hw,
+               "backward_weight": layer.k * cg * rs}[pass_]
+    busy = min(1.0, outputs / (256 * units))
+    return Terms(layer.flops / (rate * busy), bw(x_bytes + y_bytes + w_bytes) + launch * g)
+
+
+def predict_ms(name: str, layer: ConvLayer, pass_: str, profile: DeviceProfile, strategy=None,
+               workspace_bytes: int = 0, units: int = 1) -> float:
+    """Predicted milliseconds of ``pass_`` of ``layer`` with strategy ``name`` (before corrections)."""
+    eff = EFFICIENCY.get(name, {}).get(pass_, DEFAULT_EFFICIENCY)
+    return terms(name, layer, pass_, profile, strategy, workspace_bytes, units).total(eff)
 
 
 def calibrate(device, dtype: str = "float32") -> dict:
