@@ -23,6 +23,8 @@ ALL_STRATEGIES = (CONV2D_DIRECT, CONV2D_IM2COL, CONV2D_GEMM, CONV2D_IMPLICIT_GEM
 
 # Importing a strategy module registers it (order = preference when nothing else decides).
 from . import conv_direct  # noqa: E402,F401
+from . import conv_im2col  # noqa: E402,F401
+from . import conv_gemm  # noqa: E402,F401
 from . import conv_implicit_gemm  # noqa: E402,F401
 
 

@@ -1,0 +1,90 @@
+<%doc>
+im2col: lower an NCHW input to the column matrix of a convolution, in one flat pass.
+
+Layouts (rows x columns, row-major, contiguous):
+  TRANSPOSED=0  (N*P*Q, C*R*S): row (n, p, q) is one receptive field, column (c, r, s) one tap
+  TRANSPOSED=1  (C*R*S, N*P*Q): the memo's layout, fed to W(K, CRS) x cols as the B operand
+with  cols[(n,p,q), (c,r,s)] = x[n, c, p*SH - PH + r*DH, q*SW - PW + s*DW]   (0 outside the input).
+
+im2col          the one-pass form (Zhang 2017, Alg. 2): the launch is flat over the output matrix; each
+                work-item turns its flat index into (c, r, s, n, p, q) in closed form, with no loop over
+                the kernel window. A work-item writes VEC elements spaced one work-group apart
+                (element = group * LOCAL * VEC + v * LOCAL + local id), so neighbouring work-items always
+                touch neighbouring elements (coalesced on GPUs, vectorized across work-items on CPUs).
+im2col_caffe    the Caffe-style form, only for `netcl bench im2col`: one work-item per (n, c, p, q) with
+                two loops over the kernel window (writes TRANSPOSED=1 layout only).
+copy_bandwidth  dst[i] = src[i]: the device's copy bandwidth, the roofline the benchmark reports against.
+
+The geometry is compiled in (the divisions by R, S, P, Q... become multiplications), so one program
+exists per layer shape; the disk cache keeps it.
+
+Template parameters (all have defaults):
+  T           element type, "float" or "double"                  (default "float")
+  IDX         index type, "int" when every index fits, else "long" (default "long")
+  TRANSPOSED  1 for the (CRS, NPQ) layout, 0 for (NPQ, CRS)        (default 1)
+  VEC         output elements per work-item                        (default 4)
+  LOCAL       the work-group size the kernel is launched with      (default 64)
+  N C H W     input shape                                          (default 1 1 1 1)
+  R S         kernel window                                        (default 1 1)
+  P Q         output height and width                              (default 1 1)
+  SH SW PH PW DH DW   stride, padding, dilation                    (default 1 1 0 0 1 1)
+
+Launch: im2col: 1-D, global = ceil(N*P*Q*C*R*S / (LOCAL*VEC)) * LOCAL, local = LOCAL.
+        im2col_caffe: 1-D over N*C*P*Q, any local size.  copy_bandwidth: 1-D over the element count.
+</%doc>
+<%page args="T='float', IDX='long', TRANSPOSED=1, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
+% if T == 'double':
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+% endif
+
+#define RS   ((${IDX})${R * S})
+#define CRS  ((${IDX})${C * R * S})
+#define PQ   ((${IDX})${P * Q})
+#define NPQ  ((${IDX})${N * P * Q})
+#define TOTAL ((${IDX})${N * P * Q * C * R * S})
+
+__kernel __attribute__((reqd_work_group_size(${LOCAL}, 1, 1)))
+void im2col(__global const ${T}* x, const long x_off, __global ${T}* cols, const long cols_off)
+{
+    const ${IDX} base = (${IDX})get_group_id(0) * ${LOCAL * VEC} + (${IDX})get_local_id(0);
+    x += x_off;
+    cols += cols_off;
+    for (int v = 0; v < ${VEC}; ++v) {
+        const ${IDX} i = base + v * ${LOCAL};
+        if (i >= TOTAL) return;
+% if TRANSPOSED:
+        const ${IDX} crs = i / NPQ, npq = i - crs * NPQ;
+% else:
+        const ${IDX} npq = i / CRS, crs = i - npq * CRS;
+% endif
+        const ${IDX} c = crs / RS, rs = crs - c * RS, r = rs / ${S}, s = rs - r * ${S};
+        const ${IDX} n = npq / PQ, pq = npq - n * PQ, p = pq / ${Q}, q = pq - p * ${Q};
+        const ${IDX} h = p * ${SH} - ${PH} + r * ${DH}, w = q * ${SW} - ${PW} + s * ${DW};
+        const bool inside = h >= 0 && h < ${H} && w >= 0 && w < ${W};
+        cols[i] = inside ? x[((n * ${C} + c) * ${H} + h) * ${W} + w] : (${T})0;
+    }
+}
+
+__kernel void im2col_caffe(__global const ${T}* x, const long x_off, __global ${T}* cols, const long cols_off)
+{
+    const ${IDX} j = get_global_id(0);
+    if (j >= (${IDX})${N * C * P * Q}) return;
+    const ${IDX} q = j % ${Q}, p = (j / ${Q}) % ${P}, c = (j / PQ) % ${C}, n = j / (PQ * ${C});
+    __global const ${T}* xc = x + x_off + (n * ${C} + c) * ${H * W};
+    __global ${T}* out = cols + cols_off + c * RS * NPQ + n * PQ + p * ${Q} + q;
+    const ${IDX} h0 = p * ${SH} - ${PH}, w0 = q * ${SW} - ${PW};
+    for (int r = 0; r < ${R}; ++r) {
+        const ${IDX} h = h0 + r * ${DH};
+        for (int s = 0; s < ${S}; ++s) {
+            const ${IDX} w = w0 + s * ${DW};
+            *out = (h >= 0 && h < ${H} && w >= 0 && w < ${W}) ? xc[h * ${W} + w] : (${T})0;
+            out += NPQ;
+        }
+    }
+}
+
+__kernel void copy_bandwidth(__global const ${T}* src, __global ${T}* dst, const long n)
+{
+    const long i = get_global_id(0);
+    if (i < n) dst[i] = src[i];
+}

@@ -1,0 +1,83 @@
+"""The `gemm` conv2d strategy: a 1×1 convolution with stride 1 and no padding is a plain matrix product
+per image, Y[n](K, HW) = W(K, C) · X[n](C, HW), with no lowering and no workspace. GEMM's strided
+operands address the NCHW tensors in place; each call is batched over images or over groups (whichever
+needs fewer calls), and the weight gradient accumulates over images with beta = 1.
+"""
+from __future__ import annotations
+
+from ..tensor import Tensor
+from .conv_common import ConvLayer, register
+from .gemm import gemm_batched
+
+
+def _view(t: Tensor, shape, strides, offset: int = 0) -> Tensor:
+    return Tensor(t.buffer, shape, t.dtype, t.device, strides, t.offset + offset)
+
+
+def _image_views(t: Tensor, channels: int, per_group: int, layer: ConvLayer, *, by_group: bool, index: int):
+    """A 3-D view of the NCHW tensor ``t`` as (batch, per_group channels, HW): batched over images for
+    group ``index`` (by_group False), or over groups for image ``index`` (by_group True)."""
+    hw = layer.h * layer.w
+    if by_group:
+        return _view(t, (layer.groups, per_group, hw), (per_group * hw, hw, 1), index * channels * hw)
+    return _view(t, (layer.n, per_group, hw), (channels * hw, hw, 1), index * per_group * hw)
+
+
+def _weight_views(w: Tensor, layer: ConvLayer, *, by_group: bool, index: int):
+    kg, cg = layer.k // layer.groups, layer.c // layer.groups
+    if by_group:
+        return _view(w, (layer.groups, kg, cg), (kg * cg, cg, 1))
+    return _view(w, (1, kg, cg), (0, cg, 1), index * kg * cg)
+
+
+class GemmStrategy:
+    name = "gemm"
+
+    def why_not(self, layer: ConvLayer, pass_: str) -> str | None:
+        if (layer.r, layer.s) != (1, 1):
+            return f"the kernel is {layer.r}×{layer.s}; the gemm strategy needs a 1×1 kernel"
+        if (layer.stride_h, layer.stride_w) != (1, 1):
+            return f"the stride is {(layer.stride_h, layer.stride_w)}; the gemm strategy needs stride 1"
+        if (layer.pad_h, layer.pad_w) != (0, 0):
+            return f"the padding is {(layer.pad_h, layer.pad_w)}; the gemm strategy needs padding 0"
+        return None
+
+    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
+        return 0
+
+    def _plan(self, layer: ConvLayer):
+        by_group = layer.groups > 1 and layer.n < layer.groups
+        return by_group, range(layer.n if by_group else layer.groups)
+
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        y = Tensor.empty(layer.output_shape, x.dtype, x.device)
+        kg, cg = layer.k // layer.groups, layer.c // layer.groups
+        by_group, calls = self._plan(layer)
+        for i in calls:
+            gemm_batched(_weight_views(w, layer, by_group=by_group, index=i),
+                         _image_views(x, layer.c, cg, layer, by_group=by_group, index=i),
+                         _image_views(y, layer.k, kg, layer, by_group=by_group, index=i))
+        return y
+
+    def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        grad_x = Tensor.empty(layer.input_shape, w.dtype, w.device)
+        kg, cg = layer.k // layer.groups, layer.c // layer.groups
+        by_group, calls = self._plan(layer)
+        for i in calls:
+            gemm_batched(_weight_views(w, layer, by_group=by_group, index=i),
+                         _image_views(grad_y, layer.k, kg, layer, by_group=by_group, index=i),
+                         _image_views(grad_x, layer.c, cg, layer, by_group=by_group, index=i), trans_a=True)
+        return grad_x
+
+    def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
+        grad_w = Tensor.empty(layer.weight_shape, x.dtype, x.device)
+        kg, cg = layer.k // layer.groups, layer.c // layer.groups
+        gw = _view(grad_w, (layer.groups, kg, cg), (kg * cg, cg, 1))
+        for n in range(layer.n):  # the sum over images is a sum of per-image products
+            gemm_batched(_image_views(grad_y, layer.k, kg, layer, by_group=True, index=n),
+                         _image_views(x, layer.c, cg, layer, by_group=True, index=n),
+                         gw, beta=0.0 if n == 0 else 1.0, trans_b=True)
+        return grad_w
+
+
+STRATEGY = register(GemmStrategy())

@@ -1,0 +1,102 @@
+"""The `im2col` conv2d strategy: lower the input to the memo's (C·R·S, N·P·Q) column matrix, multiply by
+the (K, C·R·S) weight with GEMM (one batch entry per group), then transform (K, N·P·Q) -> (N, K, P, Q).
+
+  forward          Y(K, NPQ)      = W(K, CRS) · cols(CRS, NPQ), then the (K, N, PQ) -> (N, K, PQ) transform
+  backward_data    gcols(CRS, NPQ) = Wᵀ · gY(K, NPQ), then col2im (atomic or, deterministic, gather)
+  backward_weight  gW(K, CRS)     = gY(K, NPQ) · colsᵀ
+For N = 1 the (K, PQ) product already is the output layout: no transform and no buffer for it.
+"""
+from __future__ import annotations
+
+from ..runtime.device import resolve_device
+from ..tensor import Tensor
+from .conv_common import ConvLayer, register
+from .elementwise import copy_into
+from .gemm import gemm_batched
+from .im2col import col2im_into, im2col_into
+
+
+def _view(t: Tensor, shape, strides, offset: int = 0) -> Tensor:
+    return Tensor(t.buffer, shape, t.dtype, t.device, strides, t.offset + offset)
+
+
+def _cols_elems(layer: ConvLayer) -> int:
+    return layer.c * layer.r * layer.s * layer.n * layer.out_h * layer.out_w
+
+
+def _kmat_elems(layer: ConvLayer) -> int:
+    """The (K, NPQ) matrix in the GEMM's layout; only a separate buffer when N > 1."""
+    return layer.k * layer.n * layer.out_h * layer.out_w if layer.n > 1 else 0
+
+
+def _grouped(layer: ConvLayer, w: Tensor, cols: Tensor, kmat: Tensor):
+    """(G, KG, CGRS) weight, (G, CGRS, NPQ) columns and (G, KG, NPQ) product views."""
+    g, npq = layer.groups, layer.n * layer.out_h * layer.out_w
+    kg, crs_g = layer.k // g, layer.c // g * layer.r * layer.s
+    return (_view(w, (g, kg, crs_g), (kg * crs_g, crs_g, 1)),
+            _view(cols, (g, crs_g, npq), (crs_g * npq, npq, 1)),
+            _view(kmat, (g, kg, npq), (kg * npq, npq, 1)))
+
+
+def _nk_as_kn(t: Tensor, layer: ConvLayer) -> Tensor:
+    """An (N, K, P, Q) contiguous tensor seen as (K, N, PQ)."""
+    pq = layer.out_h * layer.out_w
+    return _view(t, (layer.k, layer.n, pq), (pq, layer.k * pq, 1))
+
+
+class Im2colStrategy:
+    name = "im2col"
+
+    def why_not(self, layer: ConvLayer, pass_: str) -> str | None:
+        device = resolve_device(None)
+        for what, elems in (("column matrix (C·R·S, N·P·Q)", _cols_elems(layer)),
+                            ("(K, N·P·Q) product", _kmat_elems(layer))):
+            if elems * layer.itemsize > device.max_alloc_bytes:
+                return (f"its {what} needs {elems * layer.itemsize:,} bytes, more than the largest single "
+                        f"allocation {device.name} allows ({device.max_alloc_bytes:,})")
+        return None
+
+    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
+        return (_cols_elems(layer) + _kmat_elems(layer)) * layer.itemsize
+
+    def _columns(self, x: Tensor, layer: ConvLayer) -> Tensor:
+        cols = Tensor.empty((layer.c * layer.r * layer.s, layer.n * layer.out_h * layer.out_w), x.dtype, x.device)
+        return im2col_into(x, layer, cols, transposed=True)
+
+    def _grad_kmat(self, grad_y: Tensor, layer: ConvLayer) -> Tensor:
+        if layer.n == 1:
+            return grad_y
+        kmat = Tensor.empty((layer.k, layer.n * layer.out_h * layer.out_w), grad_y.dtype, grad_y.device)
+        copy_into(_view(kmat, (layer.k, layer.n, layer.out_h * layer.out_w),
+                        (layer.n * layer.out_h * layer.out_w, layer.out_h * layer.out_w, 1)), _nk_as_kn(grad_y, layer))
+        return kmat
+
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        cols = self._columns(x, layer)
+        y = Tensor.empty(layer.output_shape, x.dtype, x.device)
+        kmat = y if layer.n == 1 else Tensor.empty((layer.k, layer.n * layer.out_h * layer.out_w), x.dtype, x.device)
+        wg, cg, kg = _grouped(layer, w, cols, kmat)
+        gemm_batched(wg, cg, kg)
+        if layer.n > 1:
+            copy_into(_nk_as_kn(y, layer), _view(kmat, (layer.k, layer.n, layer.out_h * layer.out_w),
+                                                 (layer.n * layer.out_h * layer.out_w, layer.out_h * layer.out_w, 1)))
+        return y
+
+    def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        kmat = self._grad_kmat(grad_y, layer)
+        cols = Tensor.empty((layer.c * layer.r * layer.s, layer.n * layer.out_h * layer.out_w), w.dtype, w.device)
+        wg, cg, kg = _grouped(layer, w, cols, kmat)
+        gemm_batched(wg, kg, cg, trans_a=True)
+        grad_x = Tensor.empty(layer.input_shape, w.dtype, w.device)
+        return col2im_into(cols, layer, grad_x, transposed=True)
+
+    def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
+        kmat = self._grad_kmat(grad_y, layer)
+        cols = self._columns(x, layer)
+        grad_w = Tensor.empty(layer.weight_shape, x.dtype, x.device)
+        wg, cg, kg = _grouped(layer, grad_w, cols, kmat)
+        gemm_batched(kg, cg, wg, trans_b=True)
+        return grad_w
+
+
+STRATEGY = register(Im2colStrategy())

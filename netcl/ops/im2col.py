@@ -1,0 +1,134 @@
+"""im2col / col2im: the lowering of a convolution input to a matrix and its adjoint.
+
+``im2col(x, kh, kw, ...)`` gives the (N·Ho·Wo, C·kh·kw) matrix of shared/API.md (row = one receptive field,
+column = one (channel, tap)); ``transposed=True`` gives its (C·kh·kw, N·Ho·Wo) transpose, the memo's layout
+that the im2col conv strategy feeds to GEMM. ``col2im`` adds a column matrix back into an input-shaped
+tensor: by atomic scatter-add, or, when ``netcl.config.deterministic_enabled()`` (or asked for), by the
+deterministic gather form. Both kernels are in kernels/im2col.cl and kernels/col2im.cl.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import config, dtypes
+from ..errors import DTypeError, ShapeError
+from ..runtime.kernels import get_kernel, launch, local_size_1d
+from ..tensor import Tensor
+from .conv_common import ConvLayer
+
+VEC = 4  # column entries per work-item: amortizes the index decode without hurting coalescing
+_INT_LIMIT = 2**31 - 1
+
+
+def _kernel_size(value, name: str) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ShapeError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def _layer(input_shape, kernel_h, kernel_w, stride, padding, dilation, dtype) -> ConvLayer:
+    """The conv geometry (one output channel, no groups) that fixes the column matrix's shape."""
+    input_shape = tuple(input_shape)
+    if len(input_shape) != 4:
+        raise ShapeError(f"im2col/col2im work on a 4-D (N, C, H, W) input, got shape {input_shape}")
+    kh, kw = _kernel_size(kernel_h, "kernel_h"), _kernel_size(kernel_w, "kernel_w")
+    return ConvLayer.from_shapes(input_shape, (1, input_shape[1], kh, kw), stride, padding, dilation, 1, dtype)
+
+
+def cols_shape(layer: ConvLayer, transposed: bool) -> tuple[int, int]:
+    rows, cols = layer.n * layer.out_h * layer.out_w, layer.c * layer.r * layer.s
+    return (cols, rows) if transposed else (rows, cols)
+
+
+def _params(layer: ConvLayer, dtype, transposed: bool, local: int) -> dict:
+    biggest = max(layer.n * layer.out_h * layer.out_w * layer.c * layer.r * layer.s,
+                  layer.n * layer.c * layer.h * layer.w) + local * VEC
+    return dict(T=dtypes.c_type(dtype), IDX="int" if biggest <= _INT_LIMIT else "long",
+                TRANSPOSED=int(bool(transposed)), VEC=VEC, LOCAL=local,
+                N=layer.n, C=layer.c, H=layer.h, W=layer.w, R=layer.r, S=layer.s, P=layer.out_h, Q=layer.out_w,
+                SH=layer.stride_h, SW=layer.stride_w, PH=layer.pad_h, PW=layer.pad_w, DH=layer.dil_h, DW=layer.dil_w)
+
+
+def _flat_launch(device, kernel, total: int, local: int, *args):
+    groups = -(-total // (local * VEC))
+    launch(device, kernel, (groups * local,), (local,), *args)
+
+
+def im2col_into(x: Tensor, layer: ConvLayer, out: Tensor, transposed: bool = True) -> Tensor:
+    """Write the column matrix of the contiguous input ``x`` (geometry ``layer``; its K and groups do not
+    matter) into the contiguous ``out``. The one-pass kernel of kernels/im2col.cl."""
+    if out.size == 0:
+        return out
+    local = local_size_1d(x.device, out.size)[0]
+    kernel = get_kernel(x.device, "im2col.cl", "im2col", **_params(layer, x.dtype, transposed, local))
+    _flat_launch(x.device, kernel, out.size, local, x.buffer, np.int64(x.offset), out.buffer, np.int64(out.offset))
+    return out
+
+
+def col2im_into(cols: Tensor, layer: ConvLayer, out: Tensor, transposed: bool = True,
+                deterministic: bool | None = None) -> Tensor:
+    """out (contiguous, input-shaped) = the fold of the contiguous column matrix ``cols``."""
+    if out.size == 0:
+        return out
+    device = cols.device
+    if deterministic is None:
+        deterministic = config.deterministic_enabled()
+    if cols.dtype == np.float64 and not device.has_int64_atomics:
+        deterministic = True  # no 64-bit compare-and-swap: the gather form is the only one
+    local = local_size_1d(device, cols.size)[0]
+    params = _params(layer, cols.dtype, transposed, local)
+    if deterministic:
+        kernel = get_kernel(device, "col2im.cl", "col2im_gather", **params)
+        launch(device, kernel, (out.size,), (local,), cols.buffer, np.int64(cols.offset),
+               out.buffer, np.int64(out.offset))
+    else:
+        from .elementwise import fill
+        fill(out, 0.0)
+        kernel = get_kernel(device, "col2im.cl", "col2im_scatter", **params)
+        if cols.size:
+            _flat_launch(device, kernel, cols.size, local, cols.buffer, np.int64(cols.offset),
+                         out.buffer, np.int64(out.offset))
+    return out
+
+
+def _check_float(t, what: str) -> None:
+    if not isinstance(t, Tensor):
+        raise DTypeError(f"{what} must be a netcl Tensor, got {type(t).__name__}")
+    dtypes.require_float(t.dtype, what)
+
+
+def im2col(x: Tensor, kernel_h: int, kernel_w: int, stride=1, padding=0, dilation=1,
+           transposed: bool = False) -> Tensor:
+    """The column matrix of an (N, C, H, W) input for a kernel_h × kernel_w window.
+
+    Returns (N·Ho·Wo, C·kh·kw) with ``cols[n·Ho·Wo + i·Wo + j, c·kh·kw + u·kw + v] =
+    x[n, c, i·sh − ph + u·dh, j·sw − pw + v·dw]`` (0 where that falls in the padding), or its transpose
+    (C·kh·kw, N·Ho·Wo) when ``transposed``. Ho, Wo as in conv2d. Not differentiable (col2im is its adjoint).
+    """
+    _check_float(x, "im2col input")
+    layer = _layer(x.shape, kernel_h, kernel_w, stride, padding, dilation, x.dtype)
+    x = x.detach().contiguous() if not x.is_contiguous() else x
+    out = Tensor.empty(cols_shape(layer, transposed), x.dtype, x.device)
+    return im2col_into(x, layer, out, transposed)
+
+
+def col2im(cols: Tensor, input_shape, kernel_h: int, kernel_w: int, stride=1, padding=0, dilation=1,
+           transposed: bool = False, deterministic: bool | None = None) -> Tensor:
+    """Fold a column matrix (layout as :func:`im2col`, ``transposed`` likewise) back to ``input_shape``,
+    summing the entries that came from the same input element: the adjoint of im2col.
+
+    By default an atomic scatter-add (one work-item per column entry); the deterministic gather form
+    (one work-item per input element) runs when ``deterministic`` is True or, if it is None,
+    when ``netcl.config.deterministic_enabled()``.
+    """
+    _check_float(cols, "col2im columns")
+    layer = _layer(input_shape, kernel_h, kernel_w, stride, padding, dilation, cols.dtype)
+    expected = cols_shape(layer, transposed)
+    if cols.shape != expected:
+        raise ShapeError(f"col2im: columns of shape {cols.shape} do not match input {layer.input_shape} with a "
+                         f"{layer.r}×{layer.s} kernel (expected {expected}{', transposed' if transposed else ''})")
+    cols = cols.detach().contiguous() if not cols.is_contiguous() else cols
+    out = Tensor.empty(layer.input_shape, cols.dtype, cols.device)
+    return col2im_into(cols, layer, out, transposed, deterministic)
