@@ -12,6 +12,7 @@ import hashlib
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +76,9 @@ def _load_binary(device: Device, path: Path, options: tuple[str, ...]) -> cl.Pro
         return None  # damaged entry: rebuild from source
     try:
         program = cl.Program(device.context, [device.cl_device], [payload])
-        return program.build(options=list(options))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            return program.build(options=list(options))
     except cl.Error:
         return None
 
@@ -106,7 +109,11 @@ def build_program(device: Device, source: str, options: tuple[str, ...] = DEFAUL
             build_stats["binary_loads"] += 1
         else:
             try:
-                program = cl.Program(device.context, source).build(options=list(options))
+                with warnings.catch_warnings():
+                    # compiler chatter (PoCL prints vectorizer remarks) is not the user's business;
+                    # real failures raise and carry the full log
+                    warnings.simplefilter("ignore", cl.CompilerWarning)
+                    program = cl.Program(device.context, source).build(options=list(options))
             except cl.Error as exc:
                 log = str(exc)
                 raise KernelBuildError(f"OpenCL build failed on {device.describe()}", log=log, options=options,
