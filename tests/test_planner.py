@@ -169,11 +169,11 @@ def test_no_applicable_strategy_raises_with_every_rule(device, monkeypatch):
 
 
 def test_caller_override_wins_and_is_the_reason(device, monkeypatch):
-    _with_lowering(monkeypatch)
-    plan = plan_conv2d((2, 4, 13, 13), (6, 4, 3, 3), device=device, strategy="im2col")
-    assert plan.strategy == "im2col" and "forced by the caller" in plan.reason and plan.source == "override"
-    with pytest.raises(nc.ShapeError, match="im2col"):
-        plan_conv2d((1, 4, 17, 17), (7, 4, 3, 3), stride=2, device=device, strategy="im2col")
+    monkeypatch.setitem(conv_common._registry, "winograd", FakeLowering("winograd"))
+    plan = plan_conv2d((2, 4, 13, 13), (6, 4, 3, 3), device=device, strategy="winograd")
+    assert plan.strategy == "winograd" and "forced by the caller" in plan.reason and plan.source == "override"
+    with pytest.raises(nc.ShapeError, match="winograd.*only for stride 1"):
+        plan_conv2d((1, 4, 17, 17), (7, 4, 3, 3), stride=2, device=device, strategy="winograd")
     with pytest.raises(nc.ShapeError, match="unknown"):
         plan_conv2d((1, 4, 17, 17), (7, 4, 3, 3), device=device, strategy="fft")
 
