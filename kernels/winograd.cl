@@ -1,0 +1,197 @@
+<%doc>
+Winograd F(2x2, 3x3) transforms (Lavin & Gray): every 2x2 output tile is A^T [ (G g G^T) (.) (B^T d B) ] A,
+16 element-wise products per tile instead of 36 multiplies; the channel sums of those products are 16
+batched GEMMs run by netcl.ops.gemm between the transforms below. The transformed tensors are laid out
+[16][channels][tiles] (filters [16][rows][cols]) so that each of the 16 GEMM operands is a contiguous
+matrix, and a group g is simply a contiguous block of rows/columns inside it.
+
+  wino_input_transform    V[e][c][t]   = (B^T d B)[e], d = the 4x4 patch of src at (2*ty - PAD_H, 2*tx - PAD_W)
+                                         (zero outside the source; PAD may be negative)
+  wino_filter_transform   U[e][o][i]   = (G g G^T)[e]; FLIP=0: g = w[o][i] (forward, o = output channel,
+                                         i = input channel of its group); FLIP=1: g = rot180(w[g*KG+i][o - g*CG])
+                                         (backward data: o = input channel, i = output channel of its group)
+  wino_output_transform   dst[n][o][2ty+i][2tx+j] = (A^T m A)[i][j] for the positions inside dst
+  wino_grad_transform     Z[e][k][t]   = (A dy A^T)[e], dy = the 2x2 tile of the output gradient (zero outside)
+  wino_filter_grad        gw[k][c]     = G^T Mw[.][k][c] G   (3x3 from the 16 accumulated products)
+
+Tiles: t = (n * TH + ty) * TW + tx with TH = ceil(out_h / 2), TW = ceil(out_w / 2), so partial tiles at the
+bottom/right borders are computed and their missing outputs simply not stored: any H, W works.
+
+Template parameters (all have defaults):
+  T      element type, "float" or "double"                              (default "float")
+  FLIP   wino_filter_transform reads rotated, channel-swapped filters   (default 0)
+
+Launch: 2-D, dimension 0 over tiles (or the inner channel for the filter kernels), dimension 1 over
+channels; every kernel guards its tail, any local size.
+</%doc>
+<%page args="T='float', FLIP=0"/>
+% if T == 'double':
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+% endif
+
+__kernel void wino_input_transform(
+    __global const ${T}* src, const long src_off,
+    const int NB, const int CH, const int IH, const int IW, const int PAD_H, const int PAD_W,
+    const int TH, const int TW,
+    __global ${T}* V, const long v_off)
+{
+    const long t = get_global_id(0);
+    const int c = get_global_id(1);
+    const long tiles = (long)NB * TH * TW;
+    if (t >= tiles || c >= CH) return;
+    const int tx = t % TW, ty = (t / TW) % TH;
+    const long n = t / ((long)TW * TH);
+    const int h0 = 2 * ty - PAD_H, w0 = 2 * tx - PAD_W;
+    __global const ${T}* plane = src + src_off + (n * CH + c) * IH * IW;
+    ${T} d[4][4];
+    for (int i = 0; i < 4; ++i) {
+        const int h = h0 + i;
+        for (int j = 0; j < 4; ++j) {
+            const int w = w0 + j;
+            d[i][j] = (h >= 0 && h < IH && w >= 0 && w < IW) ? plane[(long)h * IW + w] : (${T})0;
+        }
+    }
+    ${T} b[4][4];
+    for (int j = 0; j < 4; ++j) {
+        b[0][j] = d[0][j] - d[2][j];
+        b[1][j] = d[1][j] + d[2][j];
+        b[2][j] = d[2][j] - d[1][j];
+        b[3][j] = d[1][j] - d[3][j];
+    }
+    const long stride = (long)CH * tiles;
+    __global ${T}* out = V + v_off + c * tiles + t;
+    for (int i = 0; i < 4; ++i) {
+        out[(4 * i + 0) * stride] = b[i][0] - b[i][2];
+        out[(4 * i + 1) * stride] = b[i][1] + b[i][2];
+        out[(4 * i + 2) * stride] = b[i][2] - b[i][1];
+        out[(4 * i + 3) * stride] = b[i][1] - b[i][3];
+    }
+}
+
+// Rows o in [0, ROWS), columns i in [0, COLS); FLIP=0: ROWS = K, COLS = CG; FLIP=1: ROWS = C, COLS = KG.
+__kernel void wino_filter_transform(
+    __global const ${T}* w, const long w_off,
+    const int ROWS, const int COLS, const int CG, const int KG,
+    __global ${T}* U, const long u_off)
+{
+    const int i = get_global_id(0), o = get_global_id(1);
+    if (i >= COLS || o >= ROWS) return;
+    ${T} g[3][3];
+% if FLIP:
+    const int grp = o / CG, cc = o - grp * CG;
+    __global const ${T}* src = w + w_off + ((long)(grp * KG + i) * CG + cc) * 9;
+    for (int r = 0; r < 3; ++r)
+        for (int s = 0; s < 3; ++s) g[r][s] = src[(2 - r) * 3 + (2 - s)];
+% else:
+    __global const ${T}* src = w + w_off + ((long)o * CG + i) * 9;
+    for (int r = 0; r < 3; ++r)
+        for (int s = 0; s < 3; ++s) g[r][s] = src[r * 3 + s];
+% endif
+    const ${T} hf = (${T})0.5;
+    ${T} a[4][3];
+    for (int j = 0; j < 3; ++j) {
+        a[0][j] = g[0][j];
+        a[1][j] = hf * (g[0][j] + g[1][j] + g[2][j]);
+        a[2][j] = hf * (g[0][j] - g[1][j] + g[2][j]);
+        a[3][j] = g[2][j];
+    }
+    const long stride = (long)ROWS * COLS;
+    __global ${T}* out = U + u_off + (long)o * COLS + i;
+    for (int r = 0; r < 4; ++r) {
+        out[(4 * r + 0) * stride] = a[r][0];
+        out[(4 * r + 1) * stride] = hf * (a[r][0] + a[r][1] + a[r][2]);
+        out[(4 * r + 2) * stride] = hf * (a[r][0] - a[r][1] + a[r][2]);
+        out[(4 * r + 3) * stride] = a[r][2];
+    }
+}
+
+__kernel void wino_output_transform(
+    __global const ${T}* M, const long m_off,
+    const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
+    __global ${T}* dst, const long dst_off)
+{
+    const long t = get_global_id(0);
+    const int o = get_global_id(1);
+    const long tiles = (long)NB * TH * TW;
+    if (t >= tiles || o >= CH) return;
+    const int tx = t % TW, ty = (t / TW) % TH;
+    const long n = t / ((long)TW * TH);
+    const long stride = (long)CH * tiles;
+    __global const ${T}* in = M + m_off + o * tiles + t;
+    ${T} m[4][4];
+    for (int e = 0; e < 16; ++e) m[e / 4][e % 4] = in[e * stride];
+    ${T} a[2][4];
+    for (int j = 0; j < 4; ++j) {
+        a[0][j] = m[0][j] + m[1][j] + m[2][j];
+        a[1][j] = m[1][j] - m[2][j] - m[3][j];
+    }
+    __global ${T}* plane = dst + dst_off + (n * CH + o) * OH * OW;
+    for (int i = 0; i < 2; ++i) {
+        const int h = 2 * ty + i;
+        if (h >= OH) break;
+        const int w = 2 * tx;
+        plane[(long)h * OW + w] = a[i][0] + a[i][1] + a[i][2];
+        if (w + 1 < OW) plane[(long)h * OW + w + 1] = a[i][1] - a[i][2] - a[i][3];
+    }
+}
+
+__kernel void wino_grad_transform(
+    __global const ${T}* gy, const long gy_off,
+    const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
+    __global ${T}* Z, const long z_off)
+{
+    const long t = get_global_id(0);
+    const int k = get_global_id(1);
+    const long tiles = (long)NB * TH * TW;
+    if (t >= tiles || k >= CH) return;
+    const int tx = t % TW, ty = (t / TW) % TH;
+    const long n = t / ((long)TW * TH);
+    __global const ${T}* plane = gy + gy_off + (n * CH + k) * OH * OW;
+    ${T} d[2][2];
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+            const int h = 2 * ty + i, w = 2 * tx + j;
+            d[i][j] = (h < OH && w < OW) ? plane[(long)h * OW + w] : (${T})0;
+        }
+    ${T} a[4][2];
+    for (int j = 0; j < 2; ++j) {
+        a[0][j] = d[0][j];
+        a[1][j] = d[0][j] + d[1][j];
+        a[2][j] = d[0][j] - d[1][j];
+        a[3][j] = -d[1][j];
+    }
+    const long stride = (long)CH * tiles;
+    __global ${T}* out = Z + z_off + k * tiles + t;
+    for (int i = 0; i < 4; ++i) {
+        out[(4 * i + 0) * stride] = a[i][0];
+        out[(4 * i + 1) * stride] = a[i][0] + a[i][1];
+        out[(4 * i + 2) * stride] = a[i][0] - a[i][1];
+        out[(4 * i + 3) * stride] = -a[i][1];
+    }
+}
+
+// Mw is [16][K][CG]; gw is the (K, CG, 3, 3) weight gradient.
+__kernel void wino_filter_grad(
+    __global const ${T}* Mw, const long m_off, const int K, const int CG,
+    __global ${T}* gw, const long gw_off)
+{
+    const int c = get_global_id(0), k = get_global_id(1);
+    if (c >= CG || k >= K) return;
+    const long stride = (long)K * CG;
+    __global const ${T}* in = Mw + m_off + (long)k * CG + c;
+    ${T} m[4][4];
+    for (int e = 0; e < 16; ++e) m[e / 4][e % 4] = in[e * stride];
+    const ${T} hf = (${T})0.5;
+    ${T} a[3][4];
+    for (int j = 0; j < 4; ++j) {
+        a[0][j] = m[0][j] + hf * (m[1][j] + m[2][j]);
+        a[1][j] = hf * (m[1][j] - m[2][j]);
+        a[2][j] = hf * (m[1][j] + m[2][j]) + m[3][j];
+    }
+    __global ${T}* out = gw + gw_off + ((long)k * CG + c) * 9;
+    for (int i = 0; i < 3; ++i) {
+        out[i * 3 + 0] = a[i][0] + hf * (a[i][1] + a[i][2]);
+        out[i * 3 + 1] = hf * (a[i][1] - a[i][2]);
+        out[i * 3 + 2] = hf * (a[i][1] + a[i][2]) + a[i][3];
+    }
+}

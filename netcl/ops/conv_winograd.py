@@ -1,0 +1,142 @@
+"""The `winograd` conv2d strategy: F(2×2, 3×3) for 3×3 kernels with stride 1 and dilation 1, any padding,
+size, channel count, batch and group count (partial tiles at the borders are computed and cropped).
+
+forward          V = BᵀdB of x, U = GgGᵀ of w, 16·groups batched GEMMs M = U·V, y = AᵀmA.
+backward_data    the same pipeline on grad_y padded by 2 − pad with the rotated, channel-swapped filters
+                 (a full correlation whose output is exactly the input's size).
+backward_weight  by the transposed algorithm (F(3×3, 2×2) form): V = BᵀdB of x, Z = A·dy·Aᵀ of grad_y,
+                 16·groups GEMMs Mw = Z·Vᵀ (summing over every tile of the batch), gw = Gᵀ·Mw·G: the same
+                 2.25× saving in multiplies as the forward pass, and exact in real arithmetic.
+Transforms are kernels/winograd.cl; the GEMMs are netcl.ops.gemm.gemm_batched.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..runtime.kernels import get_kernel, launch
+from ..tensor import Tensor
+from .conv_common import ConvLayer, register
+from .gemm import gemm_batched
+
+LOCAL = (64, 1)
+
+
+def _tiles(n: int, out_h: int, out_w: int) -> tuple[int, int, int]:
+    th, tw = -(-out_h // 2), -(-out_w // 2)
+    return th, tw, n * th * tw
+
+
+def workspace_elements(layer: ConvLayer, pass_: str) -> int:
+    """Elements of the transformed operands one pass allocates (U, V and M for the data passes;
+    V, Z and Mw for backward_weight)."""
+    cg, kg = layer.c // layer.groups, layer.k // layer.groups
+    if pass_ == "forward":
+        t = _tiles(layer.n, layer.out_h, layer.out_w)[2]
+        return 16 * (layer.k * cg + layer.c * t + layer.k * t)
+    if pass_ == "backward_data":
+        t = _tiles(layer.n, layer.h, layer.w)[2]
+        return 16 * (layer.c * kg + layer.k * t + layer.c * t)
+    t = _tiles(layer.n, layer.out_h, layer.out_w)[2]
+    return 16 * (layer.c * t + layer.k * t + layer.k * cg)
+
+
+def _kernel(device, name: str, dtype, flip: int = 0):
+    return get_kernel(device, "winograd.cl", name, T=dtypes.c_type(dtype), FLIP=flip)
+
+
+def _input_transform(src: Tensor, channels: int, pad_h: int, pad_w: int, th: int, tw: int) -> Tensor:
+    n, _, ih, iw = src.shape
+    tiles = n * th * tw
+    v = Tensor.empty((16, channels, tiles), src.dtype, src.device)
+    launch(src.device, _kernel(src.device, "wino_input_transform", src.dtype), (tiles, channels), LOCAL,
+           src.buffer, np.int64(src.offset), np.int32(n), np.int32(channels), np.int32(ih), np.int32(iw),
+           np.int32(pad_h), np.int32(pad_w), np.int32(th), np.int32(tw), v.buffer, np.int64(v.offset))
+    return v
+
+
+def _filter_transform(w: Tensor, layer: ConvLayer, flip: bool) -> Tensor:
+    cg, kg = layer.c // layer.groups, layer.k // layer.groups
+    rows, cols = (layer.c, kg) if flip else (layer.k, cg)
+    u = Tensor.empty((16, rows, cols), w.dtype, w.device)
+    launch(w.device, _kernel(w.device, "wino_filter_transform", w.dtype, int(flip)), (cols, rows), None,
+           w.buffer, np.int64(w.offset), np.int32(rows), np.int32(cols), np.int32(cg), np.int32(kg),
+           u.buffer, np.int64(u.offset))
+    return u
+
+
+def _output_transform(m: Tensor, out: Tensor, th: int, tw: int) -> Tensor:
+    n, ch, oh, ow = out.shape
+    launch(out.device, _kernel(out.device, "wino_output_transform", out.dtype), (n * th * tw, ch), LOCAL,
+           m.buffer, np.int64(m.offset), np.int32(n), np.int32(ch), np.int32(oh), np.int32(ow),
+           np.int32(th), np.int32(tw), out.buffer, np.int64(out.offset))
+    return out
+
+
+def _grouped(t: Tensor, groups: int) -> Tensor:
+    """[16][groups*rows][cols] as the (16*groups, rows, cols) batch of per-group GEMM operands."""
+    e, rows, cols = t.shape
+    return Tensor(t.buffer, (e * groups, rows // groups, cols), t.dtype, t.device,
+                  (rows // groups * cols, cols, 1), t.offset)
+
+
+def _correlate(src: Tensor, u: Tensor, out: Tensor, pad_h: int, pad_w: int, groups: int) -> Tensor:
+    """out = the stride-1 3×3 correlation of src with the transformed filters u (any padding)."""
+    n, ch_out, oh, ow = out.shape
+    th, tw, tiles = _tiles(n, oh, ow)
+    v = _input_transform(src, src.shape[1], pad_h, pad_w, th, tw)
+    m = Tensor.empty((16, ch_out, tiles), out.dtype, out.device)
+    gemm_batched(_grouped(u, groups), _grouped(v, groups), c=_grouped(m, groups))
+    return _output_transform(m, out, th, tw)
+
+
+class WinogradStrategy:
+    name = "winograd"
+
+    def why_not(self, layer: ConvLayer, pass_: str) -> str | None:
+        if (layer.r, layer.s) != (3, 3):
+            return f"needs a 3×3 kernel, got {layer.r}×{layer.s}"
+        if (layer.stride_h, layer.stride_w) != (1, 1):
+            return f"needs stride 1, got {layer.stride_h}×{layer.stride_w}"
+        if (layer.dil_h, layer.dil_w) != (1, 1):
+            return f"needs dilation 1, got {layer.dil_h}×{layer.dil_w}"
+        return None
+
+    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
+        return workspace_elements(layer, pass_) * layer.itemsize
+
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        y = Tensor.empty(layer.output_shape, x.dtype, x.device)
+        if y.size == 0:
+            return y
+        u = _filter_transform(w, layer, flip=False)
+        return _correlate(x, u, y, layer.pad_h, layer.pad_w, layer.groups)
+
+    def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        gx = Tensor.empty(layer.input_shape, w.dtype, w.device)
+        if gx.size == 0:
+            return gx
+        u = _filter_transform(w, layer, flip=True)
+        return _correlate(grad_y, u, gx, 2 - layer.pad_h, 2 - layer.pad_w, layer.groups)
+
+    def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
+        gw = Tensor.empty(layer.weight_shape, x.dtype, x.device)
+        if gw.size == 0:
+            return gw
+        th, tw, tiles = _tiles(layer.n, layer.out_h, layer.out_w)
+        v = _input_transform(x, layer.c, layer.pad_h, layer.pad_w, th, tw)
+        z = Tensor.empty((16, layer.k, tiles), x.dtype, x.device)
+        launch(x.device, _kernel(x.device, "wino_grad_transform", x.dtype), (tiles, layer.k), LOCAL,
+               grad_y.buffer, np.int64(grad_y.offset), np.int32(layer.n), np.int32(layer.k),
+               np.int32(layer.out_h), np.int32(layer.out_w), np.int32(th), np.int32(tw),
+               z.buffer, np.int64(z.offset))
+        cg = layer.c // layer.groups
+        mw = Tensor.empty((16, layer.k, cg), x.dtype, x.device)
+        gemm_batched(_grouped(z, layer.groups), _grouped(v, layer.groups), c=_grouped(mw, layer.groups),
+                     trans_b=True)
+        launch(x.device, _kernel(x.device, "wino_filter_grad", x.dtype), (cg, layer.k), None,
+               mw.buffer, np.int64(mw.offset), np.int32(layer.k), np.int32(cg), gw.buffer, np.int64(gw.offset))
+        return gw
+
+
+STRATEGY = register(WinogradStrategy())
