@@ -5,9 +5,30 @@ needs fewer calls), and the weight gradient accumulates over images with beta = 
 """
 from __future__ import annotations
 
+import numpy as np
+
+from ..runtime.device import resolve_device
 from ..tensor import Tensor
 from .conv_common import ConvLayer, register
-from .gemm import gemm_batched
+from .gemm import gemm_batched, params_for
+
+
+def gemm_pack_bytes(dtype, M: int, N: int, K: int, a_batches: int, b_batches: int, a_cs: int, b_cs: int,
+                    device=None) -> int:
+    """Bytes gemm_batched allocates to pack its operands for one call of op(A) (M, K) times op(B) (K, N)
+    with column strides a_cs, b_cs (after the transposes): the panel sizes of netcl.ops.gemm, so that
+    the strategies' workspace_bytes stay exact."""
+    device = resolve_device(device)
+    p = params_for(device, dtype, M, N, K)
+    if p.get("LOCAL") or K == 0 or M == 0 or N == 0:
+        return 0
+    mr, nr = p.get("MR", 4), p.get("VW", 8) * p.get("NV", 2)
+    elems = 0
+    if p.get("PACK_A") or (a_cs != 1 and M > 1 and K > 1):
+        elems += a_batches * -(-M // mr) * K * mr
+    if p.get("PACK_B") or (b_cs != 1 and N > 1):
+        elems += b_batches * -(-N // nr) * K * nr
+    return elems * np.dtype(dtype).itemsize
 
 
 def _view(t: Tensor, shape, strides, offset: int = 0) -> Tensor:
@@ -43,9 +64,23 @@ class GemmStrategy:
         return None
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
-        return 0
+        """No lowering; only what GEMM allocates to pack operands, summed over this pass's calls."""
+        kg, cg, hw, dt = layer.k // layer.groups, layer.c // layer.groups, layer.h * layer.w, layer.dtype
+        by_group, calls = self._plan(layer)
+        batch = layer.groups if by_group else layer.n
+        a_batches = layer.groups if by_group else 1
+        if pass_ == "forward":
+            per_call = gemm_pack_bytes(dt, kg, hw, cg, a_batches, batch, 1, 1)
+        elif pass_ == "backward_data":
+            per_call = gemm_pack_bytes(dt, cg, hw, kg, a_batches, batch, cg, 1)
+        else:
+            calls = range(layer.n)
+            per_call = gemm_pack_bytes(dt, kg, cg, hw, layer.groups, layer.groups, 1, hw)
+        return per_call * len(calls)
 
     def _plan(self, layer: ConvLayer):
+        """Batch over images, one call per group; or, when there are more groups than images, batch over
+        groups, one call per image."""
         by_group = layer.groups > 1 and layer.n < layer.groups
         return by_group, range(layer.n if by_group else layer.groups)
 

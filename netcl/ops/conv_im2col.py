@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..runtime.device import resolve_device
 from ..tensor import Tensor
 from .conv_common import ConvLayer, register
+from .conv_gemm import gemm_pack_bytes
 from .elementwise import copy_into
 from .gemm import gemm_batched
 from .im2col import col2im_into, im2col_into
@@ -57,7 +58,16 @@ class Im2colStrategy:
         return None
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
-        return (_cols_elems(layer) + _kmat_elems(layer)) * layer.itemsize
+        """The column matrix, the (K, NPQ) matrix when N > 1, and what GEMM allocates to pack operands."""
+        g, npq = layer.groups, layer.n * layer.out_h * layer.out_w
+        kg, crs_g = layer.k // g, layer.c // g * layer.r * layer.s
+        if pass_ == "forward":
+            packs = gemm_pack_bytes(layer.dtype, kg, npq, crs_g, g, g, 1, 1)
+        elif pass_ == "backward_data":
+            packs = gemm_pack_bytes(layer.dtype, crs_g, npq, kg, g, g, crs_g, 1)
+        else:
+            packs = gemm_pack_bytes(layer.dtype, kg, crs_g, npq, g, g, 1, npq)
+        return (_cols_elems(layer) + _kmat_elems(layer)) * layer.itemsize + packs
 
     def _columns(self, x: Tensor, layer: ConvLayer) -> Tensor:
         cols = Tensor.empty((layer.c * layer.r * layer.s, layer.n * layer.out_h * layer.out_w), x.dtype, x.device)
