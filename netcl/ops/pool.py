@@ -13,9 +13,10 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import DTypeError, ShapeError
-from ..runtime.kernels import get_kernel, launch, local_size_1d
+from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import pair
+from .elementwise import fill
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,17 @@ class PoolGeometry:
     def output_shape(self) -> tuple[int, int, int, int]:
         return (self.n, self.c, self.out_h, self.out_w)
 
+    @property
+    def disjoint(self) -> bool:
+        """No input pixel belongs to two windows (stride ≥ dilated kernel extent on both axes)."""
+        return self.sh >= self.dh * (self.kh - 1) + 1 and self.sw >= self.dw * (self.kw - 1) + 1
+
+    @property
+    def covering(self) -> bool:
+        """Disjoint windows that tile the whole input: backward then writes every input element."""
+        return (self.dh == 1 and self.dw == 1 and self.sh == self.kh and self.sw == self.kw and self.ph == 0
+                and self.pw == 0 and self.out_h * self.sh == self.h and self.out_w * self.sw == self.w)
+
     def _args(self):
         return (np.int32(self.h), np.int32(self.w), np.int32(self.out_h), np.int32(self.out_w),
                 np.int32(self.sh), np.int32(self.sw), np.int32(self.ph), np.int32(self.pw),
@@ -98,25 +110,30 @@ def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = 
     arg = Tensor.empty(g.output_shape, np.int32, x.device) if op == "max" else None
     kernel = _kernel(x, g, op, "pool_forward", count_include_pad)
     arg_buf, arg_off = (arg.buffer, arg.offset) if arg is not None else (y.buffer, 0)
-    launch(x.device, kernel, (y.size,), local_size_1d(x.device, y.size), x.buffer, np.int64(x.offset),
-           y.buffer, np.int64(y.offset), arg_buf, np.int64(arg_off), np.int64(y.size), *g._args())
+    launch(x.device, kernel, (g.out_w, g.out_h, g.n * g.c), None, x.buffer, np.int64(x.offset),
+           y.buffer, np.int64(y.offset), arg_buf, np.int64(arg_off), *g._args())
     return y, arg
 
 
 def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | None = None,
                   count_include_pad: bool = True) -> Tensor:
-    """The input gradient, gathered per input element (deterministic, no atomics)."""
+    """The input gradient: scattered per window when windows are disjoint, else gathered per input
+    element; both deterministic, without atomics."""
     grad_y = _check_input(grad_y, f"{op}_pool2d backward")
     if grad_y.shape != g.output_shape:
         raise ShapeError(f"pooling backward: gradient of shape {grad_y.shape}, expected {g.output_shape}")
     if op == "max" and (argmax is None or argmax.shape != g.output_shape or argmax.dtype != np.int32):
         raise ShapeError(f"max pooling backward needs the int32 argmax of shape {g.output_shape} from forward")
     gx = Tensor.empty(g.input_shape, grad_y.dtype, grad_y.device)
-    kernel = _kernel(grad_y, g, op, "pool_backward", count_include_pad)
     arg_buf, arg_off = (argmax.buffer, argmax.offset) if argmax is not None else (grad_y.buffer, 0)
-    launch(grad_y.device, kernel, (gx.size,), local_size_1d(grad_y.device, gx.size), grad_y.buffer,
-           np.int64(grad_y.offset), arg_buf, np.int64(arg_off), gx.buffer, np.int64(gx.offset),
-           np.int64(gx.size), *g._args())
+    if g.disjoint:
+        if not g.covering:
+            fill(gx, 0)
+        kernel, size = _kernel(grad_y, g, op, "pool_backward_disjoint", count_include_pad), (g.out_w, g.out_h)
+    else:
+        kernel, size = _kernel(grad_y, g, op, "pool_backward", count_include_pad), (g.w, g.h)
+    launch(grad_y.device, kernel, size + (g.n * g.c,), None, grad_y.buffer, np.int64(grad_y.offset), arg_buf,
+           np.int64(arg_off), gx.buffer, np.int64(gx.offset), *g._args())
     return gx
 
 

@@ -1,0 +1,4 @@
+"""Ready-made models: nc.models.lenet()."""
+from .lenet import lenet
+
+__all__ = ["lenet"]
