@@ -24,12 +24,14 @@ Template parameters (defaults in the page tag):
   KC     K depth of a local-memory stage (LOCAL=1)                (16)
   PACK_B B comes packed by gemm_pack_b (LOCAL=0 only): panels of NR columns, k-major, zero-padded;
          b_bs is then the packed batch stride and b_rs/b_cs are ignored                    (0)
+  PACK_A A comes packed by gemm_pack_a (LOCAL=0 only): panels of MR rows, k-major, zero-padded;
+         a_bs is then the packed batch stride and a_rs/a_cs are ignored                    (0)
   ORDER  "nm": dimension 0 of the grid walks N-blocks, 1 walks M-blocks; "mn": the reverse, so
          consecutive work-items share a B panel instead of an A panel               ("nm")
 
 gemm_reference: one work-item per element of C, any strides; the tuner's check and the fallback.
 </%doc>
-<%page args="T='float', MR=4, VW=8, NV=2, WG_M=1, WG_N=1, KU=1, LOCAL=0, KC=16, PACK_B=0, ORDER='nm'"/>
+<%page args="T='float', MR=4, VW=8, NV=2, WG_M=1, WG_N=1, KU=1, LOCAL=0, KC=16, PACK_B=0, PACK_A=0, ORDER='nm'"/>
 <%
     NR = VW * NV
     V = T if VW == 1 else '%s%d' % (T, VW)
@@ -79,6 +81,22 @@ __kernel void gemm_reference(GEMM_ARGS)
 
 <% DN, DM = (0, 1) if ORDER == 'nm' else (1, 0) %>
 % if not LOCAL:
+// One work-item per k of one MR-row panel: Ap[b][panel][k][0..MR) = A[b][panel*MR + i][k], zero past M.
+__kernel void gemm_pack_a(const int M, const int K, const int batch,
+    __global const ${T}* A, const long a_off, const long a_rs, const long a_cs, const long a_bs,
+    __global ${T}* Ap)
+{
+    const int k = get_global_id(0), p = get_global_id(1), b = get_global_id(2);
+    if (k >= K || b >= batch) return;
+    const int panels = (M + ${MR - 1}) / ${MR};
+    __global const ${T}* src = A + a_off + b * a_bs + k * a_cs;
+    __global ${T}* dst = Ap + (((long)b * panels + p) * K + k) * ${MR};
+    const int m0 = p * ${MR};
+% for i in range(MR):
+    dst[${i}] = (m0 + ${i} < M) ? src[(long)(m0 + ${i}) * a_rs] : (${T})0;
+% endfor
+}
+
 // One work-item per row of NR packed columns: Bp[b][panel][k][0..NR) = B[b][k][panel*NR + c], zero past N.
 __kernel void gemm_pack_b(const int K, const int N, const int batch,
     __global const ${T}* B, const long b_off, const long b_rs, const long b_cs, const long b_bs,
@@ -120,10 +138,20 @@ void gemm_tiled(GEMM_ARGS)
 % endfor
 % endfor
 % if not LOCAL:
+% if PACK_A:
+    // Work-items past M (grid padding) read the last panel and store nothing.
+    __global const ${T}* apanel = A + (long)min(m0 / ${MR}, (M - 1) / ${MR}) * K * ${MR};
+% for i in range(MR):
+    __global const ${T}* ap${i} = apanel + ${i};
+% endfor
+<% a_cs = MR %>
+% else:
     // Rows past M are clamped to M-1: valid addresses whose results are never stored.
 % for i in range(MR):
     __global const ${T}* ap${i} = A + min(m0 + ${i}, M - 1) * a_rs;
 % endfor
+<% a_cs = 'a_cs' %>
+% endif
 % if PACK_B:
     if (n0 < N) {
         __global const ${T}* bp = B + (long)(n0 / ${NR}) * K * ${NR};
@@ -137,12 +165,12 @@ void gemm_tiled(GEMM_ARGS)
 % if KU > 1:
         for (; k + ${KU} <= K; k += ${KU}) {
 % for u in range(KU):
-${fma_step(lambda i: 'ap%d[(k + %d) * a_cs]' % (i, u), lambda j: vload('bp + (k + %d) * %s + %d' % (u, b_rs, j * VW)))}
+${fma_step(lambda i: 'ap%d[(k + %d) * %s]' % (i, u, a_cs), lambda j: vload('bp + (k + %d) * %s + %d' % (u, b_rs, j * VW)))}
 % endfor
         }
 % endif
         for (; k < K; ++k) {
-${fma_step(lambda i: 'ap%d[k * a_cs]' % i, lambda j: vload('bp + k * %s + %d' % (b_rs, j * VW)))}
+${fma_step(lambda i: 'ap%d[k * %s]' % (i, a_cs), lambda j: vload('bp + k * %s + %d' % (b_rs, j * VW)))}
         }
 % if not PACK_B:
     } else if (n0 < N) {
@@ -156,7 +184,7 @@ ${fma_step(lambda i: 'ap%d[k * a_cs]' % i, lambda j: vload('bp + k * %s + %d' % 
             const ${V} t${j} = (${V})(${', '.join('bp[min(n0 + %d, N - 1)]' % (j * VW + l) for l in range(VW))});
 % endif
 % endfor
-${fma_step(lambda i: 'ap%d[k * a_cs]' % i, lambda j: 't%d' % j)}
+${fma_step(lambda i: 'ap%d[k * %s]' % (i, a_cs), lambda j: 't%d' % j)}
         }
 % endif
     }

@@ -20,7 +20,7 @@ from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from ..tuning import db
 
-PARAM_NAMES = ("MR", "VW", "NV", "WG_M", "WG_N", "KU", "LOCAL", "KC", "PACK_B", "ORDER")
+PARAM_NAMES = ("MR", "VW", "NV", "WG_M", "WG_N", "KU", "LOCAL", "KC", "PACK_A", "PACK_B", "ORDER")
 
 
 def shape_class(M: int, N: int, K: int) -> str:
@@ -91,8 +91,20 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
     MR, NR = p.get("MR", 4), p.get("VW", 8) * p.get("NV", 2)
     a_bs = a.strides[0] if a.shape[0] > 1 else 0
     b_bs = b.strides[0] if b.shape[0] > 1 else 0
+    a_buf, a_off = a.buffer, a.offset
     b_buf, b_off = b.buffer, b.offset
     if not p.get("LOCAL"):
+        # A read down its columns (a transposed operand) touches one cache line per k: pack it.
+        p["PACK_A"] = int(bool(p.get("PACK_A")) or (a_cs != 1 and M > 1 and K > 1))
+        if p["PACK_A"] and K > 0:
+            a_batches = a.shape[0]
+            panels = -(-M // MR)
+            a_buf = memory.allocate(dev, a_batches * panels * K * MR * a.dtype.itemsize)
+            pack = get_kernel(dev, "gemm.cl", "gemm_pack_a", T=T, **p)
+            launch(dev, pack, (K, panels, a_batches), None, np.int32(M), np.int32(K), np.int32(a_batches),
+                   a.buffer, np.int64(a.offset), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs), a_buf)
+            a_off, a_rs, a_cs = 0, 0, MR
+            a_bs = panels * K * MR if a_batches > 1 else 0
         p["PACK_B"] = int(bool(p.get("PACK_B")) or (b_cs != 1 and N > 1))
         if p["PACK_B"] and K > 0:
             b_batches = b.shape[0]
@@ -114,7 +126,7 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
         grid, local = (blocks_m, blocks_n, batch), (wg_m, wg_n, 1)
     launch(dev, kernel, grid, local,
            np.int32(M), np.int32(N), np.int32(K), np.int32(batch), scalar(alpha), scalar(beta),
-           a.buffer, np.int64(a.offset), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs),
+           a_buf, np.int64(a_off), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs),
            b_buf, np.int64(b_off), np.int64(b_rs), np.int64(b_cs), np.int64(b_bs),
            c.buffer, np.int64(c.offset), np.int64(c.strides[1]), np.int64(c.strides[2]), np.int64(c.strides[0]))
     return c

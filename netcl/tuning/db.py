@@ -36,16 +36,21 @@ _DEFAULT_KEY = "*"  # the family-wide entry (key=None)
 # Parameters for devices without a user entry, by device kind then family then key. Only the GEMM
 # family ships here: other families pass their own ``default=`` to lookup.
 BUILTIN: dict[str, dict[str, dict[str, dict]]] = {
+    # PoCL's CPU driver: no local memory, one register tile per work-item, B packed into panels
+    # (docs/gemm.md explains why); measured with `netcl tune gemm` on a 2-core AVX2 PoCL 3.1 device.
     "cpu": {
         "gemm": {
-            "float32": {"MR": 4, "NR": 32, "VW": 16, "WG_M": 1, "WG_N": 8, "KU": 4},
-            "float64": {"MR": 4, "NR": 16, "VW": 8, "WG_M": 1, "WG_N": 8, "KU": 4},
+            "float32": {"MR": 4, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
+                        "ORDER": "mn"},
+            "float64": {"MR": 4, "VW": 4, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
+                        "ORDER": "mn"},
         },
     },
+    # GPUs and anything else: work-group tiles staged in local memory.
     "any": {
         "gemm": {
-            "float32": {"MR": 4, "NR": 8, "VW": 4, "WG_M": 8, "WG_N": 16, "KU": 2},
-            "float64": {"MR": 4, "NR": 4, "VW": 2, "WG_M": 8, "WG_N": 16, "KU": 2},
+            "float32": {"MR": 4, "VW": 4, "NV": 1, "WG_M": 8, "WG_N": 16, "KC": 16, "LOCAL": 1, "ORDER": "nm"},
+            "float64": {"MR": 2, "VW": 2, "NV": 1, "WG_M": 8, "WG_N": 16, "KC": 16, "LOCAL": 1, "ORDER": "nm"},
         },
     },
 }

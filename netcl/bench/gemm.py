@@ -1,0 +1,95 @@
+"""`netcl bench gemm [--json] [--quick]`: GFLOP/s of netcl's GEMM beside NumPy and a textbook kernel.
+
+Shapes: square 256/512/1024/2048 and the LeNet-shaped products (M x N x K). Every case is timed as the
+median of ``--repeat`` runs after a warm-up run (so kernel compilation is excluded); the three
+implementations are timed round-robin within each repetition, so a burst of load from other processes
+hits all of them alike and the ratios stay meaningful on a shared machine. netcl's time includes any
+operand packing (it is part of the product) and waits for the device to finish.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+SQUARE = (256, 512, 1024, 2048)
+LENET = ((20, 36864, 25), (50, 4096, 500), (50, 500, 4096), (500, 4096, 50), (64, 500, 800), (500, 800, 64),
+         (64, 10, 500))
+
+
+def shapes(quick: bool):
+    square = SQUARE[:2] if quick else SQUARE
+    return [("square", (n, n, n)) for n in square] + [("lenet", s) for s in LENET]
+
+
+def _textbook(device, a, b, c, M, N, K):
+    from ..runtime.kernels import get_kernel, launch
+    kernel = get_kernel(device, "gemm_textbook.cl", "gemm_textbook", T="float", TS=16)
+    return lambda: launch(device, kernel, (N, M), (16, 16), np.int32(M), np.int32(N), np.int32(K),
+                          a.buffer, b.buffer, c.buffer)
+
+
+def measure(M: int, N: int, K: int, repeat: int, device, textbook: bool = True, rng=None) -> dict:
+    """Median GFLOP/s of netcl, NumPy and (optionally) the textbook kernel on one float32 product."""
+    from ..ops.gemm import gemm, params_for, shape_class
+    from ..tensor import Tensor
+    rng = rng or np.random.default_rng(0)
+    ha = rng.standard_normal((M, K)).astype(np.float32)
+    hb = rng.standard_normal((K, N)).astype(np.float32)
+    a, b = Tensor.from_host(ha, device), Tensor.from_host(hb, device)
+    c = Tensor.empty((M, N), np.float32, device)
+    runners = {"netcl": lambda: gemm(a, b, c), "numpy": lambda: np.matmul(ha, hb)}
+    if textbook:
+        c2 = Tensor.empty((M, N), np.float32, device)
+        runners["textbook"] = _textbook(device, a, b, c2, M, N, K)
+    times = {name: [] for name in runners}
+    for rep in range(repeat + 1):  # repetition 0 is the warm-up (and compiles)
+        for name, fn in runners.items():
+            if name == "textbook" and rep > 3 and 2.0 * M * N * K > 4e9:
+                continue  # the slow yardstick: three timed runs are enough at this size
+            device.synchronize()
+            start = time.perf_counter()
+            fn()
+            device.synchronize()
+            if rep:
+                times[name].append(time.perf_counter() - start)
+    check = np.linalg.norm(c.to_host() - ha.astype(np.float64) @ hb) / max(np.linalg.norm(ha.astype(np.float64) @ hb), 1e-30)
+    flop = 2.0 * M * N * K
+    row = {"M": M, "N": N, "K": K, "class": shape_class(M, N, K), "rel_l2": float(check),
+           "params": params_for(device, np.float32, M, N, K)}
+    for name, ts in times.items():
+        row[f"{name}_gflops"] = round(flop / statistics.median(ts) / 1e9, 2)
+    row["vs_numpy"] = round(row["netcl_gflops"] / row["numpy_gflops"], 3)
+    if textbook:
+        row["vs_textbook"] = round(row["netcl_gflops"] / row["textbook_gflops"], 2)
+    return row
+
+
+def run(args) -> dict:
+    import netcl as nc
+    from ..tuning import db
+    device = nc.default_device()
+    quick = bool(getattr(args, "quick", False))
+    repeat = getattr(args, "repeat", None) or (3 if quick else 7)
+    rows = []
+    header = f"{'kind':7s} {'M x N x K':>18s} {'netcl':>8s} {'numpy':>8s} {'textbook':>9s} {'/numpy':>7s} {'/textbook':>9s}"
+    if not getattr(args, "json", False):
+        print(f"GEMM float32 on {device.describe()}, GFLOP/s (median of {repeat})")
+        print(header)
+    for kind, (M, N, K) in shapes(quick):
+        row = measure(M, N, K, repeat, device)
+        row["kind"] = kind
+        rows.append(row)
+        if not getattr(args, "json", False):
+            print(f"{kind:7s} {f'{M} x {N} x {K}':>18s} {row['netcl_gflops']:8.1f} {row['numpy_gflops']:8.1f} "
+                  f"{row['textbook_gflops']:9.1f} {row['vs_numpy']:7.2f} {row['vs_textbook']:9.1f}", flush=True)
+    square = [r["vs_numpy"] for r in rows if r["kind"] == "square" and r["M"] >= 512]
+    lenet = [r["vs_numpy"] for r in rows if r["kind"] == "lenet"]
+    summary = {"min_vs_numpy_square_512_2048": min(square) if square else None,
+               "min_vs_numpy_lenet": min(lenet) if lenet else None,
+               "geomean_vs_numpy_lenet": round(float(np.exp(np.mean(np.log(lenet)))), 3) if lenet else None}
+    if not getattr(args, "json", False):
+        print("summary:", ", ".join(f"{k} {v}" for k, v in summary.items()))
+    return {"benchmark": "gemm", "device": device.describe(), "device_identity": device.identity,
+            "tuning_db": db.identity(device), "repeat": repeat, "rows": rows, "summary": summary}

@@ -1,0 +1,165 @@
+"""gemm / gemm_batched against float64 NumPy: odd shapes, every transpose combination, views with offsets
+and leading dimensions, beta != 0, broadcast batches, every kernel variant, float64, bad inputs."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.ops.gemm import gemm, gemm_batched, params_for, shape_class
+from util import assert_close
+
+SHAPES = [(1, 1, 1), (7, 13, 10), (31, 33, 65), (13, 127, 7), (65, 1, 33), (1, 500, 31), (33, 10, 129)]
+TRANS = list(itertools.product((False, True), (False, True)))
+
+# Every code path of the template: direct B with column tail, packed A/B, both grid orders,
+# work-groups larger than 1, scalar (VW=1) tiles, K unrolling with a remainder, local-memory tiles.
+VARIANTS = [
+    {"MR": 4, "VW": 8, "NV": 2, "PACK_B": 0, "ORDER": "nm"},
+    {"MR": 3, "VW": 4, "NV": 1, "PACK_B": 1, "ORDER": "mn", "WG_M": 2, "WG_N": 3, "KU": 3},
+    {"MR": 5, "VW": 2, "NV": 2, "PACK_A": 1, "PACK_B": 1, "ORDER": "nm", "KU": 2},
+    {"MR": 2, "VW": 1, "NV": 3, "WG_N": 4},
+    {"MR": 4, "VW": 4, "NV": 1, "LOCAL": 1, "WG_M": 4, "WG_N": 4, "KC": 8},
+    {"MR": 2, "VW": 2, "NV": 2, "LOCAL": 1, "WG_M": 3, "WG_N": 2, "KC": 5, "ORDER": "mn"},
+]
+
+
+def _operands(rng, M, N, K, ta, tb, dtype=np.float32):
+    a = rng.standard_normal((K, M) if ta else (M, K)).astype(dtype)
+    b = rng.standard_normal((N, K) if tb else (K, N)).astype(dtype)
+    return a, b, (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+
+
+@pytest.mark.parametrize("M,N,K", SHAPES)
+@pytest.mark.parametrize("ta,tb", TRANS)
+def test_gemm_shapes_and_transposes(M, N, K, ta, tb, rng, device, canaries):
+    a, b, ref = _operands(rng, M, N, K, ta, tb)
+    c0 = rng.standard_normal((M, N)).astype(np.float32)
+    A, B, C = (nc.Tensor.from_host(x, device) for x in (a, b, c0))
+    out = gemm(A, B, trans_a=ta, trans_b=tb)
+    assert out.shape == (M, N)
+    assert_close(out.to_host(), ref, 1e-5, f"gemm {M}x{N}x{K} ta={ta} tb={tb}")
+    same = gemm(A, B, C, alpha=-0.5, beta=1.25, trans_a=ta, trans_b=tb)
+    assert same is C
+    assert_close(C.to_host(), -0.5 * ref + 1.25 * c0, 1e-5, "alpha/beta")
+
+
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+@pytest.mark.parametrize("ta,tb", TRANS)
+def test_kernel_variants(variant, ta, tb, rng, device, canaries):
+    for M, N, K in ((1, 1, 1), (13, 31, 33), (34, 17, 7)):
+        a, b, ref = _operands(rng, M, N, K, ta, tb)
+        c0 = rng.standard_normal((M, N)).astype(np.float32)
+        C = nc.Tensor.from_host(c0, device)
+        gemm(nc.Tensor.from_host(a, device), nc.Tensor.from_host(b, device), C, alpha=2.0, beta=-1.0,
+             trans_a=ta, trans_b=tb, params=VARIANTS[variant])
+        assert_close(C.to_host(), 2.0 * ref - c0, 1e-5, f"variant {VARIANTS[variant]} {M}x{N}x{K}")
+
+
+def test_views_with_offsets_and_leading_dims(rng, device, canaries):
+    M, N, K = 13, 21, 17
+    big_a = rng.standard_normal((K + 5, M + 9)).astype(np.float32)   # used transposed, as a slice
+    big_b = rng.standard_normal((K + 3, 2 * N + 4)).astype(np.float32)  # every other column
+    big_c = rng.standard_normal((M + 4, N + 7)).astype(np.float32)
+    A, B, C = (nc.Tensor.from_host(x, device) for x in (big_a, big_b, big_c))
+    a_view = A[2:2 + K, 3:3 + M]
+    b_view = B[1:1 + K, 0:2 * N:2]
+    c_view = C[3:3 + M, 5:5 + N]
+    gemm(a_view, b_view, c_view, alpha=1.0, beta=0.5, trans_a=True)
+    ref = big_a[2:2 + K, 3:3 + M].T.astype(np.float64) @ big_b[1:1 + K, 0:2 * N:2] + 0.5 * big_c[3:3 + M, 5:5 + N]
+    expected = big_c.astype(np.float64)
+    expected[3:3 + M, 5:5 + N] = ref
+    assert_close(C.to_host(), expected, 1e-5, "strided views (outside the C view must be untouched)")
+    # a transposed C: its columns are the unit-stride direction
+    ct = nc.Tensor.from_host(np.zeros((N, M), np.float32), device).transpose(0, 1)
+    gemm(a_view, b_view, ct, trans_a=True)
+    assert_close(ct.to_host(), ref - 0.5 * big_c[3:3 + M, 5:5 + N], 1e-5, "transposed C")
+
+
+@pytest.mark.parametrize("ta,tb", TRANS)
+def test_batched_with_broadcast(ta, tb, rng, device, canaries):
+    batch, M, N, K = 3, 11, 19, 23
+    a = rng.standard_normal((batch, K, M) if ta else (batch, M, K)).astype(np.float32)
+    b = rng.standard_normal((1, N, K) if tb else (1, K, N)).astype(np.float32)
+    c0 = rng.standard_normal((batch, M, N)).astype(np.float32)
+    A, B, C = (nc.Tensor.from_host(x, device) for x in (a, b, c0))
+    gemm_batched(A, B, C, alpha=0.5, beta=2.0, trans_a=ta, trans_b=tb)
+    opa = a.transpose(0, 2, 1) if ta else a
+    opb = b.transpose(0, 2, 1) if tb else b
+    assert_close(C.to_host(), 0.5 * np.matmul(opa.astype(np.float64), opb) + 2.0 * c0, 1e-5, "batched")
+    # broadcast A instead, into a fresh output
+    a1 = rng.standard_normal((1, M, K)).astype(np.float32)
+    b3 = rng.standard_normal((batch, K, N)).astype(np.float32)
+    out = gemm_batched(nc.Tensor.from_host(a1, device), nc.Tensor.from_host(b3, device))
+    assert out.shape == (batch, M, N)
+    assert_close(out.to_host(), np.matmul(a1.astype(np.float64), b3), 1e-5, "broadcast A")
+
+
+def test_large_k_and_m(rng, device, canaries):
+    for M, N, K in ((3, 5, 4097), (4097, 3, 2)):
+        a, b, ref = _operands(rng, M, N, K, False, False)
+        out = gemm(nc.Tensor.from_host(a, device), nc.Tensor.from_host(b, device))
+        assert_close(out.to_host(), ref, 1e-5, f"{M}x{N}x{K}")
+
+
+def test_empty_k(device, canaries):
+    a = nc.Tensor.from_host(np.zeros((4, 0), np.float32), device)
+    b = nc.Tensor.from_host(np.zeros((0, 6), np.float32), device)
+    assert np.array_equal(gemm(a, b).to_host(), np.zeros((4, 6)))
+    c = nc.Tensor.from_host(np.full((4, 6), 2.0, np.float32), device)
+    gemm(a, b, c, beta=0.5)
+    assert np.array_equal(c.to_host(), np.full((4, 6), 1.0))
+
+
+@pytest.mark.parametrize("ta,tb", TRANS)
+def test_float64(ta, tb, rng, device, canaries):
+    if not device.has_fp64:
+        pytest.skip("device has no float64")
+    a, b, ref = _operands(rng, 37, 29, 65, ta, tb, np.float64)
+    c0 = rng.standard_normal((37, 29))
+    C = nc.Tensor.from_host(c0, device)
+    gemm(nc.Tensor.from_host(a, device), nc.Tensor.from_host(b, device), C, beta=-3.0, trans_a=ta, trans_b=tb)
+    assert C.dtype == np.float64
+    assert_close(C.to_host(), ref - 3.0 * c0, 1e-12, "float64")
+
+
+def test_matmul_operator(rng, device, canaries):
+    a, b, ref = _operands(rng, 9, 14, 33, False, False)
+    out = nc.Tensor.from_host(a, device) @ nc.Tensor.from_host(b, device)
+    assert_close(out.to_host(), ref, 1e-5, "a @ b")
+
+
+def test_bad_inputs(device):
+    a = nc.Tensor.from_host(np.ones((3, 4), np.float32), device)
+    b = nc.Tensor.from_host(np.ones((5, 6), np.float32), device)
+    with pytest.raises(nc.ShapeError) as info:
+        gemm(a, b)
+    assert "(3, 4)" in str(info.value) and "(5, 6)" in str(info.value)
+    with pytest.raises(nc.ShapeError):
+        gemm(a, b, trans_a=True)
+    with pytest.raises(nc.ShapeError) as info:
+        gemm(a, nc.Tensor.from_host(np.ones((4, 2), np.float32), device), c=nc.Tensor.from_host(np.ones((3, 3), np.float32), device))
+    assert "(3, 3)" in str(info.value) and "(3, 2)" in str(info.value)
+    with pytest.raises(nc.ShapeError):
+        gemm(nc.Tensor.from_host(np.ones(4, np.float32), device), b)
+    with pytest.raises(nc.DTypeError) as info:
+        gemm(a, nc.Tensor.from_host(np.ones((4, 2), np.float64), device))
+    assert "float32" in str(info.value) and "float64" in str(info.value)
+    with pytest.raises(nc.DTypeError):
+        gemm(nc.Tensor.from_host(np.ones((3, 4), np.int32), device), nc.Tensor.from_host(np.ones((4, 2), np.int32), device))
+    with pytest.raises(nc.DTypeError):
+        gemm(a, np.ones((4, 2), np.float32))
+    x = nc.Tensor.from_host(np.ones((2, 3, 4), np.float32), device)
+    with pytest.raises(nc.ShapeError) as info:
+        gemm_batched(x, nc.Tensor.from_host(np.ones((3, 4, 5), np.float32), device))
+    assert "(2, 3, 4)" in str(info.value) and "(3, 4, 5)" in str(info.value)
+
+
+def test_parameters_come_from_the_database(device):
+    assert shape_class(2048, 2048, 2048) == "large"
+    assert shape_class(20, 36864, 25) == "small_k"
+    assert shape_class(64, 10, 500) == "small_mn"
+    p = params_for(device, np.float32, 512, 512, 512)
+    assert {"MR", "VW", "NV"} <= set(p)
