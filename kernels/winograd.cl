@@ -6,7 +6,8 @@ batched GEMMs run by netcl.ops.gemm between the transforms below. The transforme
 matrix, and a group g is simply a contiguous block of rows/columns inside it.
 
   wino_input_transform    V[e][c][t]   = (B^T d B)[e], d = the 4x4 patch of src at (2*ty - PAD_H, 2*tx - PAD_W)
-                                         (zero outside the source; PAD may be negative)
+                                         (zero outside the source; PAD may be negative); with TILE_MAJOR=1
+                                         V[e][g][t][c - g*CH/GROUPS] instead (backward_weight's layout)
   wino_filter_transform   U[e][o][i]   = (G g G^T)[e]; FLIP=0: g = w[o][i] (forward, o = output channel,
                                          i = input channel of its group); FLIP=1: g = rot180(w[g*KG+i][o - g*CG])
                                          (backward data: o = input channel, i = output channel of its group)
@@ -19,12 +20,13 @@ bottom/right borders are computed and their missing outputs simply not stored: a
 
 Template parameters (all have defaults):
   T      element type, "float" or "double"                              (default "float")
-  FLIP   wino_filter_transform reads rotated, channel-swapped filters   (default 0)
+  FLIP        wino_filter_transform reads rotated, channel-swapped filters   (default 0)
+  TILE_MAJOR  wino_input_transform writes the [16][groups][tiles][channels/groups] layout (default 0)
 
 Launch: 2-D, dimension 0 over tiles (or the inner channel for the filter kernels), dimension 1 over
 channels; every kernel guards its tail, any local size.
 </%doc>
-<%page args="T='float', FLIP=0"/>
+<%page args="T='float', FLIP=0, TILE_MAJOR=0"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -32,7 +34,7 @@ channels; every kernel guards its tail, any local size.
 __kernel void wino_input_transform(
     __global const ${T}* src, const long src_off,
     const int NB, const int CH, const int IH, const int IW, const int PAD_H, const int PAD_W,
-    const int TH, const int TW,
+    const int TH, const int TW, const int GROUPS,
     __global ${T}* V, const long v_off)
 {
     const long t = get_global_id(0);
@@ -59,7 +61,12 @@ __kernel void wino_input_transform(
         b[3][j] = d[1][j] - d[3][j];
     }
     const long stride = (long)CH * tiles;
+% if TILE_MAJOR:
+    const int cpg = CH / GROUPS, grp = c / cpg;
+    __global ${T}* out = V + v_off + ((long)grp * tiles + t) * cpg + (c - grp * cpg);
+% else:
     __global ${T}* out = V + v_off + c * tiles + t;
+% endif
     for (int i = 0; i < 4; ++i) {
         out[(4 * i + 0) * stride] = b[i][0] - b[i][2];
         out[(4 * i + 1) * stride] = b[i][1] + b[i][2];

@@ -27,6 +27,7 @@ from . import conv_im2col  # noqa: E402,F401
 from . import conv_gemm  # noqa: E402,F401
 from . import conv_implicit_gemm  # noqa: E402,F401
 from . import conv_winograd  # noqa: E402,F401
+from . import conv_mec  # noqa: E402,F401
 
 
 def strategy_for(layer: ConvLayer, pass_: str, strategy: str) -> object:

@@ -22,6 +22,29 @@ from .gemm import gemm_batched
 LOCAL = (64, 1)
 
 
+def gemm_extra_bytes(device, dtype, M: int, N: int, K: int, a_batches: int, b_batches: int,
+                     a_unit: bool = True, b_unit: bool = True) -> int:
+    """Bytes netcl.ops.gemm.gemm_batched allocates to pack its operands for one call (op(A) M×K,
+    op(B) K×N; *_unit: the operand is read with unit stride along K for A, along N for B). The
+    strategies here arrange every GEMM with unit strides, so this is 0 unless a tuned entry forces
+    packing; it mirrors gemm_batched's rule so that workspace_bytes stays exact."""
+    from . import gemm as gemm_module
+    if K <= 0 or M <= 0 or N <= 0:
+        return 0
+    p = gemm_module.params_for(device, dtype, M, N, K)
+    if p.get("LOCAL"):
+        return 0
+    size = np.dtype(dtype).itemsize
+    extra = 0
+    if p.get("PACK_A") or (not a_unit and M > 1 and K > 1):
+        mr = p.get("MR", 4)
+        extra += a_batches * -(-M // mr) * K * mr * size
+    if p.get("PACK_B") or (not b_unit and N > 1):
+        nr = p.get("VW", 8) * p.get("NV", 2)
+        extra += b_batches * -(-N // nr) * K * nr * size
+    return extra
+
+
 def _tiles(n: int, out_h: int, out_w: int) -> tuple[int, int, int]:
     th, tw = -(-out_h // 2), -(-out_w // 2)
     return th, tw, n * th * tw
@@ -45,13 +68,19 @@ def _kernel(device, name: str, dtype, flip: int = 0):
     return get_kernel(device, "winograd.cl", name, T=dtypes.c_type(dtype), FLIP=flip)
 
 
-def _input_transform(src: Tensor, channels: int, pad_h: int, pad_w: int, th: int, tw: int) -> Tensor:
-    n, _, ih, iw = src.shape
+def _input_transform(src: Tensor, pad_h: int, pad_w: int, th: int, tw: int, groups: int = 0) -> Tensor:
+    """V = BᵀdB of every tile: [16][channels][tiles], or with groups > 0 [16][groups][tiles][channels/groups]
+    (the tile-major form backward_weight multiplies without a transposed operand)."""
+    n, channels, ih, iw = src.shape
     tiles = n * th * tw
-    v = Tensor.empty((16, channels, tiles), src.dtype, src.device)
-    launch(src.device, _kernel(src.device, "wino_input_transform", src.dtype), (tiles, channels), LOCAL,
+    shape = (16, groups, tiles, channels // groups) if groups else (16, channels, tiles)
+    v = Tensor.empty(shape, src.dtype, src.device)
+    kernel = get_kernel(src.device, "winograd.cl", "wino_input_transform", T=dtypes.c_type(src.dtype),
+                        TILE_MAJOR=int(bool(groups)))
+    launch(src.device, kernel, (tiles, channels), LOCAL,
            src.buffer, np.int64(src.offset), np.int32(n), np.int32(channels), np.int32(ih), np.int32(iw),
-           np.int32(pad_h), np.int32(pad_w), np.int32(th), np.int32(tw), v.buffer, np.int64(v.offset))
+           np.int32(pad_h), np.int32(pad_w), np.int32(th), np.int32(tw), np.int32(max(groups, 1)),
+           v.buffer, np.int64(v.offset))
     return v
 
 
@@ -84,7 +113,7 @@ def _correlate(src: Tensor, u: Tensor, out: Tensor, pad_h: int, pad_w: int, grou
     """out = the stride-1 3×3 correlation of src with the transformed filters u (any padding)."""
     n, ch_out, oh, ow = out.shape
     th, tw, tiles = _tiles(n, oh, ow)
-    v = _input_transform(src, src.shape[1], pad_h, pad_w, th, tw)
+    v = _input_transform(src, pad_h, pad_w, th, tw)
     m = Tensor.empty((16, ch_out, tiles), out.dtype, out.device)
     gemm_batched(_grouped(u, groups), _grouped(v, groups), c=_grouped(m, groups))
     return _output_transform(m, out, th, tw)
@@ -103,7 +132,19 @@ class WinogradStrategy:
         return None
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
-        return workspace_elements(layer, pass_) * layer.itemsize
+        """U, V and M (V, Z and Mw for backward_weight): 16 transformed copies, see workspace_elements;
+        plus any operand packing netcl's GEMM does (none with the unit-stride operands used here
+        unless a tuned GEMM entry forces it)."""
+        from ..runtime.device import default_device
+        cg, kg, g = layer.c // layer.groups, layer.k // layer.groups, layer.groups
+        if pass_ == "backward_data":
+            m, n, k = cg, _tiles(layer.n, layer.h, layer.w)[2], kg
+        elif pass_ == "forward":
+            m, n, k = kg, _tiles(layer.n, layer.out_h, layer.out_w)[2], cg
+        else:
+            m, n, k = kg, cg, _tiles(layer.n, layer.out_h, layer.out_w)[2]
+        packing = gemm_extra_bytes(default_device(), layer.dtype, m, n, k, 16 * g, 16 * g)
+        return workspace_elements(layer, pass_) * layer.itemsize + packing
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
@@ -124,7 +165,7 @@ class WinogradStrategy:
         if gw.size == 0:
             return gw
         th, tw, tiles = _tiles(layer.n, layer.out_h, layer.out_w)
-        v = _input_transform(x, layer.c, layer.pad_h, layer.pad_w, th, tw)
+        v = _input_transform(x, layer.pad_h, layer.pad_w, th, tw, groups=layer.groups)
         z = Tensor.empty((16, layer.k, tiles), x.dtype, x.device)
         launch(x.device, _kernel(x.device, "wino_grad_transform", x.dtype), (tiles, layer.k), LOCAL,
                grad_y.buffer, np.int64(grad_y.offset), np.int32(layer.n), np.int32(layer.k),
@@ -132,8 +173,8 @@ class WinogradStrategy:
                z.buffer, np.int64(z.offset))
         cg = layer.c // layer.groups
         mw = Tensor.empty((16, layer.k, cg), x.dtype, x.device)
-        gemm_batched(_grouped(z, layer.groups), _grouped(v, layer.groups), c=_grouped(mw, layer.groups),
-                     trans_b=True)
+        v_groups = Tensor(v.buffer, (16 * layer.groups, tiles, cg), v.dtype, v.device, None, v.offset)
+        gemm_batched(_grouped(z, layer.groups), v_groups, c=_grouped(mw, layer.groups))
         launch(x.device, _kernel(x.device, "wino_filter_grad", x.dtype), (cg, layer.k), None,
                mw.buffer, np.int64(mw.offset), np.int32(layer.k), np.int32(cg), gw.buffer, np.int64(gw.offset))
         return gw

@@ -1,0 +1,240 @@
+"""The `mec` conv2d strategy: Cho & Brand's memory-efficient convolution (Algorithm 2).
+
+x (NCHW) is lowered once into the compact L (in·ow·ih·kw·ic elements, NHWC inside: see kernels/mec.cl),
+about kh/sh times smaller than im2col's matrix, and the products run on shifted partitions of L whose
+leading dimension is ih·kw·ic, as batched GEMMs (netcl.ops.gemm):
+
+  Solution A (ow ≤ T and |O| ≤ |L|)  oh GEMMs, each (in·ow × kh·kw·ic)·(kh·kw·ic × kc), giving O in
+                                     h-n-w-c inside y's own buffer; O is copied into L (free by then)
+                                     and permuted from there into y (NCHW).
+  Solution B (otherwise)             in·oh GEMMs (one batched call of oh per sample and group), each
+                                     writing its output row straight into y (NCHW).
+  T is the threshold of line 8, tuned per device (:func:`tune_threshold`, stored in the tuning
+  database under family "mec"); without a tuned entry it is the paper's 100.
+
+backward_data    grad_L[n] partition p += Wt·grad_y[n, :, p, :] for every output row p (oh sequential
+                 batched calls, overlapping partitions accumulate in order), then the compact grad_L is
+                 folded back onto grad_x (mec_scatter, the MEC analogue of col2im).
+backward_weight  grad_w = Σ over output rows p of grad_y row p × partition p of L (oh accumulating GEMMs
+                 whose inner dimension runs over the whole batch).
+
+Groups are served (each group is a contiguous block of every row of L); dilation along the width too;
+dilation along the height is refused (a partition must be consecutive rows of L).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import dtypes
+from ..runtime.kernels import get_kernel, launch, local_size_1d
+from ..tensor import Tensor
+from ..tuning import db
+from .conv_common import ConvLayer, register
+from .conv_implicit_gemm import geometry
+from .conv_winograd import gemm_extra_bytes
+from .elementwise import copy_into, fill
+from .gemm import gemm_batched
+
+DEFAULT_T = 100  # the paper's threshold ("T around 100 ... for latest GPUs")
+
+
+def threshold(device) -> int:
+    """T of Algorithm 2, line 8, for a device: the tuned value, else the paper's default."""
+    entry = db.lookup(device, "mec", default=None)
+    return int(entry["T"]) if entry and "T" in entry else DEFAULT_T
+
+
+def lowered_elements(layer: ConvLayer) -> int:
+    """|L| = in·ow·ih·kw·ic with ih the padded input height (Eq. 3 of the paper)."""
+    return layer.n * layer.out_w * (layer.h + 2 * layer.pad_h) * layer.s * layer.c
+
+
+def output_elements(layer: ConvLayer) -> int:
+    return layer.n * layer.k * layer.out_h * layer.out_w
+
+
+def uses_solution_a(layer: ConvLayer, t: int) -> bool:
+    return layer.out_w <= t and output_elements(layer) <= lowered_elements(layer)
+
+
+def _dims(layer: ConvLayer):
+    cg, kg = layer.c // layer.groups, layer.k // layer.groups
+    ih = layer.h + 2 * layer.pad_h
+    ld = ih * layer.s * layer.c             # leading dimension of L
+    block = ih * layer.s * cg               # one group's share of a row of L
+    shift = layer.stride_h * layer.s * cg   # column shift between consecutive output rows
+    width = layer.r * layer.s * cg          # columns of a partition
+    return cg, kg, ih, ld, block, shift, width
+
+
+def _run(name: str, src: Tensor, dst: Tensor, layer: ConvLayer, count: int) -> None:
+    kernel = get_kernel(src.device, "mec.cl", name, T=dtypes.c_type(src.dtype))
+    launch(src.device, kernel, (count,), local_size_1d(src.device, count),
+           src.buffer, np.int64(src.offset), dst.buffer, np.int64(dst.offset), geometry(src.device, layer))
+
+
+def _view(t: Tensor, shape, strides, offset: int = 0) -> Tensor:
+    return Tensor(t.buffer, shape, t.dtype, t.device, strides, t.offset + offset)
+
+
+def _lower(x: Tensor, layer: ConvLayer) -> Tensor:
+    L = Tensor.empty((lowered_elements(layer),), x.dtype, x.device)
+    _run("mec_lower", x, L, layer, L.size)
+    return L
+
+
+def _pack_weight(w: Tensor, layer: ConvLayer) -> Tensor:
+    wt = Tensor.empty((layer.r * layer.s * (layer.c // layer.groups), layer.k), w.dtype, w.device)
+    _run("mec_pack_weight", w, wt, layer, wt.size)
+    return wt
+
+
+class MecStrategy:
+    name = "mec"
+
+    def why_not(self, layer: ConvLayer, pass_: str) -> str | None:
+        if layer.dil_h != 1:
+            return (f"needs dilation 1 along the height, got {layer.dil_h} (a partition of L must be "
+                    f"consecutive rows)")
+        return None
+
+    def solution(self, layer: ConvLayer, device=None) -> str:
+        """"A" or "B": which branch of line 8 the forward pass takes on a device."""
+        from ..runtime.device import resolve_device
+        return "A" if uses_solution_a(layer, threshold(resolve_device(device))) else "B"
+
+    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
+        """Exact bytes allocated besides the result: forward and backward_data hold the compact
+        lowering L (or grad_L), in·ow·ih·kw·ic elements, plus the filter rearranged into the paper's
+        (kh·kw·ic) × kc matrix (K·C/groups·R·S elements); backward_weight holds L, the gradient in that
+        arrangement (K·C/groups·R·S) and, for a batch above 1, grad_y regrouped by output row
+        (N·K·P·Q elements). Solution A reuses L and y's own buffer, so it adds nothing; the GEMMs are
+        arranged so that netcl's GEMM packs nothing (its packing, if a tuned entry forces it, is added)."""
+        from ..runtime.device import default_device
+        cg, kg, ih, ld, block, shift, width = _dims(layer)
+        weight = layer.k * cg * layer.r * layer.s
+        elements = lowered_elements(layer) + weight
+        if pass_ == "backward_weight" and layer.n > 1:
+            elements += output_elements(layer)
+        extra = 0
+        p, q = layer.out_h, layer.out_w
+        dev = default_device()
+        if pass_ == "forward":
+            if uses_solution_a(layer, threshold(dev)):
+                extra = layer.groups * gemm_extra_bytes(dev, layer.dtype, layer.n * q, kg, width, p, 1)
+            else:
+                extra = layer.n * layer.groups * gemm_extra_bytes(dev, layer.dtype, q, kg, width, p, 1)
+        elif pass_ == "backward_data":
+            extra = p * layer.groups * gemm_extra_bytes(dev, layer.dtype, width, q, kg, 1, layer.n)
+        else:
+            inner = layer.n * q
+            extra = p * layer.groups * gemm_extra_bytes(dev, layer.dtype, kg, width, inner, 1, 1)
+        return elements * layer.itemsize + extra
+
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, solution: str | None = None) -> Tensor:
+        y = Tensor.empty(layer.output_shape, x.dtype, x.device)
+        if y.size == 0:
+            return y
+        cg, kg, ih, ld, block, shift, width = _dims(layer)
+        n, k, p, q = layer.output_shape
+        L = _lower(x, layer)
+        wt = _pack_weight(w, layer)
+        if solution is None:
+            solution = "A" if uses_solution_a(layer, threshold(x.device)) else "B"
+        for g in range(layer.groups):
+            w_g = _view(wt, (1, width, kg), (0, layer.k, 1), g * kg)
+            if solution == "A":
+                # O[h] (in·ow × kc) = L[0:in·ow, shift·h : shift·h + width] × K, O in h-n-w-c inside y
+                part = _view(L, (p, n * q, width), (shift, ld, 1), g * block)
+                o_hnwc = _view(y, (p, n * q, kg), (n * q * k, k, 1), g * kg)
+                gemm_batched(part, w_g, c=o_hnwc)
+            else:
+                for i in range(n):
+                    part = _view(L, (p, q, width), (shift, ld, 1), i * q * ld + g * block)
+                    rows = _view(y, (p, q, kg), (q, 1, p * q), (i * k + g * kg) * p * q)
+                    gemm_batched(part, w_g, c=rows)
+        if solution == "A":
+            # lines 14-19: copy O into L (|O| ≤ |L|), then permute it from there into n-c-h-w
+            flat = _view(L, (y.size,), (1,))
+            copy_into(flat, _view(y, (y.size,), (1,)))
+            copy_into(y, _view(L, (n, k, p, q), (q * k, 1, n * q * k, k)))
+        return y
+
+    def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        gx = Tensor.empty(layer.input_shape, w.dtype, w.device)
+        if gx.size == 0:
+            return gx
+        cg, kg, ih, ld, block, shift, width = _dims(layer)
+        n, k, p, q = layer.output_shape
+        wt = _pack_weight(w, layer)
+        grad_l = fill(Tensor.empty((lowered_elements(layer),), w.dtype, w.device), 0.0)
+        for g in range(layer.groups):
+            w_g = _view(wt, (1, width, kg), (0, layer.k, 1), g * kg)
+            for h in range(p):
+                # partition h of every sample, transposed: (width × ow) += Wt_g (width × kg) · grad_y row
+                rows = _view(grad_y, (n, kg, q), (k * p * q, p * q, 1), g * kg * p * q + h * q)
+                part_t = _view(grad_l, (n, width, q), (q * ld, 1, ld), g * block + h * shift)
+                gemm_batched(w_g, rows, c=part_t, beta=1.0)
+        _run("mec_scatter", grad_l, gx, layer, gx.size)
+        return gx
+
+    def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
+        gw = Tensor.empty(layer.weight_shape, x.dtype, x.device)
+        if gw.size == 0:
+            return gw
+        cg, kg, ih, ld, block, shift, width = _dims(layer)
+        n, k, p, q = layer.output_shape
+        L = _lower(x, layer)
+        gw2 = Tensor.empty((k, width), x.dtype, x.device)
+        if n > 1:
+            # grad_y regrouped as [p][k][n][q] so that one output row of the whole batch is a matrix
+            by_row = Tensor.empty((p, k, n, q), x.dtype, x.device)
+            copy_into(by_row, _view(grad_y, (p, k, n, q), (q, p * q, k * p * q, 1)))
+            row_of = lambda h, g: _view(by_row, (1, kg, n * q), (0, n * q, 1), (h * k + g * kg) * n * q)
+        else:
+            row_of = lambda h, g: _view(grad_y, (1, kg, q), (0, p * q, 1), g * kg * p * q + h * q)
+        for g in range(layer.groups):
+            out = _view(gw2, (1, kg, width), (0, width, 1), g * kg * width)
+            for h in range(p):
+                part = _view(L, (1, n * q, width), (0, ld, 1), g * block + h * shift)
+                gemm_batched(row_of(h, g), part, c=out, beta=0.0 if h == 0 else 1.0)
+        _run("mec_unpack_grad", gw2, gw, layer, gw.size)
+        return gw
+
+
+STRATEGY = register(MecStrategy())
+
+
+def tune_threshold(device, layers, repeat: int = 2, store: bool = True) -> dict:
+    """Time Solutions A and B of the forward pass on ``layers`` (those where A is possible) and set T to
+    the largest ow up to which A was never slower; stored in the tuning database (family "mec")."""
+    rng = np.random.default_rng(0)
+    results = []
+    for layer in layers:
+        if output_elements(layer) > lowered_elements(layer) or STRATEGY.why_not(layer, "forward"):
+            continue
+        x = Tensor.from_host(rng.standard_normal(layer.input_shape).astype(layer.dtype), device)
+        w = Tensor.from_host(rng.standard_normal(layer.weight_shape).astype(layer.dtype), device)
+        ms = {}
+        for sol in ("A", "B"):
+            STRATEGY.forward(x, w, layer, solution=sol)
+            device.synchronize()
+            best = float("inf")
+            for _ in range(repeat):
+                start = time.perf_counter()
+                STRATEGY.forward(x, w, layer, solution=sol)
+                device.synchronize()
+                best = min(best, time.perf_counter() - start)
+            ms[sol] = best * 1e3
+        results.append({"ow": layer.out_w, "layer": layer.signature(), "A_ms": ms["A"], "B_ms": ms["B"]})
+    t = 0
+    for r in sorted(results, key=lambda r: r["ow"]):
+        if r["A_ms"] > r["B_ms"]:
+            break
+        t = r["ow"]
+    entry = {"T": t, "measured": results}
+    if store and results:
+        db.store(device, "mec", entry)
+    return entry
