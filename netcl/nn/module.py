@@ -73,17 +73,17 @@ class Module:
 
     # ---- traversal -----------------------------------------------------------------------------------
     def named_modules(self, prefix: str = ""):
+        """Depth-first, parents before children (torch.nn's order, which fixes the state_dict order)."""
         seen = set()
         stack = [(prefix, self)]
         while stack:
-            name, module = stack.pop(0)
+            name, module = stack.pop()
             if id(module) in seen:
                 continue
             seen.add(id(module))
             yield name, module
-            for child_name, child in module._modules.items():
-                if child is not None:
-                    stack.append((f"{name}.{child_name}" if name else child_name, child))
+            children = [(f"{name}.{n}" if name else n, c) for n, c in module._modules.items() if c is not None]
+            stack.extend(reversed(children))
 
     def modules(self):
         return [m for _, m in self.named_modules()]

@@ -1,0 +1,108 @@
+"""Optimizers against hand-written float64 updates with PyTorch's semantics, several steps each."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from util import assert_close
+
+
+def _sgd_ref(p, grads, lr, momentum=0.0, weight_decay=0.0, nesterov=False, dampening=0.0):
+    p = p.astype(np.float64).copy()
+    buf = None
+    for g in grads:
+        g = g.astype(np.float64) + weight_decay * p
+        if momentum:
+            buf = g.copy() if buf is None else momentum * buf + (1 - dampening) * g
+            g = g + momentum * buf if nesterov else buf
+        p -= lr * g
+    return p, buf
+
+
+def _adam_ref(p, grads, lr, b1, b2, eps, weight_decay):
+    p = p.astype(np.float64).copy()
+    m = np.zeros_like(p)
+    v = np.zeros_like(p)
+    for t, g in enumerate(grads, 1):
+        g = g.astype(np.float64) + weight_decay * p
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        p -= lr / (1 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** t) + eps)
+    return p
+
+
+@pytest.mark.parametrize("settings", [
+    dict(lr=0.1), dict(lr=0.05, momentum=0.9), dict(lr=0.05, momentum=0.9, nesterov=True),
+    dict(lr=0.01, momentum=0.5, weight_decay=0.1, dampening=0.3), dict(lr=0.02, weight_decay=0.01),
+    dict(lr=0.03, momentum=0.9, weight_decay=5e-4, nesterov=True),
+])
+@pytest.mark.parametrize("shape", [(1,), (7, 13), (31,)])
+def test_sgd_matches_pytorch_semantics(device, rng, canaries, settings, shape):
+    p0 = rng.uniform(-2, 2, size=shape).astype(np.float32)
+    grads = [rng.uniform(-2, 2, size=shape).astype(np.float32) for _ in range(4)]
+    p = nc.tensor(p0, device=device, requires_grad=True)
+    opt = nc.optim.SGD([p], **settings)
+    for g in grads:
+        p.grad = nc.tensor(g, device=device)
+        opt.step()
+    ref, buf = _sgd_ref(p0, grads, **settings)
+    assert_close(p.to_host(), ref, 1e-6, f"SGD {settings}")
+    if buf is not None:
+        assert_close(opt.state_dict()["state"][0]["momentum_buffer"], buf, 1e-6, "momentum buffer")
+
+
+@pytest.mark.parametrize("settings", [dict(lr=1e-3), dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)])
+def test_adam_matches_pytorch_semantics(device, rng, canaries, settings):
+    p0 = rng.uniform(-2, 2, size=(13, 5)).astype(np.float32)
+    grads = [rng.uniform(-2, 2, size=p0.shape).astype(np.float32) for _ in range(5)]
+    p = nc.tensor(p0, device=device, requires_grad=True)
+    opt = nc.optim.Adam([p], **settings)
+    for g in grads:
+        p.grad = nc.tensor(g, device=device)
+        opt.step()
+    full = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    full.update(settings)
+    ref = _adam_ref(p0, grads, full["lr"], *full["betas"], full["eps"], full["weight_decay"])
+    assert_close(p.to_host(), ref, 1e-6, f"Adam {settings}")
+
+
+def test_sgd_float64_is_exact(device, rng):
+    if not device.has_fp64:
+        pytest.skip("device has no float64")
+    p0 = rng.uniform(-2, 2, size=(9,))
+    grads = [rng.uniform(-2, 2, size=(9,)) for _ in range(3)]
+    p = nc.tensor(p0, device=device, requires_grad=True)
+    opt = nc.optim.SGD([p], lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True)
+    for g in grads:
+        p.grad = nc.tensor(g, device=device)
+        opt.step()
+    assert_close(p.to_host(), _sgd_ref(p0, grads, 0.1, 0.9, 0.01, True)[0], 1e-13, "SGD float64")
+
+
+def test_parameters_without_grad_are_skipped_and_state_round_trips(device, rng):
+    a = nc.tensor(np.ones(3, np.float32), device=device, requires_grad=True)
+    b = nc.tensor(np.ones(3, np.float32), device=device, requires_grad=True)
+    opt = nc.optim.SGD([a, b], lr=0.5, momentum=0.9)
+    a.grad = nc.tensor(np.full(3, 2.0, np.float32), device=device)
+    opt.step()
+    assert np.allclose(a.to_host(), 0.0) and np.allclose(b.to_host(), 1.0)
+    state = opt.state_dict()
+    fresh = nc.optim.SGD([a, b], lr=0.1, momentum=0.9)
+    fresh.load_state_dict(state)
+    assert fresh.param_groups[0]["lr"] == 0.5
+    a.grad = nc.tensor(np.full(3, 1.0, np.float32), device=device)
+    fresh.step()
+    assert np.allclose(a.to_host(), -0.5 * (0.9 * 2 + 1))
+
+
+def test_bad_hyperparameters(device):
+    p = nc.tensor(np.ones(2, np.float32), device=device, requires_grad=True)
+    with pytest.raises(nc.ShapeError, match="lr"):
+        nc.optim.SGD([p], lr=-1)
+    with pytest.raises(nc.ShapeError, match="nesterov"):
+        nc.optim.SGD([p], lr=0.1, nesterov=True)
+    with pytest.raises(nc.ShapeError, match="betas"):
+        nc.optim.Adam([p], betas=(1.0, 0.9))
+    with pytest.raises(nc.ShapeError, match="empty"):
+        nc.optim.SGD([], lr=0.1)

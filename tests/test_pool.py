@@ -1,0 +1,110 @@
+"""Max and average pooling (kernels/pool.cl): forward and backward against float64 NumPy and finite
+differences, over kernel/stride/padding/dilation combinations including the dilated stride-1 pooling
+P_{k,d} of the dense-labeling paper and both backward kernels (disjoint scatter and overlapping gather)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.nn import functional as F
+from netcl.ops.pool import PoolGeometry
+from nn_reference import finite_difference, pool_ref, scalar_through
+from util import assert_close
+
+# (input shape, kernel, stride, padding, dilation)
+CASES = [
+    ((2, 3, 8, 8), (2, 2), (2, 2), (0, 0), (1, 1)),      # LeNet's pooling: disjoint, covering
+    ((1, 2, 7, 9), (2, 2), (2, 2), (0, 0), (1, 1)),      # disjoint, odd sizes leave an uncovered edge
+    ((2, 1, 13, 7), (3, 3), (1, 1), (1, 1), (1, 1)),     # overlapping, padded
+    ((1, 3, 17, 13), (2, 2), (1, 1), (0, 0), (2, 2)),    # P_{2,2}: dilated, stride 1
+    ((1, 2, 31, 17), (3, 2), (1, 1), (0, 0), (4, 3)),    # P_{k,d} with d > k
+    ((3, 2, 9, 11), (3, 3), (2, 3), (1, 0), (2, 1)),     # mixed strides, padding and dilation
+    ((1, 1, 5, 5), (5, 5), (1, 1), (0, 0), (1, 1)),      # kernel as large as the input
+    ((2, 2, 12, 12), (2, 2), (4, 4), (0, 0), (3, 3)),    # disjoint with gaps inside each window
+]
+
+
+def _run(op, x, k, s, p, d, count_include_pad=True):
+    if op == "max":
+        return F.max_pool2d(x, k, s, p, d)
+    return F.avg_pool2d(x, k, s, p, d, count_include_pad)
+
+
+@pytest.mark.parametrize("shape,k,s,p,d", CASES)
+@pytest.mark.parametrize("op", ["max", "avg"])
+def test_pool_forward_backward_float32(device, rng, canaries, shape, k, s, p, d, op):
+    x_host = rng.uniform(-2, 2, size=shape).astype(np.float32)
+    x = nc.tensor(x_host, device=device, requires_grad=True)
+    y = _run(op, x, k, s, p, d)
+    y_ref, grad_ref = pool_ref(x_host, k, s, p, d, op)
+    assert y.shape == y_ref.shape
+    assert_close(y.to_host(), y_ref, 1e-6, f"{op} pool forward")
+    gy = rng.uniform(-2, 2, size=y.shape).astype(np.float32)
+    y.backward(nc.tensor(gy, device=device))
+    assert_close(x.grad.to_host(), grad_ref(gy), 1e-6, f"{op} pool backward")
+
+
+@pytest.mark.parametrize("count_include_pad", [True, False])
+def test_avg_pool_padding_divisor(device, rng, canaries, count_include_pad):
+    x_host = rng.uniform(-2, 2, size=(2, 3, 7, 7)).astype(np.float32)
+    x = nc.tensor(x_host, device=device, requires_grad=True)
+    y = F.avg_pool2d(x, 3, 2, 1, 1, count_include_pad)
+    y_ref, grad_ref = pool_ref(x_host, (3, 3), (2, 2), (1, 1), (1, 1), "avg", count_include_pad)
+    assert_close(y.to_host(), y_ref, 1e-6, "avg pool forward")
+    gy = rng.uniform(-2, 2, size=y.shape).astype(np.float32)
+    y.backward(nc.tensor(gy, device=device))
+    assert_close(x.grad.to_host(), grad_ref(gy), 1e-6, "avg pool backward")
+
+
+@pytest.mark.parametrize("shape,k,s,p,d", [CASES[1], CASES[2], CASES[4], CASES[5]])
+@pytest.mark.parametrize("op", ["max", "avg"])
+def test_pool_gradient_finite_differences_float64(device, rng, shape, k, s, p, d, op):
+    if not device.has_fp64:
+        pytest.skip("device has no float64")
+    x_host = rng.uniform(-2, 2, size=shape)
+    gy = rng.uniform(-1, 1, size=PoolGeometry.make(shape, k, s, p, d).output_shape)
+    x = nc.tensor(x_host, device=device, requires_grad=True)
+    y = _run(op, x, k, s, p, d)
+    y.backward(nc.tensor(gy, device=device))
+    numeric = finite_difference(scalar_through(lambda t: _run(op, t, k, s, p, d), gy, device), x_host)
+    assert_close(x.grad.to_host(), numeric, 1e-7, f"{op} pool gradient vs finite differences")
+    assert_close(x.grad.to_host(), pool_ref(x_host, k, s, p, d, op)[1](gy), 1e-12, f"{op} pool vs float64 ref")
+
+
+def test_max_pool_ties_take_first_and_nan_propagates(device, canaries):
+    x = np.zeros((1, 1, 2, 4), np.float32)
+    x[0, 0, 1, 3] = np.nan
+    t = nc.tensor(x, device=device, requires_grad=True)
+    y = F.max_pool2d(t, 2)
+    out = y.to_host()
+    assert out[0, 0, 0, 0] == 0 and np.isnan(out[0, 0, 0, 1])
+    y.backward(nc.tensor(np.ones((1, 1, 1, 2), np.float32), device=device))
+    g = t.grad.to_host()[0, 0]
+    assert g[0, 0] == 1 and g.sum() == 2 and g[1, 3] == 1  # first of the tied zeros; the NaN position
+
+
+def test_pool_layers_and_default_stride(device, rng):
+    x = nc.tensor(rng.standard_normal((2, 3, 9, 9)).astype(np.float32), device=device)
+    assert nc.nn.MaxPool2d(3)(x).shape == (2, 3, 3, 3)
+    assert nc.nn.AvgPool2d(3, stride=1, dilation=2)(x).shape == (2, 3, 5, 5)
+    assert "dilation=(2, 2)" in repr(nc.nn.MaxPool2d(2, 1, 0, 2))
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(kernel_size=0), "kernel_size"),
+    (dict(kernel_size=2, stride=0), "stride"),
+    (dict(kernel_size=2, padding=2), "half the effective kernel"),
+    (dict(kernel_size=3, dilation=5), "larger than the padded input"),
+])
+def test_pool_bad_geometry_raises_shape_error(device, kwargs, needle):
+    x = nc.zeros((1, 1, 6, 6), device=device)
+    with pytest.raises(nc.ShapeError, match=needle):
+        F.max_pool2d(x, **kwargs)
+
+
+def test_pool_rejects_wrong_rank_and_dtype(device):
+    with pytest.raises(nc.ShapeError, match="4-D"):
+        F.max_pool2d(nc.zeros((6, 6), device=device), 2)
+    with pytest.raises(nc.DTypeError):
+        F.avg_pool2d(nc.tensor(np.zeros((1, 1, 4, 4), np.int32), device=device), 2)
