@@ -105,33 +105,37 @@ class MecStrategy:
         from ..runtime.device import resolve_device
         return "A" if uses_solution_a(layer, threshold(resolve_device(device))) else "B"
 
-    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
-        """Exact bytes allocated besides the result: forward and backward_data hold the compact
-        lowering L (or grad_L), in·ow·ih·kw·ic elements, plus the filter rearranged into the paper's
-        (kh·kw·ic) × kc matrix (K·C/groups·R·S elements); backward_weight holds L, the gradient in that
-        arrangement (K·C/groups·R·S) and, for a batch above 1, grad_y regrouped by output row
-        (N·K·P·Q elements). Solution A reuses L and y's own buffer, so it adds nothing; the GEMMs are
-        arranged so that netcl's GEMM packs nothing (its packing, if a tuned entry forces it, is added)."""
+    def workspace_breakdown(self, layer: ConvLayer, pass_: str) -> dict:
+        """Every byte a pass allocates besides its result, by purpose:
+          lowering      L (or grad_L): in·ow·ih·kw·ic elements (ih = H + 2·pad_h), every pass
+          filter        forward/backward_data: the filter as the paper's (kh·kw·ic) × kc matrix;
+                        backward_weight: the gradient in that arrangement (K·C/groups·R·S elements)
+          grad_rows     backward_weight with a batch above 1: grad_y regrouped by output row (N·K·P·Q)
+          gemm_packing  the operand panels netcl.ops.gemm packs (allocated per call; summed here)
+        Solution A reuses L and y's own buffer for its h-n-w-c detour, so it adds nothing."""
         from ..runtime.device import default_device
         cg, kg, ih, ld, block, shift, width = _dims(layer)
-        weight = layer.k * cg * layer.r * layer.s
-        elements = lowered_elements(layer) + weight
-        if pass_ == "backward_weight" and layer.n > 1:
-            elements += output_elements(layer)
-        extra = 0
-        p, q = layer.out_h, layer.out_w
+        size = layer.itemsize
+        parts = {"lowering": lowered_elements(layer) * size,
+                 "filter": layer.k * cg * layer.r * layer.s * size,
+                 "grad_rows": output_elements(layer) * size if pass_ == "backward_weight" and layer.n > 1 else 0}
+        p, q, g = layer.out_h, layer.out_w, layer.groups
         dev = default_device()
         if pass_ == "forward":
             if uses_solution_a(layer, threshold(dev)):
-                extra = layer.groups * gemm_extra_bytes(dev, layer.dtype, layer.n * q, kg, width, p, 1)
+                packing = g * gemm_extra_bytes(dev, layer.dtype, layer.n * q, kg, width, p, 1)
             else:
-                extra = layer.n * layer.groups * gemm_extra_bytes(dev, layer.dtype, q, kg, width, p, 1)
+                packing = layer.n * g * gemm_extra_bytes(dev, layer.dtype, q, kg, width, p, 1)
         elif pass_ == "backward_data":
-            extra = p * layer.groups * gemm_extra_bytes(dev, layer.dtype, width, q, kg, 1, layer.n)
+            packing = p * g * gemm_extra_bytes(dev, layer.dtype, width, q, kg, 1, layer.n)
         else:
-            inner = layer.n * q
-            extra = p * layer.groups * gemm_extra_bytes(dev, layer.dtype, kg, width, inner, 1, 1)
-        return elements * layer.itemsize + extra
+            packing = p * g * gemm_extra_bytes(dev, layer.dtype, kg, width, layer.n * q, 1, 1)
+        parts["gemm_packing"] = packing
+        return parts
+
+    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
+        """Exact bytes a pass allocates besides its result: the sum of :meth:`workspace_breakdown`."""
+        return sum(self.workspace_breakdown(layer, pass_).values())
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, solution: str | None = None) -> Tensor:
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)

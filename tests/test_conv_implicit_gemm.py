@@ -1,0 +1,132 @@
+"""implicit_gemm conv2d strategy: forward and both gradients against the float64 references (odd sizes,
+channels 1/3/5/17, batch 1, strides, padding, dilation, groups, canaries), tile variants, and the exact
+workspace (0 bytes: nothing but the result is allocated).
+
+The helpers here (run_case, allocated_bytes) are shared with the winograd and mec tests."""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.ops import conv_implicit_gemm
+from netcl.ops.conv2d import conv2d
+from netcl.ops.conv_common import ConvLayer, strategies
+from netcl.runtime import memory
+from util import assert_close, conv2d_grads_ref, conv2d_ref
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def run_case(name, case, rng, device, fwd_tol=1e-5, grad_tol=1e-4):
+    """conv2d forced to ``name`` (through autograd) vs float64 NumPy, forward and both gradients."""
+    xs, ws, st, pd, dl, g, dt = case
+    if dt == "float64" and not device.has_fp64:
+        pytest.skip(f"{device.describe()} has no float64")
+    layer = ConvLayer.from_shapes(xs, ws, st, pd, dl, g, dt)
+    for pass_ in ("forward", "backward_data", "backward_weight"):
+        assert strategies()[name].why_not(layer, pass_) is None, f"{name} refuses {pass_} of {layer.describe()}"
+    x = rng.uniform(-1, 1, xs).astype(dt)
+    w = rng.uniform(-1, 1, ws).astype(dt)
+    gy = rng.uniform(-1, 1, layer.output_shape).astype(dt)
+    X = nc.Tensor.from_host(x, device, requires_grad=True)
+    W = nc.Tensor.from_host(w, device, requires_grad=True)
+    y = conv2d(X, W, stride=st, padding=pd, dilation=dl, groups=g, strategy=name)
+    args = (_pair(st), _pair(pd), _pair(dl), g)
+    assert y.shape == layer.output_shape
+    assert_close(y.to_host(), conv2d_ref(x, w, *args), fwd_tol, f"{name} forward")
+    y.backward(nc.Tensor.from_host(gy, device))
+    gx_ref, gw_ref = conv2d_grads_ref(x, w, gy, *args)
+    assert_close(X.grad.to_host(), gx_ref, grad_tol, f"{name} grad input")
+    assert_close(W.grad.to_host(), gw_ref, grad_tol, f"{name} grad weight")
+
+
+@contextlib.contextmanager
+def allocated_bytes(monkeypatch):
+    """Collects the size of every device allocation made inside the block (Tensor.empty and any
+    buffer an op allocates directly, e.g. GEMM packing) into the yielded list."""
+    sizes = []
+    real = memory.allocate
+
+    def counting(device, nbytes):
+        sizes.append(int(nbytes))
+        return real(device, nbytes)
+
+    monkeypatch.setattr(memory, "allocate", counting)
+    try:
+        yield sizes
+    finally:
+        monkeypatch.setattr(memory, "allocate", real)
+
+
+def check_workspace(name, case, device, monkeypatch, passes=("forward", "backward_data", "backward_weight"),
+                    call=None):
+    """Each pass allocates exactly workspace_bytes besides its result."""
+    xs, ws, st, pd, dl, g, dt = case
+    layer = ConvLayer.from_shapes(xs, ws, st, pd, dl, g, dt)
+    impl = strategies()[name]
+    x = nc.Tensor.from_host(np.ones(xs, dt), device)
+    w = nc.Tensor.from_host(np.ones(ws, dt), device)
+    gy = nc.Tensor.from_host(np.ones(layer.output_shape, dt), device)
+    run = call or {
+        "forward": lambda: impl.forward(x, w, layer),
+        "backward_data": lambda: impl.backward_data(gy, w, layer),
+        "backward_weight": lambda: impl.backward_weight(x, gy, layer),
+    }.__getitem__
+    for pass_ in passes:
+        run(pass_)()  # build the kernels first
+        device.synchronize()
+        with allocated_bytes(monkeypatch) as sizes:
+            out = run(pass_)()
+            device.synchronize()
+        extra = sum(sizes) - out.nbytes
+        assert extra == impl.workspace_bytes(layer, pass_), (
+            f"{name} {pass_}: allocated {sizes} (result {out.nbytes} bytes) but workspace_bytes says "
+            f"{impl.workspace_bytes(layer, pass_)}")
+
+
+# (input NCHW, weight KCRS, stride, padding, dilation, groups, dtype)
+CASES = [
+    ((1, 1, 7, 9), (3, 1, 3, 3), 1, 1, 1, 1, "float32"),
+    ((2, 3, 13, 11), (5, 3, 5, 5), 2, 2, 1, 1, "float32"),
+    ((1, 5, 15, 13), (17, 5, 3, 3), 1, 0, 2, 1, "float32"),
+    ((3, 17, 9, 7), (5, 17, 1, 1), 1, 0, 1, 1, "float32"),
+    ((1, 6, 11, 9), (9, 2, 3, 3), (2, 1), (1, 0), 1, 3, "float32"),
+    ((2, 5, 8, 7), (5, 1, 3, 3), 1, 1, 1, 5, "float32"),                    # depthwise
+    ((1, 3, 33, 31), (17, 3, 7, 7), 3, 3, (1, 2), 1, "float32"),
+    ((1, 3, 9, 7), (5, 3, 3, 3), 1, 1, 1, 1, "float64"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_implicit_gemm_matches_reference(case, rng, device, canaries):
+    run_case("implicit_gemm", case, rng, device)
+
+
+@pytest.mark.parametrize("tile", sorted(set(conv_implicit_gemm.TILES.values())) + [(16, 16, 8, 4, 4)])
+@pytest.mark.parametrize("pass_", ["forward", "backward_data", "backward_weight"])
+def test_every_tile_variant(tile, pass_, rng, device, canaries):
+    """Tiles that do not divide the problem (partial tiles in every dimension) stay exact."""
+    layer = ConvLayer.from_shapes((2, 5, 11, 9), (7, 5, 3, 3), stride=2, padding=1)
+    x = rng.uniform(-1, 1, layer.input_shape).astype(np.float32)
+    w = rng.uniform(-1, 1, layer.weight_shape).astype(np.float32)
+    gy = rng.uniform(-1, 1, layer.output_shape).astype(np.float32)
+    X, W, GY = (nc.Tensor.from_host(a, device) for a in (x, w, gy))
+    gx_ref, gw_ref = conv2d_grads_ref(x, w, gy, (2, 2), (1, 1))
+    a, b, shape, ref = {"forward": (W, X, layer.output_shape, conv2d_ref(x, w, (2, 2), (1, 1))),
+                        "backward_data": (W, GY, layer.input_shape, gx_ref),
+                        "backward_weight": (GY, X, layer.weight_shape, gw_ref)}[pass_]
+    out = conv_implicit_gemm.run_pass(pass_, a, b, nc.Tensor.empty(shape, np.float32, device), layer, tile)
+    assert_close(out.to_host(), ref, 1e-5, f"{pass_} with tile {tile}")
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[4]], ids=["strided", "grouped"])
+def test_workspace_is_zero_and_exact(case, device, monkeypatch):
+    check_workspace("implicit_gemm", case, device, monkeypatch)
+    layer = ConvLayer.from_shapes(*case)
+    assert all(strategies()["implicit_gemm"].workspace_bytes(layer, p) == 0
+               for p in ("forward", "backward_data", "backward_weight"))

@@ -1,0 +1,100 @@
+"""mec conv2d strategy: forward (both Solutions of Algorithm 2) and both gradients against float64 (odd
+sizes, channels 1/3/5/17, batch 1, strides, padding, width dilation, groups, canaries), the threshold T
+from the tuning database, the refusal of height dilation, and the exact workspace: the compact lowering
+in·ow·ih·kw·ic plus the rearranged filter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.ops import conv_mec
+from netcl.ops.conv2d import conv2d
+from netcl.ops.conv_common import ConvLayer, strategies
+from netcl.tuning import db
+from test_conv_implicit_gemm import check_workspace, run_case
+from util import assert_close, conv2d_ref
+
+CASES = [
+    ((1, 1, 7, 9), (3, 1, 3, 3), 1, 1, 1, 1, "float32"),
+    ((2, 3, 13, 11), (5, 3, 5, 5), 2, 2, 1, 1, "float32"),
+    ((1, 5, 15, 13), (17, 5, 3, 3), (1, 3), 0, (1, 2), 1, "float32"),
+    ((3, 17, 9, 7), (5, 17, 3, 3), 1, 0, 1, 1, "float32"),
+    ((1, 6, 11, 9), (9, 2, 3, 3), 1, 1, 1, 3, "float32"),                   # groups 3
+    ((2, 3, 35, 33), (4, 3, 11, 11), 4, 0, 1, 1, "float32"),                # kh < ... cv1-like, 11×11 stride 4
+    ((2, 4, 7, 7), (6, 4, 1, 1), 2, 0, 1, 1, "float32"),                    # kh ≤ sh: no overlap to remove
+    ((1, 3, 9, 7), (5, 3, 3, 3), 1, 1, 1, 1, "float64"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_mec_matches_reference(case, rng, device, canaries):
+    run_case("mec", case, rng, device)
+
+
+@pytest.mark.parametrize("solution", ["A", "B"])
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[4]], ids=["strided", "batch3", "grouped"])
+def test_both_solutions(case, solution, rng, device, canaries):
+    xs, ws, st, pd, dl, g, dt = case
+    layer = ConvLayer.from_shapes(xs, ws, st, pd, dl, g, dt)
+    if solution == "A" and conv_mec.output_elements(layer) > conv_mec.lowered_elements(layer):
+        pytest.skip("Solution A needs |O| ≤ |L|")
+    x = rng.uniform(-1, 1, xs).astype(dt)
+    w = rng.uniform(-1, 1, ws).astype(dt)
+    y = conv_mec.STRATEGY.forward(nc.Tensor.from_host(x, device), nc.Tensor.from_host(w, device), layer,
+                                  solution=solution)
+    ref = conv2d_ref(x, w, (layer.stride_h, layer.stride_w), (layer.pad_h, layer.pad_w),
+                     (layer.dil_h, layer.dil_w), g)
+    assert_close(y.to_host(), ref, 1e-5, f"Solution {solution}")
+
+
+def test_threshold_comes_from_the_tuning_database(device, monkeypatch, tmp_path):
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path))
+    assert conv_mec.threshold(device) == conv_mec.DEFAULT_T
+    layer = ConvLayer.from_shapes((2, 3, 13, 11), (5, 3, 3, 3))  # ow = 9, |O| ≤ |L|
+    db.store(device, "mec", {"T": 8})
+    assert conv_mec.threshold(device) == 8
+    assert conv_mec.STRATEGY.solution(layer, device) == "B"
+    db.store(device, "mec", {"T": 9})
+    assert conv_mec.STRATEGY.solution(layer, device) == "A"
+
+
+def test_tune_threshold_measures_both_solutions(device, monkeypatch, tmp_path):
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path))
+    layers = [ConvLayer.from_shapes((2, 4, 9, w), (4, 4, 3, 3)) for w in (5, 12)]
+    entry = conv_mec.tune_threshold(device, layers, repeat=1)
+    assert [r["ow"] for r in entry["measured"]] == [3, 10]
+    assert all(r["A_ms"] > 0 and r["B_ms"] > 0 for r in entry["measured"])
+    assert entry["T"] in (0, 3, 10)
+    assert conv_mec.threshold(device) == entry["T"]
+
+
+def test_height_dilation_is_refused_with_the_rule(device):
+    x = nc.Tensor.from_host(np.ones((1, 2, 9, 9), np.float32), device)
+    w = nc.Tensor.from_host(np.ones((3, 2, 3, 3), np.float32), device)
+    with pytest.raises(nc.ShapeError, match="dilation 1 along the height"):
+        conv2d(x, w, dilation=(2, 1), strategy="mec")
+
+
+def test_lowering_is_in_ow_ih_kw_ic(device):
+    layer = ConvLayer.from_shapes((2, 3, 13, 11), (5, 3, 5, 5), stride=2, padding=2)
+    ow, ih = layer.out_w, 13 + 4
+    weight = 5 * 3 * 5 * 5
+    impl = strategies()["mec"]
+    for pass_ in ("forward", "backward_data", "backward_weight"):
+        parts = impl.workspace_breakdown(layer, pass_)
+        assert parts["lowering"] == 2 * ow * ih * 5 * 3 * 4
+        assert parts["filter"] == weight * 4
+        assert parts["grad_rows"] == (2 * 5 * layer.out_h * ow * 4 if pass_ == "backward_weight" else 0)
+        assert impl.workspace_bytes(layer, pass_) == sum(parts.values())
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[0]], ids=["strided", "grouped", "batch1"])
+@pytest.mark.parametrize("solution", ["A", "B"])
+def test_workspace_is_exact(case, solution, device, monkeypatch, tmp_path):
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path))
+    db.store(device, "mec", {"T": 10 ** 6 if solution == "A" else 0})
+    layer = ConvLayer.from_shapes(*case)
+    if solution == "A" and not conv_mec.uses_solution_a(layer, 10 ** 6):
+        pytest.skip("Solution A needs |O| ≤ |L|")
+    check_workspace("mec", case, device, monkeypatch)

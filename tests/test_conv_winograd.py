@@ -1,0 +1,58 @@
+"""winograd F(2×2,3×3) conv2d strategy: forward and both gradients against float64 (odd and tiny sizes,
+so partial border tiles everywhere; channels 1/3/5/17; batch 1; groups; padding 0..4; canaries), the
+refusals that name the failed rule, and the exact workspace."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.ops.conv2d import conv2d
+from netcl.ops.conv_common import ConvLayer, strategies
+from test_conv_implicit_gemm import check_workspace, run_case
+
+CASES = [
+    ((1, 1, 7, 9), (3, 1, 3, 3), 1, 1, 1, 1, "float32"),
+    ((2, 3, 13, 11), (5, 3, 3, 3), 1, 0, 1, 1, "float32"),
+    ((1, 5, 15, 13), (17, 5, 3, 3), 1, 2, 1, 1, "float32"),
+    ((3, 17, 9, 7), (5, 17, 3, 3), 1, (1, 0), 1, 1, "float32"),
+    ((1, 6, 5, 3), (9, 2, 3, 3), 1, 1, 1, 3, "float32"),                    # groups 3
+    ((2, 4, 6, 6), (4, 1, 3, 3), 1, 1, 1, 4, "float32"),                    # depthwise
+    ((1, 4, 2, 2), (3, 4, 3, 3), 1, 2, 1, 1, "float32"),                    # smaller than one tile
+    ((1, 2, 5, 4), (3, 2, 3, 3), 1, 4, 1, 1, "float32"),                    # padding > 2: negative in backward
+    ((1, 3, 9, 7), (5, 3, 3, 3), 1, 1, 1, 1, "float64"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_winograd_matches_reference(case, rng, device, canaries):
+    tol = (1e-4, 5e-4) if case[-1] == "float32" else (1e-12, 1e-12)
+    run_case("winograd", case, rng, device, *tol)
+
+
+@pytest.mark.parametrize("weight, kw, rule", [
+    ((4, 3, 5, 5), {}, "needs a 3×3 kernel"),
+    ((4, 3, 3, 3), {"stride": 2}, "needs stride 1"),
+    ((4, 3, 3, 3), {"stride": (1, 2)}, "needs stride 1"),
+    ((4, 3, 3, 3), {"dilation": 2}, "needs dilation 1"),
+    ((4, 3, 1, 3), {}, "needs a 3×3 kernel"),
+])
+def test_forcing_winograd_where_it_cannot_run_names_the_rule(weight, kw, rule, device):
+    x = nc.Tensor.from_host(np.ones((1, 3, 11, 11), np.float32), device)
+    w = nc.Tensor.from_host(np.ones(weight, np.float32), device)
+    with pytest.raises(nc.ShapeError, match=rule) as info:
+        conv2d(x, w, strategy="winograd", **kw)
+    assert "winograd" in str(info.value)
+
+
+def test_workspace_formula(device):
+    layer = ConvLayer.from_shapes((2, 6, 9, 7), (4, 3, 3, 3), padding=1, groups=2)
+    tiles = 2 * 5 * 4
+    impl = strategies()["winograd"]
+    assert impl.workspace_bytes(layer, "forward") >= 4 * 16 * (4 * 3 + 6 * tiles + 4 * tiles)
+    assert impl.workspace_bytes(layer, "backward_weight") >= 4 * 16 * (6 * tiles + 4 * tiles + 4 * 3)
+
+
+@pytest.mark.parametrize("case", [CASES[2], CASES[4], CASES[7]], ids=["plain", "grouped", "pad4"])
+def test_workspace_is_exact(case, device, monkeypatch):
+    check_workspace("winograd", case, device, monkeypatch)
