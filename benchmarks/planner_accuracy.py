@@ -86,8 +86,9 @@ def main(argv=None) -> int:
             m = planner.plan_conv2d_layer(layer, pass_, "measure", device=device)
             measure_s = time.perf_counter() - start
             # The truth: every applicable candidate within the budget, timed again.
-            truth = {c.strategy: planner._time_candidate(registry[c.strategy], layer, pass_, device, rng)
-                     for c in h.candidates if c.applicable and c.within_budget}
+            timed = planner.time_strategies({c.strategy: registry[c.strategy] for c in h.candidates
+                                             if c.applicable and c.within_budget}, layer, pass_, device, rng)
+            truth = {k: v for k, v in timed.items() if isinstance(v, float)}
             best = min(truth, key=truth.get)
             profile = planner.device_profile(device, layer.dtype)
             row = {"layer": name, "pass": pass_, "shape": layer.describe(), "geometry": dataclasses.asdict(layer),

@@ -37,7 +37,8 @@ MODES = ("heuristic", "measure", "exhaustive")
 MEASURE_MARGIN = 4.0         # measure mode skips candidates predicted this many times slower than the best
 MEASURE_MIN_RUNS = 3
 MEASURE_MAX_RUNS = 9
-MEASURE_TIME_S = 0.6         # per candidate, after warm-up: stop adding runs past this
+MEASURE_TIME_S = 1.5         # per layer and pass, after warm-up: no further rounds past this
+CONTENTION = 1.3             # candidates this close to the best get the extra rounds
 CORRECTION_BOUNDS = (0.05, 20.0)
 
 
@@ -337,7 +338,8 @@ def _assess(layer: ConvLayer, pass_: str, device, budget: int) -> tuple[list[Can
     return out, uncorrected
 
 
-def _time_candidate(impl, layer: ConvLayer, pass_: str, device, rng) -> float:
+def _pass_runner(layer: ConvLayer, pass_: str, device, rng):
+    """A function running one strategy's ``pass_`` on random data of the layer's shape."""
     from ..tensor import Tensor
     dtype = np.dtype(layer.dtype)
 
@@ -345,25 +347,58 @@ def _time_candidate(impl, layer: ConvLayer, pass_: str, device, rng) -> float:
         return Tensor.from_host(rng.uniform(-1.0, 1.0, size=shape).astype(dtype), device=device)
     if pass_ == "forward":
         a, b = rand(layer.input_shape), rand(layer.weight_shape)
-        fn = lambda: impl.forward(a, b, layer)  # noqa: E731
-    elif pass_ == "backward_data":
+        return lambda impl: impl.forward(a, b, layer)
+    if pass_ == "backward_data":
         a, b = rand(layer.output_shape), rand(layer.weight_shape)
-        fn = lambda: impl.backward_data(a, b, layer)  # noqa: E731
-    else:
-        a, b = rand(layer.input_shape), rand(layer.output_shape)
-        fn = lambda: impl.backward_weight(a, b, layer)  # noqa: E731
-    fn()  # warm-up: kernel builds and first-touch allocations are not the layer's cost
-    device.synchronize()
-    times: list[float] = []
-    spent = 0.0
-    while len(times) < MEASURE_MIN_RUNS or (len(times) < MEASURE_MAX_RUNS and spent < MEASURE_TIME_S):
+        return lambda impl: impl.backward_data(a, b, layer)
+    a, b = rand(layer.input_shape), rand(layer.output_shape)
+    return lambda impl: impl.backward_weight(a, b, layer)
+
+
+def time_strategies(impls: dict, layer: ConvLayer, pass_: str, device, rng=None) -> dict:
+    """Median milliseconds of each strategy's ``pass_`` (warm-up excluded), or the error it raised.
+
+    The strategies run in interleaved rounds, so a burst of load from another process hits every
+    candidate alike. Each gets at least MEASURE_MIN_RUNS runs, except one whose single run already
+    takes over a second and three times the best; those within CONTENTION of the best get more rounds,
+    up to MEASURE_MAX_RUNS, while the rounds stay within MEASURE_TIME_S.
+    """
+    run = _pass_runner(layer, pass_, device, rng or np.random.default_rng(0))
+    results: dict[str, object] = {}
+    samples: dict[str, list[float]] = {}
+
+    def once(name):
         start = time.perf_counter()
-        fn()
+        run(impls[name])
         device.synchronize()
-        elapsed = time.perf_counter() - start
-        times.append(elapsed)
-        spent += elapsed
-    return float(np.median(times)) * 1e3
+        return time.perf_counter() - start
+    for name in impls:  # warm-up: kernel builds and first-touch allocations are not the layer's cost
+        try:
+            once(name)
+            samples[name] = []
+        except NetclError as exc:
+            results[name] = exc
+    spent, rounds = 0.0, 0
+    while samples and rounds < MEASURE_MAX_RUNS:
+        best = min((float(np.median(v)) for v in samples.values() if v), default=None)
+        active = []
+        for name, times in samples.items():
+            med = float(np.median(times)) if times else None
+            if med is None or best is None:
+                active.append(name)
+            elif rounds < MEASURE_MIN_RUNS and not (med > 1.0 and med > 3 * best):
+                active.append(name)
+            elif med <= CONTENTION * best and spent < MEASURE_TIME_S:
+                active.append(name)
+        if not active:
+            break
+        for name in active:
+            elapsed = once(name)
+            samples[name].append(elapsed)
+            spent += elapsed
+        rounds += 1
+    results.update({name: float(np.median(times)) * 1e3 for name, times in samples.items()})
+    return results
 
 
 def _measure(layer, pass_, device, candidates: list[Candidate], exhaustive: bool) -> None:
@@ -372,15 +407,16 @@ def _measure(layer, pass_, device, candidates: list[Candidate], exhaustive: bool
     if not runnable:
         return
     best_predicted = min(c.predicted_ms for c in runnable)
-    rng = np.random.default_rng(0)
-    for c in runnable:
-        if not exhaustive and c.predicted_ms > MEASURE_MARGIN * best_predicted:
-            continue
-        try:
-            c.measured_ms = _time_candidate(registry[c.strategy], layer, pass_, device, rng)
-        except NetclError as exc:
+    chosen = [c for c in runnable if exhaustive or c.predicted_ms <= MEASURE_MARGIN * best_predicted]
+    timed = time_strategies({c.strategy: registry[c.strategy] for c in chosen}, layer, pass_, device)
+    for c in chosen:
+        result = timed[c.strategy]
+        if isinstance(result, Exception):
             c.applicable, c.within_budget = False, False
-            c.why_not = f"it failed when measured ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            first = str(result).splitlines()[0] if str(result) else ""
+            c.why_not = f"it failed when measured ({type(result).__name__}: {first})"
+        else:
+            c.measured_ms = result
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -130,24 +130,36 @@ def terms(name: str, layer: ConvLayer, pass_: str, profile: DeviceProfile, strat
                               "backward_weight": (kg, cg * rs, n * pq)}[pass_]
         return Terms(gemm(rows, cols_, inner, g, IMPLICIT_GEMM_TILE), bw(x_bytes + y_bytes + w_bytes) + launch)
     if name == "mec":
-        # Lowered matrix: per image, out_w rows of (padded height × S × C), R/stride-times smaller than
-        # im2col's; then out_h GEMMs over overlapping windows of it.
+        # The compact lowering L (n·ow rows of padded height × S × C, about R/stride times smaller than
+        # im2col's), then GEMMs over shifted partitions of it: Solution A is oh calls of
+        # (n·ow × RSC)·(RSC × K), Solution B n·oh calls of (ow × RSC)·(RSC × K) batched per image.
         hp = layer.h + 2 * layer.pad_h
         lowered = n * layer.out_w * hp * layer.s * layer.c * b
-        m, k_ = {"forward": (kg, cg * rs), "backward_data": (cg * rs, kg), "backward_weight": (kg, cg * rs)}[pass_]
-        inner_cols = n * layer.out_w
-        if pass_ == "backward_weight":
-            arith = gemm(kg, cg * rs, inner_cols, layer.out_h * g)
+        width = cg * rs
+        solution = "A"
+        if strategy is not None and hasattr(strategy, "solution"):
+            try:
+                solution = strategy.solution(layer)
+            except Exception:
+                solution = "A"
+        if pass_ == "forward":
+            if solution == "A":
+                arith, calls = gemm(n * layer.out_w, kg, width, layer.out_h * g), 3
+            else:
+                arith, calls = gemm(layer.out_w, kg, width, n * layer.out_h * g), n * g + 2
+        elif pass_ == "backward_data":
+            arith, calls = gemm(width, layer.out_w, kg, n * layer.out_h * g), layer.out_h * g + 2
         else:
-            arith = gemm(m, inner_cols, k_, layer.out_h * g)
-        return Terms(arith, bw(x_bytes + 2 * lowered + w_bytes + 2 * y_bytes) + launch * 3)
+            arith, calls = gemm(kg, width, n * layer.out_w, layer.out_h * g), layer.out_h * g + 2
+        return Terms(arith, bw(x_bytes + 3 * lowered + w_bytes + 2 * y_bytes) + launch * calls)
     if name == "winograd":
         m, r = winograd_tile(strategy)
         a = m + r - 1
-        tiles = n * math.ceil(layer.out_h / m) * math.ceil(layer.out_w / m)
-        # a² products in the transformed domain: (K × C) @ (C × tiles) each (C × tiles ← K for data).
+        oh, ow = (layer.h, layer.w) if pass_ == "backward_data" else (layer.out_h, layer.out_w)
+        tiles = n * math.ceil(oh / m) * math.ceil(ow / m)
+        # a² products in the transformed domain, batched over the a² positions and the groups.
         prod = {"forward": (kg, tiles, cg), "backward_data": (cg, tiles, kg), "backward_weight": (kg, cg, tiles)}[pass_]
-        transformed = tiles * a * a * (layer.c + layer.k) * b + layer.k * cg * a * a * b
+        transformed = tiles * a * a * (cg + kg) * g * b + layer.k * cg * a * a * b
         return Terms(gemm(*prod, a * a * g), bw(x_bytes + w_bytes + y_bytes + 2 * max(transformed, workspace_bytes))
                      + launch * 4)
     # direct and strategies this model does not know: the definition's flops, one work-item per output
