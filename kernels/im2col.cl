@@ -32,7 +32,7 @@ Template parameters (all have defaults):
 Launch: im2col: 1-D, global = ceil(N*P*Q*C*R*S / (LOCAL*VEC)) * LOCAL, local = LOCAL.
         im2col_caffe: 1-D over N*C*P*Q, any local size.  copy_bandwidth: 1-D over the element count.
 </%doc>
-<%page args="T='float', IDX='long', TRANSPOSED=1, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
+<%page args="T='float', IDX='long', TRANSPOSED=1, RUNS=0, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -44,11 +44,43 @@ Launch: im2col: 1-D, global = ceil(N*P*Q*C*R*S / (LOCAL*VEC)) * LOCAL, local = L
 #define TOTAL ((${IDX})${N * P * Q * C * R * S})
 
 __kernel __attribute__((reqd_work_group_size(${LOCAL}, 1, 1)))
-void im2col(__global const ${T}* x, const long x_off, __global ${T}* cols, const long cols_off)
+void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* restrict cols, const long cols_off)
 {
-    const ${IDX} base = (${IDX})get_group_id(0) * ${LOCAL * VEC} + (${IDX})get_local_id(0);
     x += x_off;
     cols += cols_off;
+% if RUNS and TRANSPOSED:
+    /* A run of VEC consecutive entries: decode the first in closed form, then walk the run one output
+       row segment (fixed c, r, s, n, p; q varying) at a time. Within a segment the columns q whose tap
+       falls inside the input form one interval [lo, hi) (closed form), so each segment is a zero fill,
+       a strided copy of one input row and a zero fill: loops the compiler vectorizes. */
+    ${IDX} i = (${IDX})get_global_id(0) * ${VEC};
+    if (i >= TOTAL) return;
+    const ${IDX} end = min(i + ${VEC}, TOTAL);
+    const ${IDX} crs = i / NPQ, npq = i - crs * NPQ;
+    ${IDX} c = crs / RS, rs = crs - c * RS, r = rs / ${S}, s = rs - r * ${S};
+    ${IDX} n = npq / PQ, pq = npq - n * PQ, p = pq / ${Q}, q = pq - p * ${Q};
+    while (i < end) {
+        const ${IDX} q1 = min((${IDX})${Q}, q + (end - i));
+        __global ${T}* out = cols + (i - q);                 /* out[k] is the entry of column k */
+        const ${IDX} h = p * ${SH} - ${PH} + r * ${DH};
+        const ${IDX} w0 = s * ${DW} - ${PW};                  /* column k reads input column k*SW + w0 */
+        ${IDX} k = q;
+        if (h >= 0 && h < ${H}) {
+            const ${IDX} first = w0 >= 0 ? 0 : (-w0 + ${SW - 1}) / ${SW};
+            const ${IDX} last = ${W - 1} - w0 < 0 ? 0 : (${W - 1} - w0) / ${SW} + 1;
+            const ${IDX} lo = clamp(first, q, q1), hi = clamp(last, lo, q1);
+            __global const ${T}* row = x + ((n * ${C} + c) * ${H} + h) * ${W};
+            for (; k < lo; ++k) out[k] = (${T})0;
+            for (; k < hi; ++k) out[k] = row[k * ${SW} + w0];
+        }
+        for (; k < q1; ++k) out[k] = (${T})0;
+        i += q1 - q;
+        q = 0;
+        if (++p == ${P}) { p = 0; if (++n == ${N}) { n = 0; if (++s == ${S}) { s = 0; if (++r == ${R}) { r = 0; ++c; } } } }
+    }
+% else:
+    /* VEC entries spaced one work-group apart, each decoded in closed form (Alg. 2 of the paper). */
+    const ${IDX} base = (${IDX})get_group_id(0) * ${LOCAL * VEC} + (${IDX})get_local_id(0);
     for (int v = 0; v < ${VEC}; ++v) {
         const ${IDX} i = base + v * ${LOCAL};
         if (i >= TOTAL) return;
@@ -63,9 +95,11 @@ void im2col(__global const ${T}* x, const long x_off, __global ${T}* cols, const
         const bool inside = h >= 0 && h < ${H} && w >= 0 && w < ${W};
         cols[i] = inside ? x[((n * ${C} + c) * ${H} + h) * ${W} + w] : (${T})0;
     }
+% endif
 }
 
-__kernel void im2col_caffe(__global const ${T}* x, const long x_off, __global ${T}* cols, const long cols_off)
+__kernel void im2col_caffe(__global const ${T}* restrict x, const long x_off, __global ${T}* restrict cols,
+                           const long cols_off)
 {
     const ${IDX} j = get_global_id(0);
     if (j >= (${IDX})${N * C * P * Q}) return;

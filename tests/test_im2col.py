@@ -6,7 +6,7 @@ import pytest
 
 import netcl as nc
 from netcl import config
-from netcl.ops.im2col import col2im, im2col
+from netcl.ops.im2col import _layer, col2im, im2col, im2col_into
 from netcl.runtime import memory
 from util import assert_close
 
@@ -74,6 +74,19 @@ def test_im2col_matches_reference(case, transposed, dtype, rng, device, canaries
     expected = expected.T if transposed else expected
     assert cols.shape == expected.shape
     np.testing.assert_array_equal(cols.to_host(), expected.astype(dtype))  # a pure copy: exact
+
+
+@pytest.mark.parametrize("runs", [0, 16, 512], ids=["interleaved", "runs16", "runs512"])
+@pytest.mark.parametrize("case", CASES)
+def test_im2col_kernel_forms_agree(case, runs, rng, device, canaries):
+    """Both forms of the one-pass kernel (the device picks one), whatever the run length."""
+    shape, kh, kw, st, pd, dl = case
+    x = rng.uniform(-2, 2, shape).astype(np.float32)
+    layer = _layer(shape, kh, kw, st, pd, dl, "float32")
+    expected = im2col_ref(x, kh, kw, st, pd, dl).T
+    out = nc.Tensor.empty(expected.shape, np.float32, device)
+    im2col_into(device_tensor(x, device), layer, out, transposed=True, runs=runs)
+    np.testing.assert_array_equal(out.to_host(), expected.astype(np.float32))
 
 
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "gather"])
