@@ -11,6 +11,8 @@ dtype and shape class, falling back to the built-in table for the device kind.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .. import dtypes
@@ -20,7 +22,27 @@ from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from ..tuning import db
 
-PARAM_NAMES = ("MR", "VW", "NV", "WG_M", "WG_N", "KU", "LOCAL", "KC", "PACK_A", "PACK_B", "ORDER")
+# The template's parameters and their defaults (kernels/gemm.cl documents each).
+DEFAULT_PARAMS = {"MR": 4, "VW": 8, "NV": 2, "WG_M": 1, "WG_N": 1, "KU": 1, "LOCAL": 0, "KC": 16, "PACK_A": 0,
+                  "PACK_B": 0, "ORDER": "nm"}
+PARAM_NAMES = tuple(DEFAULT_PARAMS)
+
+
+def normalize(params: dict) -> dict:
+    """A complete, canonical parameter set (parameters a variant ignores get their defaults, so equal
+    kernels have equal keys); ValueError when a value is out of range."""
+    p = {**DEFAULT_PARAMS, **{k: params[k] for k in PARAM_NAMES if k in params}}
+    for k in PARAM_NAMES:
+        if k != "ORDER" and (not isinstance(p[k], int) or isinstance(p[k], bool) or p[k] < (0 if k in (
+                "LOCAL", "PACK_A", "PACK_B") else 1)):
+            raise ValueError(f"gemm parameter {k}={p[k]!r} is not a valid count")
+    if p["ORDER"] not in ("nm", "mn") or p["VW"] not in (1, 2, 3, 4, 8, 16) or p["LOCAL"] > 1:
+        raise ValueError(f"gemm parameters out of range: {params}")
+    if p["LOCAL"]:
+        p.update(PACK_A=0, PACK_B=0, KU=1)
+    else:
+        p["KC"] = DEFAULT_PARAMS["KC"]
+    return p
 
 
 def shape_class(M: int, N: int, K: int) -> str:
@@ -35,10 +57,13 @@ def shape_class(M: int, N: int, K: int) -> str:
 def params_for(device, dtype, M: int, N: int, K: int) -> dict:
     """Kernel parameters for one product: the tuned entry for (dtype, shape class), else for the dtype."""
     name = np.dtype(dtype).name
-    p = db.lookup(device, "gemm", f"{name}/{shape_class(M, N, K)}") or db.lookup(device, "gemm", name)
-    if p is None:
-        raise DTypeError(f"gemm: no kernel parameters for dtype {name}")
-    return {k: p[k] for k in PARAM_NAMES if k in p}
+    p = db.lookup(device, "gemm", f"{name}/{shape_class(M, N, K)}") or db.lookup(device, "gemm", name) or {}
+    try:
+        return normalize(p)
+    except ValueError as exc:
+        warnings.warn(f"ignoring the tuned gemm parameters for {name} ({exc}); using the defaults",
+                      RuntimeWarning, stacklevel=3)
+        return normalize(db.BUILTIN["cpu" if device.kind == "cpu" else "any"]["gemm"][name])
 
 
 def _check_operands(a: Tensor, b: Tensor, c: Tensor | None, rank: int, what: str):
@@ -85,17 +110,17 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
     if c.size == 0:
         return c
     dev = a.device
-    p = dict(params) if params is not None else params_for(dev, a.dtype, M, N, K)
+    p = normalize(params) if params is not None else params_for(dev, a.dtype, M, N, K)
     T = dtypes.c_type(a.dtype)
     scalar = a.dtype.type
-    MR, NR = p.get("MR", 4), p.get("VW", 8) * p.get("NV", 2)
+    MR, NR = p["MR"], p["VW"] * p["NV"]
     a_bs = a.strides[0] if a.shape[0] > 1 else 0
     b_bs = b.strides[0] if b.shape[0] > 1 else 0
     a_buf, a_off = a.buffer, a.offset
     b_buf, b_off = b.buffer, b.offset
-    if not p.get("LOCAL"):
+    if not p["LOCAL"]:
         # A read down its columns (a transposed operand) touches one cache line per k: pack it.
-        p["PACK_A"] = int(bool(p.get("PACK_A")) or (a_cs != 1 and M > 1 and K > 1))
+        p["PACK_A"] = int(bool(p["PACK_A"]) or (a_cs != 1 and M > 1 and K > 1))
         if p["PACK_A"] and K > 0:
             a_batches = a.shape[0]
             panels = -(-M // MR)
@@ -105,7 +130,7 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
                    a.buffer, np.int64(a.offset), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs), a_buf)
             a_off, a_rs, a_cs = 0, 0, MR
             a_bs = panels * K * MR if a_batches > 1 else 0
-        p["PACK_B"] = int(bool(p.get("PACK_B")) or (b_cs != 1 and N > 1))
+        p["PACK_B"] = int(bool(p["PACK_B"]) or (b_cs != 1 and N > 1))
         if p["PACK_B"] and K > 0:
             b_batches = b.shape[0]
             panels = -(-N // NR)
@@ -119,8 +144,8 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
             b_cs = 1  # a single column: its stride is never used
     kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **p)
     blocks_n, blocks_m = -(-N // NR), -(-M // MR)
-    wg_n, wg_m = p.get("WG_N", 1), p.get("WG_M", 1)
-    if p.get("ORDER", "nm") == "nm":
+    wg_n, wg_m = p["WG_N"], p["WG_M"]
+    if p["ORDER"] == "nm":
         grid, local = (blocks_n, blocks_m, batch), (wg_n, wg_m, 1)
     else:
         grid, local = (blocks_m, blocks_n, batch), (wg_m, wg_n, 1)

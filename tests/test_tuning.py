@@ -1,0 +1,122 @@
+"""The tuning database (round trip, damaged files, unknown devices, the cache switch) and the GEMM tuner."""
+from __future__ import annotations
+
+import json
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.ops import gemm as gemm_module
+from netcl.tuning import db
+from netcl.tuning import gemm as tuner
+from util import assert_close
+
+
+@pytest.fixture
+def tmp_cache(tmp_path, monkeypatch):
+    """A private tuning database (compiled kernels stay in the shared cache: no rebuilds)."""
+    monkeypatch.delenv("NETCL_CACHE", raising=False)
+    monkeypatch.setattr(db, "db_path", lambda: tmp_path / "tuning" / "tuning.json")
+    (tmp_path / "tuning").mkdir()
+    return tmp_path
+
+
+FAKE = "Fake Platform|Fake Device|0.0|OpenCL 1.2"
+
+
+def test_round_trip_and_identity(tmp_cache):
+    before = db.identity(FAKE)
+    assert db.lookup(FAKE, "mec") is None
+    assert db.lookup(FAKE, "mec", default={"T": 4}) == {"T": 4}
+    db.store(FAKE, "mec", {"T": 12, "measured": [1.5, 2.5]})
+    db.store(FAKE, "gemm", {"MR": 3, "gflops": 42.0}, key="float32/large")
+    assert db.lookup(FAKE, "mec") == {"T": 12, "measured": [1.5, 2.5]}
+    assert db.lookup(FAKE, "gemm", "float32/large") == {"MR": 3, "gflops": 42.0}
+    assert db.source(FAKE, "mec") == "user"
+    after = db.identity(FAKE)
+    assert after != before
+    assert db.identity("Another|device|1|x") != after
+    on_disk = json.loads(db.db_path().read_text())
+    assert on_disk["devices"][FAKE]["mec"]["*"]["T"] == 12
+    # a lookup returns a copy: changing it does not change the database
+    db.lookup(FAKE, "mec")["T"] = 99
+    assert db.lookup(FAKE, "mec")["T"] == 12
+    db.forget(FAKE, "mec")
+    assert db.lookup(FAKE, "mec") is None and db.lookup(FAKE, "gemm", "float32/large")["MR"] == 3
+
+
+def test_unknown_device_gets_builtin_defaults(tmp_cache):
+    assert db.lookup(FAKE, "gemm", "float32") == db.BUILTIN["any"]["gemm"]["float32"]
+    assert db.source(FAKE, "gemm", "float32") == "builtin"
+    fake_cpu = types.SimpleNamespace(identity=FAKE, kind="cpu")
+    assert db.lookup(fake_cpu, "gemm", "float32") == db.BUILTIN["cpu"]["gemm"]["float32"]
+    assert gemm_module.params_for(fake_cpu, np.float32, 300, 300, 300) == \
+        gemm_module.normalize(db.BUILTIN["cpu"]["gemm"]["float32"])
+    assert db.source(fake_cpu, "nothing") == "none"
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2, 3]", '{"devices": {"x": 5}}'])
+def test_damaged_file_is_ignored_with_a_warning(tmp_cache, content):
+    db.store(FAKE, "mec", {"T": 3})
+    db.db_path().write_text(content)
+    with pytest.warns(RuntimeWarning, match="tuning database"):
+        assert db.lookup(FAKE, "mec") is None
+    assert db.lookup(FAKE, "gemm", "float64") == db.BUILTIN["any"]["gemm"]["float64"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        db.store(FAKE, "mec", {"T": 5})  # a damaged file is replaced by the next store
+    assert db.lookup(FAKE, "mec") == {"T": 5}
+
+
+def test_cache_off_keeps_entries_in_process(tmp_cache, monkeypatch):
+    monkeypatch.setenv("NETCL_CACHE", "0")
+    db.store(FAKE, "mec", {"T": 7})
+    assert db.lookup(FAKE, "mec") == {"T": 7}
+    assert not db.db_path().exists()
+    db.forget(FAKE)
+    assert db.lookup(FAKE, "mec") is None
+
+
+def test_gemm_uses_stored_parameters(tmp_cache, device, rng, canaries):
+    stored = {"MR": 3, "VW": 4, "NV": 1, "WG_M": 2, "WG_N": 1, "PACK_B": 1, "ORDER": "mn", "gflops": 1.0}
+    db.store(device, "gemm", stored, key="float32/small_mn")
+    p = gemm_module.params_for(device, np.float32, 5, 40, 200)
+    assert (p["MR"], p["VW"], p["NV"], p["WG_M"], p["ORDER"]) == (3, 4, 1, 2, "mn")
+    a = rng.standard_normal((5, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 40)).astype(np.float32)
+    out = gemm_module.gemm(nc.Tensor.from_host(a, device), nc.Tensor.from_host(b, device))
+    assert_close(out.to_host(), a.astype(np.float64) @ b, 1e-5, "gemm with stored parameters")
+    assert tuner.expected_gflops(device, np.float32, 5, 40, 200) == 1.0
+    assert tuner.expected_gflops(device, np.float32, 500, 500, 500) is None
+    # an invalid stored value falls back to the built-in parameters with a warning
+    db.store(device, "gemm", {"MR": 0, "VW": 5}, key="float32/small_mn")
+    with pytest.warns(RuntimeWarning, match="gemm parameters"):
+        p = gemm_module.params_for(device, np.float32, 5, 40, 200)
+    assert p["MR"] >= 1
+
+
+def test_tuner_rejects_wrong_results(device, tmp_cache):
+    case = tuner._Case(device, np.dtype(np.float32), 9, 17, 13, np.random.default_rng(0))
+    score, rates = tuner._score([case], {"MR": 2, "VW": 4, "NV": 1}, 1, 1e-5)
+    assert score is not None and score > 0 and len(rates) == 1
+    case.ref = case.ref + 1.0  # no candidate can match a wrong reference
+    score, reason = tuner._score([case], {"MR": 2, "VW": 4, "NV": 1}, 1, 1e-5)
+    assert score is None and "relative L2 error" in reason
+
+
+def test_tuner_stores_winners(device, tmp_cache, monkeypatch):
+    small = {"large": [(40, 48, 40)], "small_k": [(24, 40, 8)], "small_mn": [(8, 40, 120)]}
+    monkeypatch.setattr(tuner, "QUICK_SHAPES", small)
+    monkeypatch.setattr(tuner, "_tiles", lambda dtype, quick: [{"MR": 2, "VW": 4, "NV": 1}])
+    monkeypatch.setattr(tuner, "_groups", lambda quick: [{"WG_M": 2, "WG_N": 1, "ORDER": "mn"}])
+    monkeypatch.setattr(tuner, "_extras", lambda quick: [{"PACK_B": 0, "PACK_A": 0, "KU": 1}])
+    result = tuner.run_cli(types.SimpleNamespace(quick=True, json=True))
+    assert "float32/large" in result["results"]
+    for key in ("float32/large", "float32/small_k", "float32/small_mn", "float32"):
+        entry = db.lookup(device, "gemm", key)
+        assert db.source(device, "gemm", key) == "user"
+        assert entry["gflops"] > 0 and {"MR", "VW", "NV"} <= set(entry)
+    assert tuner.expected_gflops(device, np.float32, 24, 40, 8) > 0
