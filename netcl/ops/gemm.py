@@ -11,6 +11,7 @@ dtype and shape class, falling back to the built-in table for the device kind.
 """
 from __future__ import annotations
 
+import threading
 import warnings
 
 import numpy as np
@@ -64,6 +65,30 @@ def params_for(device, dtype, M: int, N: int, K: int) -> dict:
         warnings.warn(f"ignoring the tuned gemm parameters for {name} ({exc}); using the defaults",
                       RuntimeWarning, stacklevel=3)
         return normalize(db.BUILTIN["cpu" if device.kind == "cpu" else "any"]["gemm"][name])
+
+
+# Packing buffers, kept per device and grown on demand: a fresh multi-megabyte buffer per call costs
+# page faults comparable to the product itself on a CPU device. Reuse is safe because every launch
+# goes to the device's one in-order queue, so a later pack cannot overtake an earlier product.
+_workspaces: dict[tuple[int, str], tuple[object, int]] = {}
+_workspace_lock = threading.Lock()
+
+
+def _workspace(device, slot: str, nbytes: int):
+    key = (id(device), slot)
+    with _workspace_lock:
+        held = _workspaces.get(key)
+        if held is None or held[1] < nbytes:
+            _workspaces.pop(key, None)
+            held = (memory.allocate(device, nbytes), nbytes)
+            _workspaces[key] = held
+        return held[0]
+
+
+def release_workspaces() -> None:
+    """Free the packing buffers (they are re-allocated by the next product that needs them)."""
+    with _workspace_lock:
+        _workspaces.clear()
 
 
 def _check_operands(a: Tensor, b: Tensor, c: Tensor | None, rank: int, what: str):
@@ -124,7 +149,7 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
         if p["PACK_A"] and K > 0:
             a_batches = a.shape[0]
             panels = -(-M // MR)
-            a_buf = memory.allocate(dev, a_batches * panels * K * MR * a.dtype.itemsize)
+            a_buf = _workspace(dev, "a", a_batches * panels * K * MR * a.dtype.itemsize)
             pack = get_kernel(dev, "gemm.cl", "gemm_pack_a", T=T, **p)
             launch(dev, pack, (K, panels, a_batches), None, np.int32(M), np.int32(K), np.int32(a_batches),
                    a.buffer, np.int64(a.offset), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs), a_buf)
@@ -134,7 +159,7 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
         if p["PACK_B"] and K > 0:
             b_batches = b.shape[0]
             panels = -(-N // NR)
-            b_buf = memory.allocate(dev, b_batches * panels * K * NR * a.dtype.itemsize)
+            b_buf = _workspace(dev, "b", b_batches * panels * K * NR * a.dtype.itemsize)
             pack = get_kernel(dev, "gemm.cl", "gemm_pack_b", T=T, **p)
             launch(dev, pack, (K, panels, b_batches), None, np.int32(K), np.int32(N), np.int32(b_batches),
                    b.buffer, np.int64(b.offset), np.int64(b_rs), np.int64(b_cs), np.int64(b_bs), b_buf)
