@@ -158,7 +158,8 @@ def train_command(args) -> dict:
     return summary
 
 
-def evaluate_checkpoint(path, data_dir=None, batch_size: int = 500) -> dict:
+def evaluate_checkpoint(path, data_dir=None, batch_size: int = 500, limit: int | None = None) -> dict:
+    """Score a checkpoint of `netcl train` (or a bare LeNet state_dict) on the (first ``limit``) test images."""
     state = serialization.load(path)
     if not isinstance(state, dict) or "model_state" not in state:
         # a bare state_dict saved with nc.save(model.state_dict(), path) is accepted for LeNet
@@ -168,6 +169,8 @@ def evaluate_checkpoint(path, data_dir=None, batch_size: int = 500) -> dict:
     model = _model(model_name, 0)
     model.load_state_dict(model_state)
     test_x, test_y = load_mnist("test", data_dir)
+    if limit is not None:
+        test_x, test_y = test_x[:limit], test_y[:limit]
     score = loop.evaluate(model, test_x, test_y, batch_size)
     return {"test_accuracy": score["accuracy"], "correct": score["correct"], "images": score["images"],
             "images_per_second": score["images_per_second"], "checkpoint": str(path), "model": model_name}

@@ -1,0 +1,212 @@
+"""`netcl bench lenet [--json] [--quick]`: LeNet speed in the layout of Hao Zhang's report.
+
+  Table 3 layout: training iterations/s (forward + backward + SGD step, data already on the device) at
+                  batch 32, 64, 128 and 256, and inference images/s at batch 256;
+  Table 4 layout: forward and backward milliseconds of every layer at batch 128;
+  first step:     seconds from `import netcl` to the first finished training step in a fresh process,
+                  with a cold kernel cache (empty NETCL_CACHE_DIR, POCL_KERNEL_CACHE=0) and a warm one.
+When PyTorch is importable the same model runs in the same process and the ratio netcl / PyTorch is
+printed for every batch size (PyTorch is not a dependency of netcl).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+BATCHES = (32, 64, 128, 256)
+LAYER_BATCH = 128
+INFER_BATCH = 256
+
+_FIRST_STEP = r"""
+import time
+t0 = time.perf_counter()
+import numpy as np
+import netcl as nc
+model = nc.models.lenet(seed=0)
+opt = nc.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x = nc.tensor(np.random.default_rng(0).standard_normal((64, 1, 28, 28)).astype(np.float32))
+y = nc.tensor(np.arange(64) % 10)
+loss = nc.nn.CrossEntropyLoss()(model(x), y)
+loss.backward()
+opt.step()
+loss.item()
+print("FIRST_STEP", time.perf_counter() - t0)
+"""
+
+
+def _sync(device) -> None:
+    device.queue.finish()
+
+
+def _timed(fn, device, min_seconds: float, min_reps: int, max_reps: int):
+    """Mean seconds per call of fn after one warm-up call, at least min_reps calls or min_seconds."""
+    fn()
+    _sync(device)
+    reps, start = 0, time.perf_counter()
+    while reps < min_reps or (time.perf_counter() - start < min_seconds and reps < max_reps):
+        fn()
+        reps += 1
+    _sync(device)
+    return (time.perf_counter() - start) / reps
+
+
+def _netcl_train_step(batch: int, device):
+    import netcl as nc
+    model = nc.models.lenet(seed=0, device=device)
+    opt = nc.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nc.nn.CrossEntropyLoss()
+    rng = np.random.default_rng(0)
+    x = nc.tensor(rng.standard_normal((batch, 1, 28, 28)).astype(np.float32), device=device)
+    y = nc.tensor(rng.integers(0, 10, batch), device=device)
+
+    def step():
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    return step, model, x
+
+
+def _torch_train_step(batch: int, torch):
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(1, 20, 5), nn.ReLU(), nn.MaxPool2d(2, 2), nn.Conv2d(20, 50, 5), nn.ReLU(),
+                          nn.MaxPool2d(2, 2), nn.Flatten(), nn.Linear(800, 500), nn.ReLU(), nn.Dropout(0.5),
+                          nn.Linear(500, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    x = torch.randn(batch, 1, 28, 28)
+    y = torch.randint(0, 10, (batch,))
+
+    def step():
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    return step, model, x
+
+
+def _layer_times(model, x, device, seconds: float):
+    """{layer: (forward ms, backward ms)} running the model layer by layer on real activations."""
+    import netcl as nc
+    out = {}
+    h = x
+    for name, layer in model.named_layers():
+        inp = h.detach().requires_grad_(True) if h.dtype.kind == "f" else h
+        fwd = _timed(lambda: layer(inp), device, seconds, 3, 200)
+        y = layer(inp)
+        gy = nc.tensor(np.ones(y.shape, np.float32), device=device)
+
+        def both():
+            inp.grad = None
+            for p in layer.parameters():
+                p.grad = None
+            layer(inp).backward(gy)
+        total = _timed(both, device, seconds, 3, 200)
+        out[name] = (1e3 * fwd, 1e3 * max(total - fwd, 0.0))
+        h = y.detach()
+    return out
+
+
+def _first_step(cold: bool, cache_dir: str) -> float | None:
+    env = dict(os.environ, NETCL_CACHE_DIR=cache_dir)
+    if cold:
+        env["POCL_KERNEL_CACHE"] = "0"
+    proc = subprocess.run([sys.executable, "-c", _FIRST_STEP], env=env, capture_output=True, text=True, timeout=600)
+    for line in proc.stdout.splitlines():
+        if line.startswith("FIRST_STEP"):
+            return float(line.split()[1])
+    sys.stderr.write(proc.stderr[-2000:])
+    return None
+
+
+def run(args):
+    import netcl as nc
+    device = nc.default_device()
+    quick = bool(getattr(args, "quick", False))
+    seconds = 0.5 if quick else 2.0
+    min_reps = getattr(args, "repeat", None) or (3 if quick else 10)
+    try:
+        import torch
+        torch.manual_seed(0)
+    except ImportError:
+        torch = None
+
+    result = {"device": device.describe(), "train_iterations_per_second": {}, "torch_iterations_per_second": {},
+              "ratio_to_torch": {}}
+    for batch in BATCHES:
+        step, model, x = _netcl_train_step(batch, device)
+        result["train_iterations_per_second"][batch] = 1.0 / _timed(step, device, seconds, min_reps, 10_000)
+        if torch is not None:
+            tstep = _torch_train_step(batch, torch)[0]
+            per = _timed(tstep, device, seconds, min_reps, 10_000)
+            result["torch_iterations_per_second"][batch] = 1.0 / per
+            result["ratio_to_torch"][batch] = result["train_iterations_per_second"][batch] * per
+
+    _, model, x = _netcl_train_step(INFER_BATCH, device)
+    model.eval()
+
+    def infer():
+        with nc.no_grad():
+            model(x)
+    result["inference_images_per_second"] = INFER_BATCH / _timed(infer, device, seconds, min_reps, 10_000)
+    if torch is not None:
+        _, tmodel, tx = _torch_train_step(INFER_BATCH, torch)
+        tmodel.eval()
+
+        def tinfer():
+            with torch.no_grad():
+                tmodel(tx)
+        result["torch_inference_images_per_second"] = INFER_BATCH / _timed(tinfer, device, seconds, min_reps, 10_000)
+
+    _, model, x = _netcl_train_step(LAYER_BATCH, device)
+    result["layers_ms_batch_128"] = {k: {"forward": f, "backward": b}
+                                     for k, (f, b) in _layer_times(model, x, device, seconds / 4).items()}
+
+    with tempfile.TemporaryDirectory(prefix="netcl-bench-cache-") as cache:
+        result["first_step_seconds"] = {"cold": _first_step(True, cache), "warm": _first_step(False, cache)}
+
+    _print(result)
+    return result if getattr(args, "json", False) else None
+
+
+def _print(r) -> None:
+    out = sys.stdout
+    print(f"LeNet on {r['device']}", file=out)
+    print("training iterations/s (forward + backward + SGD step)", file=out)
+    print(f"  {'implementation':<16}" + "".join(f"{b:>11}" for b in BATCHES), file=out)
+    print(f"  {'netcl':<16}" + "".join(f"{r['train_iterations_per_second'][b]:>11.1f}" for b in BATCHES), file=out)
+    if r["torch_iterations_per_second"]:
+        print(f"  {'PyTorch':<16}" + "".join(f"{r['torch_iterations_per_second'][b]:>11.1f}" for b in BATCHES),
+              file=out)
+        print(f"  {'netcl / PyTorch':<16}" + "".join(f"{r['ratio_to_torch'][b]:>11.2f}" for b in BATCHES), file=out)
+    else:
+        print("  (PyTorch is not installed: no ratio)", file=out)
+    line = f"inference at batch {INFER_BATCH}: {r['inference_images_per_second']:.0f} images/s"
+    if "torch_inference_images_per_second" in r:
+        line += f" (PyTorch {r['torch_inference_images_per_second']:.0f})"
+    print(line, file=out)
+    print(f"per-layer milliseconds at batch {LAYER_BATCH}", file=out)
+    print(f"  {'layer':<10}{'forward':>10}{'backward':>10}", file=out)
+    for name, t in r["layers_ms_batch_128"].items():
+        print(f"  {name:<10}{t['forward']:>10.2f}{t['backward']:>10.2f}", file=out)
+    fs = r["first_step_seconds"]
+    fmt = lambda v: "failed" if v is None else f"{v:.2f} s"  # noqa: E731
+    print(f"first training step in a fresh process: cold cache {fmt(fs['cold'])}, warm cache {fmt(fs['warm'])}",
+          file=out)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    import argparse
+    p = argparse.ArgumentParser()
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--repeat", type=int, default=None)
+    a = p.parse_args()
+    res = run(a)
+    if a.json:
+        print(json.dumps(res))

@@ -1,0 +1,102 @@
+"""End to end on real MNIST (../shared/data/mnist): LeNet learns (> 90% test accuracy in a few hundred
+steps), checkpoint -> load -> eval reproduces the accuracy, --resume equals the uninterrupted run, and the
+`netcl train` / `netcl eval` commands work with --data-dir and with NETCL_DATA."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl import serialization
+from netcl.cli.main import main
+from netcl.data.mnist import load_mnist
+from netcl.training import cli as training
+from netcl.training.loop import evaluate
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
+pytestmark = pytest.mark.skipif(not (SHARED / "train-images-idx3-ubyte.gz").exists(),
+                                reason="../shared/data/mnist is not present")
+EVAL_IMAGES = 2000
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lenet")
+    summary = training.train("lenet", epochs=1, batch_size=64, data_dir=SHARED, out=out, seed=0, limit_steps=200,
+                             eval_limit=EVAL_IMAGES, progress=False, log=lambda *a, **k: None)
+    return out, summary
+
+
+def test_lenet_learns_mnist_in_a_few_hundred_steps(trained):
+    out, summary = trained
+    assert summary["test_accuracy"] > 0.90, summary
+    assert summary["epochs"] == 1 and np.isfinite(summary["train_loss"]) and summary["train_loss"] < 1.0
+    assert summary["images_per_second"] > 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["epochs"][0]["test_accuracy"] == summary["test_accuracy"]
+
+
+def test_checkpoint_load_eval_gives_the_same_accuracy(trained, device):
+    out, summary = trained
+    result = training.evaluate_checkpoint(out / "checkpoint.ncl", SHARED, limit=EVAL_IMAGES)
+    assert result["test_accuracy"] == summary["test_accuracy"] and result["images"] == EVAL_IMAGES
+    state = serialization.load(out / "checkpoint.ncl")
+    model = nc.models.lenet(seed=123)
+    model.load_state_dict(state["model_state"])
+    x, y = load_mnist("test", SHARED)
+    assert evaluate(model, x[:EVAL_IMAGES], y[:EVAL_IMAGES])["accuracy"] == summary["test_accuracy"]
+
+
+def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, monkeypatch):
+    nc.use_deterministic(True)
+    try:
+        kw = dict(epochs=2, batch_size=32, data_dir=SHARED, seed=5, limit_steps=4, eval_limit=64, progress=False,
+                  log=lambda *a, **k: None)
+        straight = training.train("lenet", out=tmp_path / "a", **kw)
+        training.train("lenet", out=tmp_path / "b", stop_after=1, **kw)
+        assert serialization.load(tmp_path / "b" / "checkpoint.ncl")["epoch"] == 1
+        resumed = training.train("lenet", out=tmp_path / "b", resume=True, **kw)
+    finally:
+        nc.use_deterministic(False)
+    a = serialization.load(tmp_path / "a" / "checkpoint.ncl")
+    b = serialization.load(tmp_path / "b" / "checkpoint.ncl")
+    for key, value in a["model_state"].items():
+        assert np.array_equal(value.to_host(), b["model_state"][key].to_host()), key
+    for index, state in a["optimizer"]["state"].items():
+        assert np.array_equal(state["momentum_buffer"], b["optimizer"]["state"][index]["momentum_buffer"])
+    assert a["dropout"] == b["dropout"] and resumed["train_loss"] == straight["train_loss"]
+    assert [h["epoch"] for h in b["history"]] == [1, 2]
+
+
+def test_damaged_checkpoint_and_missing_resume(tmp_path):
+    (tmp_path / "checkpoint.ncl").write_bytes(b"NETCLCK\x00" + b"\x01" * 60)
+    with pytest.raises(nc.CheckpointError):
+        training.evaluate_checkpoint(tmp_path / "checkpoint.ncl", SHARED)
+    with pytest.raises(nc.CheckpointError, match="no checkpoint"):
+        training.train("lenet", data_dir=SHARED, out=tmp_path / "empty", resume=True, progress=False)
+
+
+def test_cli_train_and_eval_with_data_dir_and_netcl_data(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    code = main(["train", "lenet", "--epochs", "1", "--limit-steps", "2", "--batch-size", "16", "--data-dir",
+                 str(SHARED), "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert set(summary) >= {"test_accuracy", "train_loss", "epochs", "images_per_second", "checkpoint"}
+    assert Path(summary["checkpoint"]).exists() and "epoch 1/1" in captured.err
+    monkeypatch.setenv("NETCL_DATA", str(SHARED))
+    code = main(["eval", summary["checkpoint"], "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out.strip().splitlines()[-1])["test_accuracy"] == summary["test_accuracy"]
+
+
+def test_cli_missing_data_is_one_line_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("NETCL_DATA", raising=False)
+    code = main(["train", "lenet", "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 1 and "DataError" in err and "--data-dir" in err and len(err.strip().splitlines()) == 1
