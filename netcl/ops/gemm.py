@@ -70,6 +70,7 @@ def params_for(device, dtype, M: int, N: int, K: int) -> dict:
 # Packing buffers, kept per device and grown on demand: a fresh multi-megabyte buffer per call costs
 # page faults comparable to the product itself on a CPU device. Reuse is safe because every launch
 # goes to the device's one in-order queue, so a later pack cannot overtake an earlier product.
+_SMALL_OPERAND_BYTES = 32 * 1024
 _workspaces: dict[tuple[int, str], tuple[object, int]] = {}
 _workspace_lock = threading.Lock()
 
@@ -144,8 +145,10 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
     a_buf, a_off = a.buffer, a.offset
     b_buf, b_off = b.buffer, b.offset
     if not p["LOCAL"]:
-        # A read down its columns (a transposed operand) touches one cache line per k: pack it.
-        p["PACK_A"] = int(bool(p["PACK_A"]) or (a_cs != 1 and M > 1 and K > 1))
+        # A read down its columns (a transposed operand) touches one cache line per k: pack it, unless
+        # it fits in L1 anyway; then one launch fewer matters more (PoCL's launch latency, docs/gemm.md).
+        small_a = M * K * a.dtype.itemsize <= _SMALL_OPERAND_BYTES
+        p["PACK_A"] = int((bool(p["PACK_A"]) and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a))
         if p["PACK_A"] and K > 0:
             a_batches = a.shape[0]
             panels = -(-M // MR)
@@ -155,7 +158,8 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
                    a.buffer, np.int64(a.offset), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs), a_buf)
             a_off, a_rs, a_cs = 0, 0, MR
             a_bs = panels * K * MR if a_batches > 1 else 0
-        p["PACK_B"] = int(bool(p["PACK_B"]) or (b_cs != 1 and N > 1))
+        small_b = K * N * a.dtype.itemsize <= _SMALL_OPERAND_BYTES and b_cs == 1
+        p["PACK_B"] = int((bool(p["PACK_B"]) and not small_b) or (b_cs != 1 and N > 1))
         if p["PACK_B"] and K > 0:
             b_batches = b.shape[0]
             panels = -(-N // NR)
