@@ -12,6 +12,9 @@ Template parameters (all have defaults):
   OP        "max" | "avg"                                                (default "max")
   COUNT_PAD avg only: divide by KH*KW (True, PyTorch's count_include_pad) or by the number of taps
             that fall inside the input (False)                          (default True)
+  RELU      max only: compute maxpool(relu(x)) = relu(maxpool(x)) in one pass; a window whose max is
+            not positive outputs 0 with argmax -1, so backward sends it no gradient, exactly as the
+            separate ReLU would                                          (default False)
 
 Kernels:
   pool_forward   one work-item per output element; max writes the winning input index (ih*W + iw,
@@ -24,7 +27,7 @@ Kernels:
 Launch: 3-D global size (width, height, N*C planes) of the output (forward, backward_disjoint) or of
 the input (backward), any local size; the width/height tails are guarded.
 </%doc>
-<%page args="T='float', KH=2, KW=2, OP='max', COUNT_PAD=True"/>
+<%page args="T='float', KH=2, KW=2, OP='max', COUNT_PAD=True, RELU=False"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -64,7 +67,11 @@ __kernel void pool_forward(
 % endif
         }
     }
-% if OP == 'max':
+% if OP == 'max' and RELU:
+    const bool positive = best > (${T}) 0 || isnan(best);
+    y[y_off + o] = positive ? best : (${T}) 0;
+    arg[arg_off + o] = positive ? best_at : -1;
+% elif OP == 'max':
     y[y_off + o] = best;
     arg[arg_off + o] = best_at;
 % elif COUNT_PAD:

@@ -108,3 +108,20 @@ def test_pool_rejects_wrong_rank_and_dtype(device):
         F.max_pool2d(nc.zeros((6, 6), device=device), 2)
     with pytest.raises(nc.DTypeError):
         F.avg_pool2d(nc.tensor(np.zeros((1, 1, 4, 4), np.int32), device=device), 2)
+
+
+@pytest.mark.parametrize("shape,k,s,p,d", [CASES[0], CASES[2], CASES[3]])
+def test_fused_relu_max_pool_equals_relu_then_pool(device, rng, canaries, shape, k, s, p, d):
+    x_host = rng.uniform(-2, 2, size=shape).astype(np.float32)
+    x_host[0, 0, :3, :3] = -1.0  # a window with no positive value
+    gy = rng.uniform(-1, 1, size=PoolGeometry.make(shape, k, s, p, d).output_shape).astype(np.float32)
+    results = []
+    for fused in (True, False):
+        x = nc.tensor(x_host, device=device, requires_grad=True)
+        y = F.max_pool2d(x, k, s, p, d, fused_relu=True) if fused else F.max_pool2d(x.relu(), k, s, p, d)
+        y.backward(nc.tensor(gy, device=device))
+        results.append((y.to_host(), x.grad.to_host()))
+    assert np.array_equal(results[0][0], results[1][0])
+    assert np.array_equal(results[0][1], results[1][1])
+    model = nc.nn.Sequential(nc.nn.ReLU(), nc.nn.MaxPool2d(k, s, p, d))
+    assert np.array_equal(model(nc.tensor(x_host, device=device)).to_host(), results[1][0])

@@ -33,19 +33,20 @@ class LinearFunction(Function):
 
 
 class Pool2dFunction(Function):
-    """Max or average pooling; max keeps the int32 argmax of every window for backward."""
+    """Max or average pooling; max keeps the int32 argmax of every window for backward (-1 where a fused
+    ReLU zeroed the window, which then receives no gradient)."""
 
     @staticmethod
-    def forward(ctx, x, geometry, op, count_include_pad):
+    def forward(ctx, x, geometry, op, count_include_pad, relu=False):
         from ..ops.pool import pool_forward
-        y, arg = pool_forward(x, geometry, op, count_include_pad)
+        y, arg = pool_forward(x, geometry, op, count_include_pad, relu)
         ctx.geometry, ctx.op, ctx.count_include_pad, ctx.arg = geometry, op, count_include_pad, arg
         return y
 
     @staticmethod
     def backward(ctx, g):
         from ..ops.pool import pool_backward
-        return pool_backward(g, ctx.geometry, ctx.op, ctx.arg, ctx.count_include_pad), None, None, None
+        return pool_backward(g, ctx.geometry, ctx.op, ctx.arg, ctx.count_include_pad), None, None, None, None
 
 
 class CrossEntropyFunction(Function):

@@ -33,15 +33,17 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return y if x.ndim == 2 else y.reshape(lead + (weight.shape[0],))
 
 
-def _pool(x: Tensor, op: str, kernel_size, stride, padding, dilation, count_include_pad=True) -> Tensor:
+def _pool(x: Tensor, op: str, kernel_size, stride, padding, dilation, count_include_pad=True, relu=False) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op}_pool2d: input must be a netcl Tensor, got {type(x).__name__}")
     geometry = PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation)
-    return rules_nn.Pool2dFunction.apply(x, geometry, op, bool(count_include_pad))
+    return rules_nn.Pool2dFunction.apply(x, geometry, op, bool(count_include_pad), bool(relu))
 
 
-def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1) -> Tensor:
-    return _pool(x, "max", kernel_size, stride, padding, dilation)
+def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, fused_relu: bool = False) -> Tensor:
+    """Max pooling; ``fused_relu`` computes max_pool2d(relu(x)) in one kernel (same values and gradients,
+    without the ReLU's passes over the larger input)."""
+    return _pool(x, "max", kernel_size, stride, padding, dilation, relu=fused_relu)
 
 
 def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, count_include_pad=True) -> Tensor:

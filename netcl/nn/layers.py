@@ -121,8 +121,8 @@ class MaxPool2d(_Pool2d):
     stride defaults to kernel_size.
     """
 
-    def forward(self, x):
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation)
+    def forward(self, x, fused_relu=False):
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, fused_relu)
 
 
 class AvgPool2d(_Pool2d):
@@ -193,8 +193,19 @@ class Sequential(Module):
             setattr(self, name, module)
 
     def forward(self, x):
-        for module in self._modules.values():
+        modules = list(self._modules.values())
+        k = 0
+        while k < len(modules):
+            module = modules[k]
+            following = modules[k + 1] if k + 1 < len(modules) else None
+            if type(module) is ReLU and type(following) is MaxPool2d:
+                # relu then max-pool == max-pool of relu in one kernel: the same values and gradients
+                # without two passes over the larger activation
+                x = following.forward(x, fused_relu=True)
+                k += 2
+                continue
             x = module(x)
+            k += 1
         return x
 
     def __len__(self):

@@ -96,19 +96,22 @@ def _check_input(x: Tensor, what: str) -> Tensor:
     return x if x.is_contiguous() else x.contiguous()
 
 
-def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: bool = True):
+def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: bool = True, relu: bool = False):
     return get_kernel(x.device, "pool.cl", name, T=dtypes.c_type(x.dtype), KH=g.kh, KW=g.kw, OP=op,
-                      COUNT_PAD=bool(count_include_pad))
+                      COUNT_PAD=bool(count_include_pad), RELU=bool(relu))
 
 
-def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = True):
-    """(y, argmax) for op "max" (argmax: int32 index ih*W + iw into each input plane), (y, None) for "avg"."""
+def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = True, relu: bool = False):
+    """(y, argmax) for op "max" (argmax: int32 index ih*W + iw into each input plane), (y, None) for "avg".
+    ``relu`` (max only) fuses a preceding ReLU: y = maxpool(relu(x)); backward needs nothing else."""
+    if relu and op != "max":
+        raise ShapeError("a fused ReLU is only defined for max pooling")
     x = _check_input(x, f"{op}_pool2d")
     if x.shape != g.input_shape:
         raise ShapeError(f"pooling geometry is for input {g.input_shape}, got {x.shape}")
     y = Tensor.empty(g.output_shape, x.dtype, x.device)
     arg = Tensor.empty(g.output_shape, np.int32, x.device) if op == "max" else None
-    kernel = _kernel(x, g, op, "pool_forward", count_include_pad)
+    kernel = _kernel(x, g, op, "pool_forward", count_include_pad, relu)
     arg_buf, arg_off = (arg.buffer, arg.offset) if arg is not None else (y.buffer, 0)
     launch(x.device, kernel, (g.out_w, g.out_h, g.n * g.c), None, x.buffer, np.int64(x.offset),
            y.buffer, np.int64(y.offset), arg_buf, np.int64(arg_off), *g._args())
