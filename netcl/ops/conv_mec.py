@@ -98,6 +98,12 @@ class MecStrategy:
         if layer.dil_h != 1:
             return (f"needs dilation 1 along the height, got {layer.dil_h} (a partition of L must be "
                     f"consecutive rows)")
+        from ..runtime.device import default_device
+        device = default_device()
+        nbytes = lowered_elements(layer) * layer.itemsize
+        if nbytes > device.max_alloc_bytes:
+            return (f"its lowering L (in·ow·ih·kw·ic) needs {nbytes:,} bytes, more than the largest single "
+                    f"allocation {device.name} allows ({device.max_alloc_bytes:,})")
         return None
 
     def solution(self, layer: ConvLayer, device=None) -> str:

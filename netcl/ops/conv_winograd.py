@@ -129,6 +129,14 @@ class WinogradStrategy:
             return f"needs stride 1, got {layer.stride_h}×{layer.stride_w}"
         if (layer.dil_h, layer.dil_w) != (1, 1):
             return f"needs dilation 1, got {layer.dil_h}×{layer.dil_w}"
+        from ..runtime.device import default_device
+        device = default_device()
+        th, tw, tiles = _tiles(layer.n, *((layer.h, layer.w) if pass_ == "backward_data" else
+                                          (layer.out_h, layer.out_w)))
+        nbytes = 16 * max(layer.c, layer.k) * tiles * layer.itemsize
+        if nbytes > device.max_alloc_bytes:
+            return (f"its transformed tiles (16 × channels × tiles) need {nbytes:,} bytes, more than the "
+                    f"largest single allocation {device.name} allows ({device.max_alloc_bytes:,})")
         return None
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
