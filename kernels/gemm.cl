@@ -138,9 +138,9 @@ void gemm_tiled(GEMM_ARGS)
 % endfor
 % endfor
 % if not LOCAL:
+    if (m0 >= M || n0 >= N) return;  // grid padding (no barriers on this path, so leaving early is fine)
 % if PACK_A:
-    // Work-items past M (grid padding) read the last panel and store nothing.
-    __global const ${T}* apanel = A + (long)min(m0 / ${MR}, (M - 1) / ${MR}) * K * ${MR};
+    __global const ${T}* apanel = A + (long)(m0 / ${MR}) * K * ${MR};
 % for i in range(MR):
     __global const ${T}* ap${i} = apanel + ${i};
 % endfor
@@ -153,7 +153,7 @@ void gemm_tiled(GEMM_ARGS)
 <% a_cs = 'a_cs' %>
 % endif
 % if PACK_B:
-    if (n0 < N) {
+    {
         __global const ${T}* bp = B + (long)(n0 / ${NR}) * K * ${NR};
 <% b_rs = NR %>
 % else:
@@ -173,7 +173,7 @@ ${fma_step(lambda i: 'ap%d[(k + %d) * %s]' % (i, u, a_cs), lambda j: vload('bp +
 ${fma_step(lambda i: 'ap%d[k * %s]' % (i, a_cs), lambda j: vload('bp + k * %s + %d' % (b_rs, j * VW)))}
         }
 % if not PACK_B:
-    } else if (n0 < N) {
+    } else {
         // Column tail: element loads with indices clamped to N-1 (those lanes are never stored).
         for (int k = 0; k < K; ++k) {
             __global const ${T}* bp = B + k * b_rs;

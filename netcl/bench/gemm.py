@@ -67,29 +67,26 @@ def measure(M: int, N: int, K: int, repeat: int, device, textbook: bool = True, 
 
 
 def run(args) -> dict:
+    """Print the table (also with --json: the CLI prints the returned object as the last line)."""
     import netcl as nc
     from ..tuning import db
     device = nc.default_device()
     quick = bool(getattr(args, "quick", False))
     repeat = getattr(args, "repeat", None) or (3 if quick else 7)
+    print(f"GEMM float32 on {device.describe()}, GFLOP/s (median of {repeat}; tuning db {db.identity(device)})")
+    print(f"{'kind':7s} {'M x N x K':>18s} {'netcl':>8s} {'numpy':>8s} {'textbook':>9s} {'/numpy':>7s} {'/textbook':>9s}")
     rows = []
-    header = f"{'kind':7s} {'M x N x K':>18s} {'netcl':>8s} {'numpy':>8s} {'textbook':>9s} {'/numpy':>7s} {'/textbook':>9s}"
-    if not getattr(args, "json", False):
-        print(f"GEMM float32 on {device.describe()}, GFLOP/s (median of {repeat})")
-        print(header)
     for kind, (M, N, K) in shapes(quick):
         row = measure(M, N, K, repeat, device)
         row["kind"] = kind
         rows.append(row)
-        if not getattr(args, "json", False):
-            print(f"{kind:7s} {f'{M} x {N} x {K}':>18s} {row['netcl_gflops']:8.1f} {row['numpy_gflops']:8.1f} "
-                  f"{row['textbook_gflops']:9.1f} {row['vs_numpy']:7.2f} {row['vs_textbook']:9.1f}", flush=True)
+        print(f"{kind:7s} {f'{M} x {N} x {K}':>18s} {row['netcl_gflops']:8.1f} {row['numpy_gflops']:8.1f} "
+              f"{row['textbook_gflops']:9.1f} {row['vs_numpy']:7.2f} {row['vs_textbook']:9.1f}", flush=True)
     square = [r["vs_numpy"] for r in rows if r["kind"] == "square" and r["M"] >= 512]
     lenet = [r["vs_numpy"] for r in rows if r["kind"] == "lenet"]
     summary = {"min_vs_numpy_square_512_2048": min(square) if square else None,
                "min_vs_numpy_lenet": min(lenet) if lenet else None,
                "geomean_vs_numpy_lenet": round(float(np.exp(np.mean(np.log(lenet)))), 3) if lenet else None}
-    if not getattr(args, "json", False):
-        print("summary:", ", ".join(f"{k} {v}" for k, v in summary.items()))
+    print("summary:", ", ".join(f"{k} {v}" for k, v in summary.items()))
     return {"benchmark": "gemm", "device": device.describe(), "device_identity": device.identity,
             "tuning_db": db.identity(device), "repeat": repeat, "rows": rows, "summary": summary}

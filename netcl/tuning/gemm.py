@@ -42,9 +42,9 @@ def _tiles(dtype: str, quick: bool):
 
 
 def _groups(quick: bool):
-    groups = [(1, 1, "mn"), (8, 1, "mn"), (1, 8, "nm"), (4, 4, "mn"), (16, 1, "mn")]
+    groups = [(1, 1, "mn"), (8, 1, "mn"), (1, 8, "nm"), (4, 4, "mn"), (32, 1, "mn"), (128, 1, "mn"), (1, 32, "nm")]
     if not quick:
-        groups += [(1, 1, "nm"), (4, 4, "nm"), (2, 8, "nm"), (32, 1, "mn")]
+        groups += [(1, 1, "nm"), (4, 4, "nm"), (2, 8, "nm"), (16, 1, "mn"), (64, 1, "mn"), (1, 128, "nm")]
     return [{"WG_M": m, "WG_N": n, "ORDER": o} for m, n, o in groups]
 
 
@@ -150,6 +150,8 @@ def tune_class(device, dtype: str, cls: str, quick: bool, log=print) -> dict:
         stage_base = dict(best) if best.get("LOCAL") == base.get("LOCAL") else dict(base)
         for change in stage:
             candidate = normalize({**stage_base, **change})
+            if candidate["WG_M"] * candidate["WG_N"] > device.max_work_group_size:
+                continue
             score = trial(candidate)
             if score is not None and score > best_score:
                 best, best_score = candidate, score
