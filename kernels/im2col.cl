@@ -6,14 +6,19 @@ Layouts (rows x columns, row-major, contiguous):
   TRANSPOSED=1  (C*R*S, N*P*Q): the memo's layout, fed to W(K, CRS) x cols as the B operand
 with  cols[(n,p,q), (c,r,s)] = x[n, c, p*SH - PH + r*DH, q*SW - PW + s*DW]   (0 outside the input).
 
-im2col          the one-pass form (Zhang 2017, Alg. 2): the launch is flat over the output matrix; each
-                work-item turns its flat index into (c, r, s, n, p, q) in closed form, with no loop over
-                the kernel window. A work-item writes VEC elements spaced one work-group apart
-                (element = group * LOCAL * VEC + v * LOCAL + local id), so neighbouring work-items always
-                touch neighbouring elements (coalesced on GPUs, vectorized across work-items on CPUs).
+im2col          the one-pass form (Zhang 2017, Alg. 2): the launch is flat over the output matrix and
+                each work-item finds its (c, r, s, n, p, q) in closed form, with no loop over the
+                kernel window. Two forms of "one work-item per small vector of entries":
+                RUNS=0 (GPUs): VEC entries spaced one work-group apart (entry = group*LOCAL*VEC +
+                  v*LOCAL + local id), each decoded in closed form, so neighbouring work-items touch
+                  neighbouring entries (coalesced).
+                RUNS=1 (CPUs, TRANSPOSED=1 only): VEC consecutive entries; the first is decoded in
+                  closed form, then the run is walked one output-row segment at a time, each segment a
+                  zero fill, a strided copy of one input row and a zero fill (vectorizable loops).
 im2col_caffe    the Caffe-style form, only for `netcl bench im2col`: one work-item per (n, c, p, q) with
-                two loops over the kernel window (writes TRANSPOSED=1 layout only).
-copy_bandwidth  dst[i] = src[i]: the device's copy bandwidth, the roofline the benchmark reports against.
+                two loops over the kernel window (writes the TRANSPOSED=1 layout only).
+copy_bandwidth  dst[i] = src[i], VEC consecutive elements per work-item: the device's copy bandwidth,
+                the roofline the benchmark reports against.
 
 The geometry is compiled in (the divisions by R, S, P, Q... become multiplications), so one program
 exists per layer shape; the disk cache keeps it.
@@ -22,7 +27,8 @@ Template parameters (all have defaults):
   T           element type, "float" or "double"                  (default "float")
   IDX         index type, "int" when every index fits, else "long" (default "long")
   TRANSPOSED  1 for the (CRS, NPQ) layout, 0 for (NPQ, CRS)        (default 1)
-  VEC         output elements per work-item                        (default 4)
+  RUNS        1: the run form, 0: the interleaved form             (default 0)
+  VEC         entries per work-item                                (default 4)
   LOCAL       the work-group size the kernel is launched with      (default 64)
   N C H W     input shape                                          (default 1 1 1 1)
   R S         kernel window                                        (default 1 1)
@@ -30,7 +36,8 @@ Template parameters (all have defaults):
   SH SW PH PW DH DW   stride, padding, dilation                    (default 1 1 0 0 1 1)
 
 Launch: im2col: 1-D, global = ceil(N*P*Q*C*R*S / (LOCAL*VEC)) * LOCAL, local = LOCAL.
-        im2col_caffe: 1-D over N*C*P*Q, any local size.  copy_bandwidth: 1-D over the element count.
+        im2col_caffe: 1-D over N*C*P*Q, any local size.
+        copy_bandwidth: 1-D over ceil(n / VEC), any local size.
 </%doc>
 <%page args="T='float', IDX='long', TRANSPOSED=1, RUNS=0, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
 % if T == 'double':
@@ -117,8 +124,9 @@ __kernel void im2col_caffe(__global const ${T}* restrict x, const long x_off, __
     }
 }
 
-__kernel void copy_bandwidth(__global const ${T}* src, __global ${T}* dst, const long n)
+__kernel void copy_bandwidth(__global const ${T}* restrict src, __global ${T}* restrict dst, const long n)
 {
-    const long i = get_global_id(0);
-    if (i < n) dst[i] = src[i];
+    const long first = get_global_id(0) * ${VEC};
+    const long end = min(first + ${VEC}, n);
+    for (long i = first; i < end; ++i) dst[i] = src[i];
 }

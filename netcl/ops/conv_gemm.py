@@ -10,25 +10,31 @@ import numpy as np
 from ..runtime.device import resolve_device
 from ..tensor import Tensor
 from .conv_common import ConvLayer, register
+from . import gemm as gemm_module
 from .gemm import gemm_batched, params_for
 
 
 def gemm_pack_bytes(dtype, M: int, N: int, K: int, a_batches: int, b_batches: int, a_cs: int, b_cs: int,
                     device=None) -> int:
-    """Bytes gemm_batched allocates to pack its operands for one call of op(A) (M, K) times op(B) (K, N)
-    with column strides a_cs, b_cs (after the transposes): the panel sizes of netcl.ops.gemm, so that
-    the strategies' workspace_bytes stay exact."""
+    """Bytes of the packing buffers gemm_batched needs for op(A) (M, K) times op(B) (K, N) with column
+    strides a_cs, b_cs (after the transposes): the panel rules of netcl.ops.gemm, mirrored so that the
+    strategies' workspace_bytes stay exact. GEMM keeps those buffers per device and reuses them, so a
+    pass of equal-shaped calls needs them once."""
     device = resolve_device(device)
     p = params_for(device, dtype, M, N, K)
     if p.get("LOCAL") or K == 0 or M == 0 or N == 0:
         return 0
-    mr, nr = p.get("MR", 4), p.get("VW", 8) * p.get("NV", 2)
+    small = getattr(gemm_module, "_SMALL_OPERAND_BYTES", 0)
+    itemsize = np.dtype(dtype).itemsize
+    mr, nr = p["MR"], p["VW"] * p["NV"]
+    small_a = M * K * itemsize <= small
+    small_b = K * N * itemsize <= small and b_cs == 1
     elems = 0
-    if p.get("PACK_A") or (a_cs != 1 and M > 1 and K > 1):
+    if (p["PACK_A"] and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a):
         elems += a_batches * -(-M // mr) * K * mr
-    if p.get("PACK_B") or (b_cs != 1 and N > 1):
+    if (p["PACK_B"] and not small_b) or (b_cs != 1 and N > 1):
         elems += b_batches * -(-N // nr) * K * nr
-    return elems * np.dtype(dtype).itemsize
+    return elems * itemsize
 
 
 def _view(t: Tensor, shape, strides, offset: int = 0) -> Tensor:
@@ -64,9 +70,9 @@ class GemmStrategy:
         return None
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
-        """No lowering; only what GEMM allocates to pack operands, summed over this pass's calls."""
+        """No lowering; only GEMM's operand packing (equal-shaped calls share its buffers)."""
         kg, cg, hw, dt = layer.k // layer.groups, layer.c // layer.groups, layer.h * layer.w, layer.dtype
-        by_group, calls = self._plan(layer)
+        by_group = self._plan(layer)[0]
         batch = layer.groups if by_group else layer.n
         a_batches = layer.groups if by_group else 1
         if pass_ == "forward":
@@ -74,9 +80,8 @@ class GemmStrategy:
         elif pass_ == "backward_data":
             per_call = gemm_pack_bytes(dt, cg, hw, kg, a_batches, batch, cg, 1)
         else:
-            calls = range(layer.n)
             per_call = gemm_pack_bytes(dt, kg, cg, hw, layer.groups, layer.groups, 1, hw)
-        return per_call * len(calls)
+        return per_call
 
     def _plan(self, layer: ConvLayer):
         """Batch over images, one call per group; or, when there are more groups than images, batch over

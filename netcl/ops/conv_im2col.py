@@ -8,11 +8,14 @@ For N = 1 the (K, PQ) product already is the output layout: no transform and no 
 """
 from __future__ import annotations
 
+import numpy as np
+
+from .. import dtypes
 from ..runtime.device import resolve_device
+from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import ConvLayer, register
 from .conv_gemm import gemm_pack_bytes
-from .elementwise import copy_into
 from .gemm import gemm_batched
 from .im2col import col2im_into, im2col_into
 
@@ -39,10 +42,13 @@ def _grouped(layer: ConvLayer, w: Tensor, cols: Tensor, kmat: Tensor):
             _view(kmat, (g, kg, npq), (kg * npq, npq, 1)))
 
 
-def _nk_as_kn(t: Tensor, layer: ConvLayer) -> Tensor:
-    """An (N, K, P, Q) contiguous tensor seen as (K, N, PQ)."""
-    pq = layer.out_h * layer.out_w
-    return _view(t, (layer.k, layer.n, pq), (pq, layer.k * pq, 1))
+def swap_outer_axes(src: Tensor, dst: Tensor, a: int, b: int, rows: int) -> Tensor:
+    """dst (b, a, rows) <- src (a, b, rows), both contiguous: the memo's (K, N, PQ) <-> (N, K, PQ) transform."""
+    kernel = get_kernel(src.device, "conv_transform.cl", "swap_outer_axes", T=dtypes.c_type(src.dtype))
+    local = (min(64, rows), 1, 1) if src.device.kind == "cpu" else None
+    launch(src.device, kernel, (rows, b, a), local, src.buffer, np.int64(src.offset), dst.buffer,
+           np.int64(dst.offset), np.int64(a), np.int64(b), np.int64(rows))
+    return dst
 
 
 class Im2colStrategy:
@@ -77,9 +83,7 @@ class Im2colStrategy:
         if layer.n == 1:
             return grad_y
         kmat = Tensor.empty((layer.k, layer.n * layer.out_h * layer.out_w), grad_y.dtype, grad_y.device)
-        copy_into(_view(kmat, (layer.k, layer.n, layer.out_h * layer.out_w),
-                        (layer.n * layer.out_h * layer.out_w, layer.out_h * layer.out_w, 1)), _nk_as_kn(grad_y, layer))
-        return kmat
+        return swap_outer_axes(grad_y, kmat, layer.n, layer.k, layer.out_h * layer.out_w)
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         cols = self._columns(x, layer)
@@ -88,8 +92,7 @@ class Im2colStrategy:
         wg, cg, kg = _grouped(layer, w, cols, kmat)
         gemm_batched(wg, cg, kg)
         if layer.n > 1:
-            copy_into(_nk_as_kn(y, layer), _view(kmat, (layer.k, layer.n, layer.out_h * layer.out_w),
-                                                 (layer.n * layer.out_h * layer.out_w, layer.out_h * layer.out_w, 1)))
+            swap_outer_axes(kmat, y, layer.k, layer.n, layer.out_h * layer.out_w)
         return y
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:

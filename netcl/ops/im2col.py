@@ -3,8 +3,9 @@
 ``im2col(x, kh, kw, ...)`` gives the (N·Ho·Wo, C·kh·kw) matrix of shared/API.md (row = one receptive field,
 column = one (channel, tap)); ``transposed=True`` gives its (C·kh·kw, N·Ho·Wo) transpose, the memo's layout
 that the im2col conv strategy feeds to GEMM. ``col2im`` adds a column matrix back into an input-shaped
-tensor: by atomic scatter-add, or, when ``netcl.config.deterministic_enabled()`` (or asked for), by the
-deterministic gather form. Both kernels are in kernels/im2col.cl and kernels/col2im.cl.
+tensor: by atomic scatter-add, or by the deterministic gather form, which runs whenever
+``netcl.config.deterministic_enabled()`` (and on CPUs, where it is faster). Kernels: kernels/im2col.cl,
+kernels/col2im.cl.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def _params(layer: ConvLayer, dtype, transposed: bool, local: int, runs: int = 0
     biggest = max(layer.n * layer.out_h * layer.out_w * layer.c * layer.r * layer.s,
                   layer.n * layer.c * layer.h * layer.w) + local * VEC
     return dict(T=dtypes.c_type(dtype), IDX="int" if biggest <= _INT_LIMIT else "long",
-                TRANSPOSED=int(bool(transposed)), RUNS=runs, VEC=runs or VEC, LOCAL=local,
+                TRANSPOSED=int(bool(transposed)), RUNS=int(runs > 0), VEC=runs or VEC, LOCAL=local,
                 N=layer.n, C=layer.c, H=layer.h, W=layer.w, R=layer.r, S=layer.s, P=layer.out_h, Q=layer.out_w,
                 SH=layer.stride_h, SW=layer.stride_w, PH=layer.pad_h, PW=layer.pad_w, DH=layer.dil_h, DW=layer.dil_w)
 
@@ -85,19 +86,26 @@ def im2col_into(x: Tensor, layer: ConvLayer, out: Tensor, transposed: bool = Tru
     return out
 
 
+def prefers_gather(device) -> bool:
+    """The col2im form used when the caller does not ask for one: the deterministic gather when
+    ``netcl.config.deterministic_enabled()``, and on CPUs, where compare-and-swap loops cost more than
+    the gather's R·S divisibility tests (3–4× slower in `netcl bench im2col`); else the atomic scatter."""
+    return config.deterministic_enabled() or device.kind == "cpu"
+
+
 def col2im_into(cols: Tensor, layer: ConvLayer, out: Tensor, transposed: bool = True,
                 deterministic: bool | None = None) -> Tensor:
-    """out (contiguous, input-shaped) = the fold of the contiguous column matrix ``cols``."""
+    """out (contiguous, input-shaped) = the fold of the contiguous column matrix ``cols``: the gather
+    form when ``deterministic`` is True, the atomic scatter when False, :func:`prefers_gather` when None."""
     if out.size == 0:
         return out
     device = cols.device
-    if deterministic is None:
-        deterministic = config.deterministic_enabled()
+    gather = prefers_gather(device) if deterministic is None else deterministic
     if cols.dtype == np.float64 and not device.has_int64_atomics:
-        deterministic = True  # no 64-bit compare-and-swap: the gather form is the only one
+        gather = True  # no 64-bit compare-and-swap: the gather form is the only one
     local = local_size_1d(device, cols.size)[0]
     params = _params(layer, cols.dtype, transposed, local)
-    if deterministic:
+    if gather:
         kernel = get_kernel(device, "col2im.cl", "col2im_gather", **params)
         launch(device, kernel, (out.size,), (local,), cols.buffer, np.int64(cols.offset),
                out.buffer, np.int64(out.offset))
@@ -137,9 +145,10 @@ def col2im(cols: Tensor, input_shape, kernel_h: int, kernel_w: int, stride=1, pa
     """Fold a column matrix (layout as :func:`im2col`, ``transposed`` likewise) back to ``input_shape``,
     summing the entries that came from the same input element: the adjoint of im2col.
 
-    By default an atomic scatter-add (one work-item per column entry); the deterministic gather form
-    (one work-item per input element) runs when ``deterministic`` is True or, if it is None,
-    when ``netcl.config.deterministic_enabled()``.
+    ``deterministic=False`` runs the atomic scatter-add (one work-item per column entry, float adds by
+    compare-and-swap), ``True`` the deterministic gather (one work-item per input element). ``None``
+    (the default) takes the gather when ``netcl.config.deterministic_enabled()`` and on CPU devices
+    (where it is the faster one), else the scatter.
     """
     _check_float(cols, "col2im columns")
     layer = _layer(input_shape, kernel_h, kernel_w, stride, padding, dilation, cols.dtype)
