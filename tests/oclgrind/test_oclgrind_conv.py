@@ -1,0 +1,120 @@
+"""Every registered conv2d strategy, forward and both gradients, in every float dtype the device has, on a
+handful of tiny layers that exercise the edges (padding, stride, dilation, groups, 1×1, odd sizes), plus
+im2col / col2im in both layouts and both col2im forms. Results are checked against float64 NumPy, so the
+tests are meaningful on any device; under Oclgrind they also check every memory access."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.ops.conv2d import conv2d
+from netcl.ops.conv_common import ConvLayer, strategies
+from util import assert_close, conv2d_grads_ref, conv2d_ref
+
+pytestmark = pytest.mark.oclgrind
+
+# (input NCHW, weight KCRS, stride, padding, dilation, groups): small enough for the simulator, varied
+# enough that every strategy finds layers it serves (1×1 for gemm, 3×3 stride 1 for Winograd).
+LAYERS = [
+    ((2, 3, 5, 6), (4, 3, 1, 1), 1, 0, 1, 1),
+    ((1, 4, 6, 5), (4, 2, 3, 3), 1, 1, 1, 2),
+    ((2, 2, 7, 7), (3, 2, 3, 3), 2, 2, 2, 1),
+    ((1, 3, 6, 7), (2, 3, 2, 3), (2, 1), (0, 1), (1, 2), 1),
+    ((1, 2, 4, 4), (3, 2, 3, 3), 1, 2, 1, 1),   # some windows lie entirely in the padding
+]
+TOLERANCES = {"winograd": (1e-4, 5e-4)}
+
+
+def dtypes_of(device):
+    return ["float32"] + (["float64"] if device.has_fp64 else [])
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def run_layer(name, spec, dtype, rng, device):
+    """Forward and every gradient the strategy serves for one layer; returns the passes that ran."""
+    xs, ws, st, pd, dl, g = spec
+    layer = ConvLayer.from_shapes(xs, ws, st, pd, dl, g, dtype)
+    impl = strategies()[name]
+    why = {p: impl.why_not(layer, p) for p in ("forward", "backward_data", "backward_weight")}
+    if why["forward"]:
+        return []
+    fwd_tol, grad_tol = TOLERANCES.get(name, (1e-5, 1e-4))
+    x = rng.uniform(-1, 1, xs).astype(dtype)
+    w = rng.uniform(-1, 1, ws).astype(dtype)
+    X = nc.Tensor.from_host(x, device, requires_grad=not why["backward_data"])
+    W = nc.Tensor.from_host(w, device, requires_grad=not why["backward_weight"])
+    y = conv2d(X, W, stride=st, padding=pd, dilation=dl, groups=g, strategy=name)
+    args = (_pair(st), _pair(pd), _pair(dl), g)
+    assert_close(y.to_host(), conv2d_ref(x, w, *args), fwd_tol, f"{name} forward")
+    ran = ["forward"]
+    if why["backward_data"] and why["backward_weight"]:
+        return ran
+    gy = rng.uniform(-1, 1, layer.output_shape).astype(dtype)
+    y.backward(nc.Tensor.from_host(gy, device))
+    gx_ref, gw_ref = conv2d_grads_ref(x, w, gy, *args)
+    if not why["backward_data"]:
+        assert_close(X.grad.to_host(), gx_ref, grad_tol, f"{name} grad input")
+        ran.append("backward_data")
+    if not why["backward_weight"]:
+        assert_close(W.grad.to_host(), gw_ref, grad_tol, f"{name} grad weight")
+        ran.append("backward_weight")
+    return ran
+
+
+@pytest.mark.parametrize("name", sorted(strategies()))
+def test_strategy_every_pass_and_dtype(name, rng, device):
+    served = set()
+    for dtype in dtypes_of(device):
+        for spec in LAYERS:
+            served.update(run_layer(name, spec, dtype, rng, device))
+    assert served, f"no test layer is served by strategy {name!r}: add one it accepts to LAYERS"
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_im2col_col2im_both_forms(transposed, rng, device):
+    from netcl.ops.im2col import col2im, im2col
+    for dtype in dtypes_of(device):
+        for xs, ws, st, pd, dl, _ in LAYERS:
+            r, s = ws[2:]
+            x = rng.uniform(-1, 1, xs).astype(dtype)
+            cols = im2col(nc.Tensor.from_host(x, device), r, s, st, pd, dl, transposed=transposed)
+            ref = _im2col_ref(x, r, s, _pair(st), _pair(pd), _pair(dl))
+            assert_close(cols.to_host(), ref.T if transposed else ref, 1e-6, "im2col")
+            c = rng.uniform(-1, 1, cols.shape).astype(dtype)
+            expected = _col2im_ref(c.T if transposed else c, xs, r, s, _pair(st), _pair(pd), _pair(dl))
+            for deterministic in (False, True):
+                got = col2im(nc.Tensor.from_host(c, device), xs, r, s, st, pd, dl, transposed=transposed,
+                             deterministic=deterministic)
+                assert_close(got.to_host(), expected, 1e-5, f"col2im deterministic={deterministic}")
+
+
+def _im2col_ref(x, r, s, stride, padding, dilation):
+    n, c, h, w = x.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    ho = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+    wo = (w + 2 * pw - dw * (s - 1) - 1) // sw + 1
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    cols = np.empty((n, ho, wo, c, r, s))
+    for i in range(r):
+        for j in range(s):
+            patch = xp[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw]
+            cols[:, :, :, :, i, j] = patch.transpose(0, 2, 3, 1)
+    return cols.reshape(n * ho * wo, c * r * s)
+
+
+def _col2im_ref(cols, shape, r, s, stride, padding, dilation):
+    n, c, h, w = shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    ho = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+    wo = (w + 2 * pw - dw * (s - 1) - 1) // sw + 1
+    c6 = np.asarray(cols, np.float64).reshape(n, ho, wo, c, r, s)
+    xp = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
+    for i in range(r):
+        for j in range(s):
+            xp[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw] += \
+                c6[:, :, :, :, i, j].transpose(0, 3, 1, 2)
+    return xp[:, :, ph:ph + h, pw:pw + w]
