@@ -158,9 +158,9 @@ class Spatial:
                     y = F.conv2d(x, w, bias if len(groups) == 1 else None, 1, 0, (dh, dw),
                                  getattr(self.module, "groups", 1), conv_strategy)
                 elif self.kind == "max":
-                    y = F.max_pool2d(x, (h1 - h0, w1 - w0), 1, 0, (dh, dw))
+                    y = _separable_pool(F.max_pool2d, x, h1 - h0, w1 - w0, dh, dw)
                 else:
-                    y = F.avg_pool2d(x, (h1 - h0, w1 - w0), 1, 0, (dh, dw))
+                    y = _separable_pool(F.avg_pool2d, x, h1 - h0, w1 - w0, dh, dw)
                     share = (h1 - h0) * (w1 - w0) / self.divisors[key]
                     y = y if share == 1.0 else y * share
                 if acc is None:
@@ -173,6 +173,15 @@ class Spatial:
                 acc = acc + bias.reshape((1, bias.shape[0], 1, 1))
             out[key] = acc
         return out
+
+
+def _separable_pool(pool, x, kh: int, kw: int, dh: int, dw: int):
+    """A stride-1 kh×kw pooling as a 1×kw pass then a kh×1 pass: kh + kw taps per output instead of kh·kw.
+    Exact for max (the same winner: the first maximum in row-major order, so gradients go to the same input)
+    and for the mean of a full window (a mean of row means)."""
+    if kh == 1 or kw == 1:
+        return pool(x, (kh, kw), 1, 0, (dh, dw))
+    return pool(pool(x, (1, kw), 1, 0, (1, dw)), (kh, 1), 1, 0, (dh, 1))
 
 
 def _layers(module: Module, prefix: str = ""):
