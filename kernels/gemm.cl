@@ -121,6 +121,30 @@ __kernel void gemm_pack_b(const int K, const int N, const int batch,
             dst[c] = (n0 + c < N) ? src[(long)(n0 + c) * b_cs] : (${T})0;
     }
 }
+
+// B with unit stride along K (a transposed B): one work-item per 16 k of one panel reads 16-element runs
+// of NR rows and writes 16 rows of NR packed columns, so both sides touch whole cache lines.
+__kernel void gemm_pack_bt(const int K, const int N, const int batch,
+    __global const ${T}* B, const long b_off, const long b_cs, const long b_bs, __global ${T}* Bp)
+{
+    const int k0 = get_global_id(0) * 16, p = get_global_id(1), b = get_global_id(2);
+    if (k0 >= K || b >= batch) return;
+    const int panels = (N + ${NR - 1}) / ${NR};
+    const int kn = min(16, K - k0);
+    const int n0 = p * ${NR};
+    __global const ${T}* src = B + b_off + b * b_bs + k0;
+    __global ${T}* dst = Bp + (((long)b * panels + p) * K + k0) * ${NR};
+    ${T} tile[16][${NR}];
+    for (int c = 0; c < ${NR}; ++c) {
+        __global const ${T}* row = src + (long)min(n0 + c, N - 1) * b_cs;
+        const int live = n0 + c < N;
+        for (int kk = 0; kk < 16; ++kk)
+            tile[kk][c] = (live && kk < kn) ? row[kk] : (${T})0;
+    }
+    for (int kk = 0; kk < kn; ++kk)
+        for (int c = 0; c < ${NR}; ++c)
+            dst[kk * ${NR} + c] = tile[kk][c];
+}
 % endif
 
 __kernel __attribute__((reqd_work_group_size(${(WG_N, WG_M)[DN]}, ${(WG_N, WG_M)[DM]}, 1)))

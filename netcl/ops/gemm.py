@@ -164,9 +164,14 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
             b_batches = b.shape[0]
             panels = -(-N // NR)
             b_buf = _workspace(dev, "b", b_batches * panels * K * NR * a.dtype.itemsize)
-            pack = get_kernel(dev, "gemm.cl", "gemm_pack_b", T=T, **p)
-            launch(dev, pack, (K, panels, b_batches), None, np.int32(K), np.int32(N), np.int32(b_batches),
-                   b.buffer, np.int64(b.offset), np.int64(b_rs), np.int64(b_cs), np.int64(b_bs), b_buf)
+            if b_rs == 1 and b_cs != 1:  # K is the unit-stride direction: transpose in 16 x NR blocks
+                pack = get_kernel(dev, "gemm.cl", "gemm_pack_bt", T=T, **p)
+                launch(dev, pack, (-(-K // 16), panels, b_batches), None, np.int32(K), np.int32(N),
+                       np.int32(b_batches), b.buffer, np.int64(b.offset), np.int64(b_cs), np.int64(b_bs), b_buf)
+            else:
+                pack = get_kernel(dev, "gemm.cl", "gemm_pack_b", T=T, **p)
+                launch(dev, pack, (K, panels, b_batches), None, np.int32(K), np.int32(N), np.int32(b_batches),
+                       b.buffer, np.int64(b.offset), np.int64(b_rs), np.int64(b_cs), np.int64(b_bs), b_buf)
             b_off, b_rs, b_cs = 0, NR, 1
             b_bs = panels * K * NR if b_batches > 1 else 0
         elif N == 1:
