@@ -34,9 +34,9 @@ from . import conv_cost
 from .conv_common import PASSES, ConvLayer, strategies
 
 MODES = ("heuristic", "measure", "exhaustive")
-MEASURE_MARGIN = 4.0         # measure mode skips candidates predicted this many times slower than the best
-MEASURE_MIN_RUNS = 3
-MEASURE_MAX_RUNS = 9
+MEASURE_MARGIN = 6.0         # measure mode skips candidates predicted this many times slower than the best
+MEASURE_MIN_RUNS = 5
+MEASURE_MAX_RUNS = 11
 MEASURE_TIME_S = 1.5         # per layer and pass, after warm-up: no further rounds past this
 CONTENTION = 1.3             # candidates this close to the best get the extra rounds
 CORRECTION_BOUNDS = (0.05, 20.0)

@@ -18,17 +18,19 @@ import numpy as np
 
 from .conv_common import ConvLayer
 
-# Fraction of the GEMM rate each strategy's inner loop reaches, per pass, once tile padding and too little
-# parallel work are accounted for. Fitted on PoCL 3.1 (pthread, 2 cores) with benchmarks/planner_accuracy.py
-# --fit over the LeNet and MEC layers; a measured plan refines them per device (see the planner's
-# corrections).
+# Each strategy's speed per pass relative to the calibrated GEMM rate (measured on one 256³ product), once
+# tile padding and too little parallel work are accounted for (Winograd's flops are already those of its
+# transformed products); above 1 where the strategy's products run faster than that reference product
+# (larger or better-shaped GEMMs). Fitted on PoCL 3.1 (pthread, 2 cores) with `benchmarks/planner_accuracy.py
+# --fit` over the LeNet and MEC layers; "gemm" (1×1) takes im2col's. A measured plan refines them per
+# device (the planner's corrections).
 EFFICIENCY = {
-    "direct": {"forward": 0.35, "backward_data": 0.25, "backward_weight": 0.2},
-    "im2col": {"forward": 1.0, "backward_data": 1.0, "backward_weight": 0.9},
-    "gemm": {"forward": 1.0, "backward_data": 1.0, "backward_weight": 0.9},
-    "implicit_gemm": {"forward": 0.6, "backward_data": 0.5, "backward_weight": 0.45},
-    "winograd": {"forward": 0.7, "backward_data": 0.6, "backward_weight": 0.5},
-    "mec": {"forward": 0.85, "backward_data": 0.8, "backward_weight": 0.75},
+    "direct": {"forward": 0.047, "backward_data": 0.033, "backward_weight": 0.043},
+    "im2col": {"forward": 2.9, "backward_data": 0.76, "backward_weight": 2.5},
+    "gemm": {"forward": 2.9, "backward_data": 0.76, "backward_weight": 2.5},
+    "implicit_gemm": {"forward": 0.28, "backward_data": 0.22, "backward_weight": 0.27},
+    "winograd": {"forward": 3.6, "backward_data": 1.7, "backward_weight": 1.5},
+    "mec": {"forward": 0.65, "backward_data": 0.48, "backward_weight": 0.27},
 }
 DEFAULT_EFFICIENCY = 0.3  # a strategy this model does not know
 
@@ -57,7 +59,7 @@ def estimate(device) -> DeviceProfile:
     kind = getattr(device, "kind", "cpu")
     if kind == "gpu":
         return DeviceProfile(gemm_gflops=40.0 * cu, bandwidth_gbs=150.0, launch_ms=0.01, source="estimate")
-    return DeviceProfile(gemm_gflops=4.0 * cu, bandwidth_gbs=4.0 * cu, launch_ms=0.03, source="estimate")
+    return DeviceProfile(gemm_gflops=12.0 * cu, bandwidth_gbs=2.5 * cu, launch_ms=0.05, source="estimate")
 
 
 def winograd_tile(strategy) -> tuple[int, int]:
