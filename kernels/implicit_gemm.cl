@@ -12,29 +12,30 @@ Every pass is C[m, j] = sum_i A[m, i] * B[i, j] over one group (get_group_id(2) 
 
 B's address splits into a column part and an inner part (offset, row, column), so each tile first
 decomposes its TN columns and TK inner indices once into local tables; the gather itself then needs
-only additions and a bounds test (plus, for strided backward_data, a divisibility test).
+only additions and a bounds test (plus, for strided backward_data, a divisibility test). Fast paths:
+a work-item's WN columns that read WN consecutive elements of one source row (stride 1 along the
+width, not cut by a border) are gathered with one vector load per inner index, and a slice of A whose
+TK inner indices are consecutive in memory is loaded with one vector load per row.
 
 `geom` is an int64 array [N, C, H, W, K, R, S, P, Q, SH, SW, PH, PW, DH, DW, G] (P, Q = output size).
 
 Template parameters (all have defaults):
-  T      element type, "float" or "double"                      (default "float")
-  MODE   "forward", "backward_data" or "backward_weight"        (default "forward")
-  TM     rows of C per work-group tile                          (default 32)
-  TN     columns of C per work-group tile                       (default 64)
-  TK     inner-dimension slice loaded into local memory per step (default 16)
-  WM     rows per work-item (TM % WM == 0)                      (default 4)
-  WN     contiguous columns per work-item, held as one vector T<WN>: 2, 4, 8 or 16 (default 16)
+  T      element type, "float" or "double"                           (default "float")
+  MODE   "forward", "backward_data" or "backward_weight"             (default "forward")
+  TM     rows of C per work-group tile, a multiple of 4               (default 64)
+  TN     columns of C per tile, held as one vector T<TN>: 4, 8 or 16  (default 16)
+  TK     inner-dimension slice staged in local memory per step: 4, 8 or 16 (default 16)
 
-Launch: global (ceil(cols/TN)*TN/WN, ceil(rows/TM)*TM/WM, G), local (TN/WN, TM/WM, 1).
-A work-item owns rows ly*WM .. ly*WM+WM-1 and the WN contiguous columns lx*WN .., accumulated as WM
-vectors of WN elements (explicit vectors: a CPU device runs one work-item per SIMD lane group, so the
-arithmetic is vectorized inside the work-item rather than across work-items).
+Launch: global (ceil(cols/TN), ceil(rows/TM), G), local (1, 1, 1). A work-group is one work-item: on
+PoCL's CPU driver a work-group of several work-items with barriers keeps every value that lives
+across a barrier in memory and runs the multiply-add loop several times slower, while a single
+work-item keeps its accumulators in registers (four rows at a time) and is vectorized through the
+T<TN> vectors. The local tiles are its staging area: per step of TK inner indices it gathers B
+(TK x TN) and A (TM x TK) into them, then streams the TM rows past the B tile.
 </%doc>
-<%page args="T='float', MODE='forward', TM=32, TN=64, TK=16, WM=4, WN=16"/>
+<%page args="T='float', MODE='forward', TM=64, TN=16, TK=16"/>
 <%
-    LX = TN // WN
-    LY = TM // WM
-    VT = T + str(WN)
+    VT = T + str(TN)
 %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -42,7 +43,7 @@ arithmetic is vectorized inside the work-item rather than across work-items).
 
 #define FAR (-(1 << 29))
 
-__kernel __attribute__((reqd_work_group_size(${LX}, ${LY}, 1)))
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void igemm_${MODE}(
     __global const ${T}* A, const long a_off,
     __global const ${T}* B, const long b_off,
@@ -70,18 +71,16 @@ void igemm_${MODE}(
     const long a_base = a_off + (long)g * KG * PQ, a_m = PQ;
     const int s_m = CG * RS;
 % endif
-
-    const int lx = get_local_id(0), ly = get_local_id(1);
-    const int lid = ly * ${LX} + lx;
     const int m0 = get_group_id(1) * ${TM}, n0 = get_group_id(0) * ${TN};
+    const int rows = min(${TM}, MD - m0);
 
-    __local ${T} As[${TK}][${TM}];
+    __local ${T} As[${TM}][${TK}];
     __local ${T} Bs[${TK}][${TN}];
-    __local int col_off[${TN}], col_h[${TN}], col_w[${TN}], col_store[${TN}];
-    __local int in_off[${TK}], in_h[${TK}], in_w[${TK}], in_a[${TK}];
+    int col_off[${TN}], col_h[${TN}], col_w[${TN}], col_store[${TN}];
+    int in_off[${TK}], in_h[${TK}], in_w[${TK}], in_a[${TK}];
 
-    // Column tables: decomposed once per tile.
-    for (int j = lid; j < ${TN}; j += ${LX * LY}) {
+    // Column tables, decomposed once.
+    for (int j = 0; j < ${TN}; ++j) {
         const int col = n0 + j;
         int off = 0, hh = FAR, ww = FAR, st = -1;
         if (col < ND) {
@@ -105,48 +104,85 @@ void igemm_${MODE}(
         col_off[j] = off; col_h[j] = hh; col_w[j] = ww; col_store[j] = st;
     }
 
-% for a in range(WM):
-    ${VT} acc${a} = (${VT})(0);
-% endfor
-
-    for (int k0 = 0; k0 < KD; k0 += ${TK}) {
-        // Inner-index tables for this slice.
-        for (int i = lid; i < ${TK}; i += ${LX * LY}) {
-            const int kk = k0 + i;
-            int off = 0, hh = FAR, ww = FAR, ao = -1;
-            if (kk < KD) {
-% if MODE == 'forward':
-                const int c = kk / RS, rs = kk - c * RS, r = rs / S, s = rs - r * S;
-                hh = r * DH; ww = s * DW;
-                off = c * HW + hh * W + ww;
-                ao = kk;
-% elif MODE == 'backward_data':
-                const int k = kk / RS, rs = kk - k * RS, r = rs / S, s = rs - r * S;
-                hh = -r * DH; ww = -s * DW;
-                off = k * PQ;
-                ao = k * CG * RS + rs;
+    // Do the TN columns read TN consecutive source elements along one source row (for every inner
+    // index)? Then each gather is one vector load unless a border cuts the run.
+% if MODE == 'backward_weight':
+    const int run = 0;
 % else:
-                const int n = kk / PQ, pq = kk - n * PQ, p = pq / Q, q = pq - p * Q;
-                hh = p * SH - PH; ww = q * SW - PW;
-                off = n * C * HW + hh * W + ww;
-                ao = (n * K) * PQ + pq;
+    int run = ${'1' if MODE == 'forward' else 'SH == 1 && SW == 1'};
+    for (int b = 1; b < ${TN}; ++b) {
+%   if MODE == 'forward':
+        run = run && col_h[b] == col_h[0] && col_w[b] == col_w[0] + b && col_off[b] == col_off[0] + b;
+%   else:
+        run = run && col_h[b] == col_h[0] && col_w[b] == col_w[0] + b && col_off[b] == col_off[0];
+%   endif
+    }
+% endif
+
+    ${VT} acc[${TM}];
+    for (int m = 0; m < ${TM}; ++m) acc[m] = (${VT})(0);
+    // rows past the problem are multiplied four at a time but never stored; keep them defined
+    for (int m = rows; m < ${TM}; ++m)
+        for (int i = 0; i < ${TK}; ++i) As[m][i] = (${T})0;
+
+    // The inner index advances without divisions: (u0, u1, u2) = (c, r, s) for forward,
+    // (k, r, s) for backward_data, (n, p, q) for backward_weight.
+    int u0 = 0, u1 = 0, u2 = 0;
+    for (int k0 = 0; k0 < KD; k0 += ${TK}) {
+        for (int i = 0; i < ${TK}; ++i) {
+            int off = 0, hh = FAR, ww = FAR, ao = -1;
+            if (k0 + i < KD) {
+% if MODE == 'forward':
+                hh = u1 * DH; ww = u2 * DW;
+                off = u0 * HW + hh * W + ww;
+                ao = k0 + i;
+                if (++u2 == S) { u2 = 0; if (++u1 == R) { u1 = 0; ++u0; } }
+% elif MODE == 'backward_data':
+                hh = -u1 * DH; ww = -u2 * DW;
+                off = u0 * PQ;
+                ao = u0 * CG * RS + u1 * S + u2;
+                if (++u2 == S) { u2 = 0; if (++u1 == R) { u1 = 0; ++u0; } }
+% else:
+                hh = u1 * SH - PH; ww = u2 * SW - PW;
+                off = u0 * C * HW + hh * W + ww;
+                ao = u0 * K * PQ + u1 * Q + u2;
+                if (++u2 == Q) { u2 = 0; if (++u1 == P) { u1 = 0; ++u0; } }
 % endif
             }
             in_off[i] = off; in_h[i] = hh; in_w[i] = ww; in_a[i] = ao;
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
 
-        // Each work-item stages the rows i = ly, ly+LY, ... of the A and B slices; along the columns
-        // it gathers the WN contiguous columns it will compute (a unit-stride loop the compiler can
-        // vectorize), along the rows of A the slots lx, lx+LX, ...
-        for (int i = ly; i < ${TK}; i += ${LY}) {
-            const int ao = in_a[i];
-            for (int m = lx; m < ${TM}; m += ${LX}) {
-                const int row = m0 + m;
-                As[i][m] = (ao >= 0 && row < MD) ? A[a_base + ao + row * a_m] : (${T})0;
+        // A: in_a rises strictly with i, so a span of exactly TK-1 means TK consecutive elements of
+        // each row: one vector load per row.
+        const int a_first = in_a[0];
+        const int a_run = a_first >= 0 && in_a[${TK - 1}] - a_first == ${TK - 1};
+        for (int m = 0; m < rows; ++m) {
+            __global const ${T}* arow = A + a_base + (long)(m0 + m) * a_m;
+            if (a_run) {
+                vstore${TK}(vload${TK}(0, arow + a_first), 0, &As[m][0]);
+            } else {
+                for (int i = 0; i < ${TK}; ++i) {
+                    const int ao = in_a[i];
+                    const ${T} v = arow[max(ao, 0)];
+                    As[m][i] = ao >= 0 ? v : (${T})0;
+                }
             }
+        }
+        // B, gathered straight from the source tensor.
+        for (int i = 0; i < ${TK}; ++i) {
             const int ih = in_h[i], iw = in_w[i], io = in_off[i];
-            for (int j = lx * ${WN}; j < lx * ${WN} + ${WN}; ++j) {
+% if MODE != 'backward_weight':
+            const int hh0 = col_h[0] + ih, ww0 = col_w[0] + iw;
+            if (run && (uint)hh0 < (uint)LIM_H && ww0 >= 0 && ww0 + ${TN - 1} < LIM_W) {
+%   if MODE == 'forward':
+                vstore${TN}(vload${TN}(0, B + b_off + col_off[0] + io), 0, &Bs[i][0]);
+%   else:
+                vstore${TN}(vload${TN}(0, B + b_off + col_off[0] + io + hh0 * Q + ww0), 0, &Bs[i][0]);
+%   endif
+                continue;
+            }
+% endif
+            for (int j = 0; j < ${TN}; ++j) {
                 const int hh = col_h[j] + ih, ww = col_w[j] + iw;
 % if MODE == 'backward_data':
                 // hh, ww are output-gradient coordinates times the stride
@@ -155,35 +191,36 @@ void igemm_${MODE}(
                 if (SH != 1) { p = hh / SH; ok = ok && p * SH == hh; }
                 if (SW != 1) { q = ww / SW; ok = ok && q * SW == ww; }
                 ok = ok && p < LIM_H && q < LIM_W;
-                Bs[i][j] = ok ? B[b_off + col_off[j] + io + p * Q + q] : (${T})0;
+                const int idx = ok ? col_off[j] + io + p * Q + q : 0;
 % else:
                 const int ok = (uint)hh < (uint)LIM_H && (uint)ww < (uint)LIM_W;
-                Bs[i][j] = ok ? B[b_off + col_off[j] + io] : (${T})0;
+                const int idx = ok ? col_off[j] + io : 0;
 % endif
+                const ${T} v = B[b_off + idx];
+                Bs[i][j] = ok ? v : (${T})0;
             }
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
 
-        for (int i = 0; i < ${TK}; ++i) {
-            const ${VT} bv = vload${WN}(0, &Bs[i][lx * ${WN}]);
-% for a in range(WM):
-            acc${a} = mad((${VT})(As[i][ly * ${WM} + ${a}]), bv, acc${a});
-% endfor
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-
-% for a in range(WM):
-    {
-        const int row = m0 + ly * ${WM} + ${a};
-        if (row < MD) {
-            ${T} vals[${WN}];
-            vstore${WN}(acc${a}, 0, vals);
-            for (int b = 0; b < ${WN}; ++b) {
-                const int st = col_store[lx * ${WN} + b];
-                if (st >= 0) Cout[c_off + st + row * s_m] = vals[b];
+        // Four rows at a time in registers.
+        for (int m = 0; m < rows; m += 4) {
+            ${VT} r0 = acc[m], r1 = acc[m + 1], r2 = acc[m + 2], r3 = acc[m + 3];
+            for (int i = 0; i < ${TK}; ++i) {
+                const ${VT} bv = vload${TN}(0, &Bs[i][0]);
+                r0 = mad((${VT})(As[m][i]), bv, r0);
+                r1 = mad((${VT})(As[m + 1][i]), bv, r1);
+                r2 = mad((${VT})(As[m + 2][i]), bv, r2);
+                r3 = mad((${VT})(As[m + 3][i]), bv, r3);
             }
+            acc[m] = r0; acc[m + 1] = r1; acc[m + 2] = r2; acc[m + 3] = r3;
         }
     }
-% endfor
+
+    for (int m = 0; m < rows; ++m) {
+        ${T} vals[${TN}];
+        vstore${TN}(acc[m], 0, vals);
+        for (int b = 0; b < ${TN}; ++b) {
+            const int st = col_store[b];
+            if (st >= 0) Cout[c_off + st + (m0 + m) * s_m] = vals[b];
+        }
+    }
 }

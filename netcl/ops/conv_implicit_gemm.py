@@ -13,10 +13,11 @@ from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import ConvLayer, register
 
-# (TM, TN, TK, WM, WN): a 32×64 tile with 4×8 per work-item keeps 8 work-items along the columns
-# (one AVX2 vector of floats when PoCL vectorizes across work-items) and 256 multiply-adds per
-# local-memory pass; small problems take a smaller tile so that both cores get a work-group.
-TILES = {"large": (32, 64, 16, 4, 8), "small": (16, 32, 16, 2, 4)}
+# (TM, TN, TK): a work-item (= work-group, see kernels/implicit_gemm.cl) multiplies a TM-row slice of A
+# into one vector of TN columns; TM follows the row count (small layers waste little, large ones reuse
+# each gathered B element TM times); TK = 8 measured best on PoCL (cv10, cv12 at batch 32).
+ROW_TILES = (16, 32, 64, 128, 256)
+TILE_K = 8
 
 
 def geometry(device, layer: ConvLayer):
@@ -37,23 +38,21 @@ def gemm_dims(layer: ConvLayer, pass_: str) -> tuple[int, int, int]:
     return kg, cg * rs, layer.n * pq
 
 
-def choose_tile(layer: ConvLayer, pass_: str) -> tuple[int, int, int, int, int]:
-    rows, cols, _ = gemm_dims(layer, pass_)
-    tm, tn = TILES["large"][:2]
-    groups_of_work = -(-rows // tm) * -(-cols // tn) * layer.groups
-    return TILES["large"] if groups_of_work >= 8 else TILES["small"]
+def choose_tile(layer: ConvLayer, pass_: str) -> tuple[int, int, int]:
+    rows = gemm_dims(layer, pass_)[0]
+    tm = next((t for t in ROW_TILES if t >= rows), ROW_TILES[-1])
+    return tm, 16 if layer.dtype == "float32" else 8, TILE_K
 
 
 def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, tile=None) -> Tensor:
     """out = the pass's GEMM of a (weight or grad_y) and b (x or grad_y) for every group."""
     if out.size == 0:
         return out
-    tm, tn, tk, wm, wn = tile or choose_tile(layer, pass_)
+    tm, tn, tk = tile or choose_tile(layer, pass_)
     rows, cols, _ = gemm_dims(layer, pass_)
     kernel = get_kernel(a.device, "implicit_gemm.cl", f"igemm_{pass_}", T=dtypes.c_type(a.dtype), MODE=pass_,
-                        TM=tm, TN=tn, TK=tk, WM=wm, WN=wn)
-    global_size = (-(-cols // tn) * (tn // wn), -(-rows // tm) * (tm // wm), layer.groups)
-    launch(a.device, kernel, global_size, (tn // wn, tm // wm, 1),
+                        TM=tm, TN=tn, TK=tk)
+    launch(a.device, kernel, (-(-cols // tn), -(-rows // tm), layer.groups), (1, 1, 1),
            a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
            geometry(a.device, layer))
     return out
