@@ -80,26 +80,33 @@ void col2im_scatter(__global const ${T}* cols, const long cols_off, __global ${T
     }
 }
 
-__kernel void col2im_gather(__global const ${T}* cols, const long cols_off, __global ${T}* gx, const long gx_off)
+__kernel void col2im_gather(__global const ${T}* restrict cols, const long cols_off,
+                            __global ${T}* restrict gx, const long gx_off)
 {
     const ${IDX} j = get_global_id(0);
     if (j >= (${IDX})${N * C * H * W}) return;
     const ${IDX} w = j % ${W}, h = (j / ${W}) % ${H}, c = (j / ${H * W}) % ${C}, n = j / ${C * H * W};
     __global const ${T}* src = cols + cols_off;
+    /* Taps r whose output row p = (h + PH - r*DH) / SH lies in [0, P): r_lo..r_hi in closed form
+       (the divisibility by SH is tested only when SH > 1); the same for s. */
+    const ${IDX} hp = h + ${PH}, wq = w + ${PW};
+    const ${IDX} r_lo = max((${IDX})0, (hp - ${(P - 1) * SH} + ${DH - 1}) / ${DH});
+    const ${IDX} r_hi = min((${IDX})${R - 1}, hp / ${DH});
+    const ${IDX} s_lo = max((${IDX})0, (wq - ${(Q - 1) * SW} + ${DW - 1}) / ${DW});
+    const ${IDX} s_hi = min((${IDX})${S - 1}, wq / ${DW});
     ${T} acc = 0;
-    for (int r = 0; r < ${R}; ++r) {
-        const ${IDX} ph = h + ${PH} - r * ${DH};
-        if (ph < 0) break;                          /* only decreases with r */
+    for (${IDX} r = r_lo; r <= r_hi; ++r) {
+        const ${IDX} ph = hp - r * ${DH};
+% if SH > 1:
         if (ph % ${SH}) continue;
+% endif
         const ${IDX} p = ph / ${SH};
-        if (p >= ${P}) continue;
-        for (int s = 0; s < ${S}; ++s) {
-            const ${IDX} qw = w + ${PW} - s * ${DW};
-            if (qw < 0) break;
+        for (${IDX} s = s_lo; s <= s_hi; ++s) {
+            const ${IDX} qw = wq - s * ${DW};
+% if SW > 1:
             if (qw % ${SW}) continue;
-            const ${IDX} q = qw / ${SW};
-            if (q >= ${Q}) continue;
-            const ${IDX} crs = (c * ${R} + r) * ${S} + s, npq = (n * ${P} + p) * ${Q} + q;
+% endif
+            const ${IDX} crs = (c * ${R} + r) * ${S} + s, npq = (n * ${P} + p) * ${Q} + qw / ${SW};
 % if TRANSPOSED:
             acc += src[crs * NPQ + npq];
 % else:

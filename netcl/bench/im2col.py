@@ -3,10 +3,10 @@
 Layers: LeNet conv1/conv2 (000_f80f76098bd45bde.txt, Table 2) at batch 64 and 128, and cv1–cv12 of the
 MEC paper (004_9be5a36735d15254.txt, Table 2; padding 0 as listed) at batch 1, the paper's mobile setting.
 Both kernels write the same (C·R·S, N·P·Q) float32 matrix and are compiled with the same constants; they
-are timed round-robin (median of --repeat runs after a warm-up that also compiles), so load from other
+are timed round-robin (best of --repeat rounds after a warm-up that also compiles), so load from other
 processes hits both alike. GB/s counts the minimum traffic, input read once plus the matrix written once,
-and is set against the device's copy bandwidth, measured here with a copy kernel on a buffer well beyond
-the last-level cache. A layer is "large" when its matrix is ≥ 16 MiB. col2im (atomic scatter and gather)
+and is set against the device's copy bandwidth, measured with a copy kernel on a buffer well beyond the
+last-level cache in the same rounds (on a shared machine the load changes from layer to layer). A layer is "large" when its matrix is ≥ 16 MiB. col2im (atomic scatter and gather)
 is timed on the same layers: it is what the im2col strategy's backward pass runs.
 """
 from __future__ import annotations
@@ -36,7 +36,9 @@ def layers(quick: bool) -> dict:
 
 
 def _timed(runners: dict, device, repeat: int) -> dict:
-    """Median seconds of each runner; repetition 0 is the warm-up."""
+    """Best seconds of each runner over ``repeat`` rounds; round 0 is the warm-up. The best, not the
+    median: on a machine shared with other jobs the median moves by 3-5x from run to run, the best of a
+    handful of rounds by a few percent."""
     times = {name: [] for name in runners}
     for rep in range(repeat + 1):
         for name, fn in runners.items():
@@ -46,26 +48,33 @@ def _timed(runners: dict, device, repeat: int) -> dict:
             device.synchronize()
             if rep:
                 times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return {name: min(ts) for name, ts in times.items()}
 
 
-def copy_bandwidth(device, quick: bool, repeat: int) -> float:
-    """GB/s of the best copy-kernel variant (bytes read + bytes written per second)."""
-    from ..runtime.kernels import get_kernel, launch
-    from ..tensor import Tensor
-    n = (64 << 20 if quick else 256 << 20) // 4
-    n = min(n, device.max_alloc_bytes // 4)
-    src, dst = Tensor.empty((n,), np.float32, device), Tensor.empty((n,), np.float32, device)
-    runners = {}
-    for per_item in (1, 16, 256):
-        kernel = get_kernel(device, "im2col.cl", "copy_bandwidth", VEC=per_item)
-        runners[per_item] = (lambda k, v: lambda: launch(device, k, (-(-n // v),), None, src.buffer, dst.buffer,
-                                                         np.int64(n)))(kernel, per_item)
-    best = min(_timed(runners, device, repeat).values())
-    return 2 * n * 4 / best / 1e9
+class CopyProbe:
+    """A copy of a buffer well beyond the last-level cache; timed in the same rounds as each layer's
+    kernels, so that the fraction of copy bandwidth compares runs under the same machine load."""
+
+    def __init__(self, device, quick: bool):
+        from ..runtime.kernels import get_kernel
+        from ..tensor import Tensor
+        self.device = device
+        self.n = min((64 << 20 if quick else 256 << 20) // 4, device.max_alloc_bytes // 4)
+        self.src, self.dst = (Tensor.empty((self.n,), np.float32, device) for _ in range(2))
+        # several elements per work-item: lets a CPU compiler vectorize, costs a GPU nothing at this size
+        self.per_item = 16 if device.kind == "cpu" else 1
+        self.kernel = get_kernel(device, "im2col.cl", "copy_bandwidth", VEC=self.per_item)
+
+    def __call__(self):
+        from ..runtime.kernels import launch
+        launch(self.device, self.kernel, (-(-self.n // self.per_item),), None, self.src.buffer, self.dst.buffer,
+               np.int64(self.n))
+
+    def gbps(self, seconds: float) -> float:
+        return 2 * self.n * 4 / seconds / 1e9
 
 
-def measure(name: str, shape, k: int, stride: int, device, repeat: int, copy_gbps: float) -> dict:
+def measure(name: str, shape, k: int, stride: int, device, repeat: int, copy: CopyProbe) -> dict:
     from ..ops.im2col import _layer, _params, col2im_into, cols_shape, im2col_into
     from ..runtime.kernels import get_kernel, launch, local_size_1d
     from ..tensor import Tensor
@@ -82,7 +91,9 @@ def measure(name: str, shape, k: int, stride: int, device, repeat: int, copy_gbp
                                 caffe.buffer, np.int64(caffe.offset)),
         "col2im_atomic": lambda: col2im_into(ours, layer, grad_x, transposed=True, deterministic=False),
         "col2im_gather": lambda: col2im_into(ours, layer, grad_x, transposed=True, deterministic=True),
+        "copy": copy,
     }, device, repeat)
+    copy_gbps = copy.gbps(t.pop("copy"))
     if not np.array_equal(ours.to_host(), caffe.to_host()):
         raise RuntimeError(f"bench im2col: the one-pass and Caffe-style kernels disagree on {name}")
     traffic = x.nbytes + ours.nbytes
@@ -92,7 +103,7 @@ def measure(name: str, shape, k: int, stride: int, device, repeat: int, copy_gbp
             "one_pass_ms": round(t["one_pass"] * 1e3, 4), "caffe_ms": round(t["caffe"] * 1e3, 4),
             "one_pass_gbps": round(gbps["one_pass"], 3), "caffe_gbps": round(gbps["caffe"], 3),
             "speedup_vs_caffe": round(t["caffe"] / t["one_pass"], 3),
-            "fraction_of_copy": round(gbps["one_pass"] / copy_gbps, 3),
+            "copy_gbps": round(copy_gbps, 3), "fraction_of_copy": round(gbps["one_pass"] / copy_gbps, 3),
             "col2im_atomic_ms": round(t["col2im_atomic"] * 1e3, 4),
             "col2im_gather_ms": round(t["col2im_gather"] * 1e3, 4)}
 
@@ -101,22 +112,23 @@ def run(args) -> dict:
     import netcl as nc
     device = nc.default_device()
     quick = bool(getattr(args, "quick", False))
-    repeat = getattr(args, "repeat", None) or (3 if quick else 7)
+    repeat = getattr(args, "repeat", None) or (3 if quick else 9)
     as_json = bool(getattr(args, "json", False))
-    copy_gbps = copy_bandwidth(device, quick, repeat)
+    copy = CopyProbe(device, quick)
     if not as_json:
-        print(f"im2col float32 on {device.describe()}: median of {repeat}; copy bandwidth {copy_gbps:.2f} GB/s")
-        print(f"{'layer':18s} {'cols MB':>8s} {'one-pass':>9s} {'caffe':>9s} {'speedup':>8s} {'of copy':>8s} "
-              f"{'col2im at':>10s} {'col2im ga':>10s}")
-        print(f"{'':18s} {'':>8s} {'GB/s':>9s} {'GB/s':>9s} {'':>8s} {'':>8s} {'ms':>10s} {'ms':>10s}")
+        print(f"im2col float32 on {device.describe()}: best of {repeat}")
+        print(f"{'layer':18s} {'cols MB':>8s} {'one-pass':>9s} {'caffe':>9s} {'speedup':>8s} {'copy':>7s} "
+              f"{'of copy':>8s} {'col2im at':>10s} {'col2im ga':>10s}")
+        print(f"{'':18s} {'':>8s} {'GB/s':>9s} {'GB/s':>9s} {'':>8s} {'GB/s':>7s} {'':>8s} {'ms':>10s} {'ms':>10s}")
     rows = []
     for name, (shape, k, stride) in layers(quick).items():
-        row = measure(name, shape, k, stride, device, repeat, copy_gbps)
+        row = measure(name, shape, k, stride, device, repeat, copy)
         rows.append(row)
         if not as_json:
             print(f"{name:18s} {row['cols_bytes'] / 1e6:8.1f} {row['one_pass_gbps']:9.2f} {row['caffe_gbps']:9.2f} "
-                  f"{row['speedup_vs_caffe']:7.2f}x {row['fraction_of_copy']:7.0%}{'*' if row['large'] else ' '}"
-                  f"{row['col2im_atomic_ms']:10.2f} {row['col2im_gather_ms']:10.2f}")
+                  f"{row['speedup_vs_caffe']:7.2f}x {row['copy_gbps']:7.2f} {row['fraction_of_copy']:7.0%}"
+                  f"{'*' if row['large'] else ' '}{row['col2im_atomic_ms']:10.2f} {row['col2im_gather_ms']:10.2f}")
+    copy_gbps = statistics.median(r["copy_gbps"] for r in rows)
     speedups = [r["speedup_vs_caffe"] for r in rows]
     large = [r for r in rows if r["large"]]
     summary = {
