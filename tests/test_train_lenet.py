@@ -12,7 +12,7 @@ import pytest
 import netcl as nc
 from netcl import serialization
 from netcl.cli.main import main
-from netcl.data.mnist import load_mnist
+from netcl.data.mnist import FILES, load_mnist
 from netcl.training import cli as training
 from netcl.training.loop import evaluate
 
@@ -25,7 +25,7 @@ EVAL_IMAGES = 2000
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("lenet")
-    summary = training.train("lenet", epochs=1, batch_size=64, data_dir=SHARED, out=out, seed=0, limit_steps=200,
+    summary = training.train("lenet", epochs=1, batch_size=32, data_dir=SHARED, out=out, seed=0, limit_steps=200,
                              eval_limit=EVAL_IMAGES, progress=False, log=lambda *a, **k: None)
     return out, summary
 
@@ -79,20 +79,33 @@ def test_damaged_checkpoint_and_missing_resume(tmp_path):
         training.train("lenet", data_dir=SHARED, out=tmp_path / "empty", resume=True, progress=False)
 
 
+def _subset(directory: Path, train: int, test: int) -> Path:
+    """A user directory holding the first images of each split, as plain (not gzipped) IDX files."""
+    directory.mkdir()
+    for split, n in (("train", train), ("test", test)):
+        x, y = load_mnist(split, SHARED)
+        for stem, array, magic in zip(FILES[split], (x[:n], y[:n]), (0x803, 0x801)):
+            header = magic.to_bytes(4, "big") + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+            (directory / stem).write_bytes(header + array.astype(np.uint8).tobytes())
+    return directory
+
+
 def test_cli_train_and_eval_with_data_dir_and_netcl_data(tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
+    data = _subset(tmp_path / "mnist", 64, 300)
     code = main(["train", "lenet", "--epochs", "1", "--limit-steps", "2", "--batch-size", "16", "--data-dir",
-                 str(SHARED), "--out", str(out), "--json"])
+                 str(data), "--out", str(out), "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     summary = json.loads(captured.out.strip().splitlines()[-1])
     assert set(summary) >= {"test_accuracy", "train_loss", "epochs", "images_per_second", "checkpoint"}
     assert Path(summary["checkpoint"]).exists() and "epoch 1/1" in captured.err
-    monkeypatch.setenv("NETCL_DATA", str(SHARED))
+    monkeypatch.setenv("NETCL_DATA", str(tmp_path))  # found in its mnist/ sub-directory
     code = main(["eval", summary["checkpoint"], "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert json.loads(captured.out.strip().splitlines()[-1])["test_accuracy"] == summary["test_accuracy"]
+    result = json.loads(captured.out.strip().splitlines()[-1])
+    assert result["test_accuracy"] == summary["test_accuracy"] and result["images"] == 300
 
 
 def test_cli_missing_data_is_one_line_error(tmp_path, monkeypatch, capsys):
