@@ -60,10 +60,15 @@ def _dense_layer_times(dense, x, device):
     return times, scores
 
 
-def _patch_layer_times(model, patches, device):
+def _patch_layer_times(model, patches, device, strategies=None):
+    from ..ops.conv2d_planner import plan_conv2d_layer
     times, out = {}, patches
     with no_grad():
         for name, layer in model.named_layers():
+            if strategies is not None and isinstance(layer, L.Conv2d):
+                geometry = ConvLayer.from_shapes(out.shape, layer.weight.shape, layer.stride, layer.padding,
+                                                 layer.dilation, layer.groups, out.dtype)
+                strategies[name] = plan_conv2d_layer(geometry, "forward").strategy
             device.synchronize()
             start = time.perf_counter()
             out = layer(out)
@@ -123,7 +128,8 @@ def bench_plain_cnn1(size: int, samples: int, batch: int, repeat: int, rng, devi
     pixels = rng.integers(0, size, (samples, 2))
     patch_runs, max_err = [], 0.0
     warm = crop_patches(image, pixels[:batch], PATCH, device)
-    _patch_layer_times(model, warm, device)
+    patch_strategies = {}
+    _patch_layer_times(model, warm, device, patch_strategies)
     for start in range(0, samples, batch):
         chunk = pixels[start:start + batch]
         patches = crop_patches(image, chunk, PATCH, device)
@@ -140,7 +146,8 @@ def bench_plain_cnn1(size: int, samples: int, batch: int, repeat: int, rng, devi
     result = {"image": size, "padded": size + PATCH - 1, "layers": rows, "dense_ms": total_dense * 1e3,
               "patch_ms": total_patch * 1e3, "speedup": total_patch / total_dense,
               "sampled_pixels": samples, "patch_batch": batch, "max_rel_error": max_err,
-              "strategies": _planned_strategies(dense, (size, size), device)}
+              "strategies": _planned_strategies(dense, (size, size), device),
+              "patch_strategies": patch_strategies}
     if backward:
         result["backward"] = bench_backward(model, dense, image, x, pixels, batch, repeat, rng, device)
     return result
@@ -201,10 +208,11 @@ def _print_plain(r):
     print(f"\nPlain CNN₁, {r['image']}×{r['image']} image (padded to 3×{r['padded']}×{r['padded']}); "
           f"patch-by-patch timed on {r['sampled_pixels']} random pixels in batches of {r['patch_batch']} "
           f"and scaled to {r['image'] ** 2} pixels")
-    print(f"{'layer':8s} {'patch-by-patch ms':>18s} {'dense ms':>10s} {'speedup':>9s}  strategy (planner)")
+    print(f"{'layer':8s} {'patch-by-patch ms':>18s} {'dense ms':>10s} {'speedup':>9s}  planner: patch / dense strategy")
     for row in r["layers"]:
-        plan = r["strategies"].get(str(LAYER_NAMES.index(row["layer"])), {})
-        extra = f"  {plan['strategy']} (dilation {plan['dilation']})" if plan else ""
+        key = str(LAYER_NAMES.index(row["layer"]))
+        plan = r["strategies"].get(key, {})
+        extra = f"  {r['patch_strategies'][key]} / {plan['strategy']} (dilation {plan['dilation']})" if plan else ""
         print(f"{row['layer']:8s} {row['patch_ms']:18.1f} {row['dense_ms']:10.2f} {row['speedup']:9.1f}{extra}")
     print(f"{'overall':8s} {r['patch_ms']:18.1f} {r['dense_ms']:10.2f} {r['speedup']:9.1f}")
     print(f"max |dense − patch| / max |patch| at the sampled pixels: {r['max_rel_error']:.2e}")
