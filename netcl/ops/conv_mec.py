@@ -33,7 +33,6 @@ from ..tensor import Tensor
 from ..tuning import db
 from .conv_common import ConvLayer, register
 from .conv_implicit_gemm import geometry
-from .conv_winograd import gemm_extra_bytes
 from .elementwise import copy_into, fill
 from .gemm import gemm_batched
 
@@ -113,31 +112,17 @@ class MecStrategy:
 
     def workspace_breakdown(self, layer: ConvLayer, pass_: str) -> dict:
         """Every byte a pass allocates besides its result, by purpose:
-          lowering      L (or grad_L): in·ow·ih·kw·ic elements (ih = H + 2·pad_h), every pass
-          filter        forward/backward_data: the filter as the paper's (kh·kw·ic) × kc matrix;
-                        backward_weight: the gradient in that arrangement (K·C/groups·R·S elements)
-          grad_rows     backward_weight with a batch above 1: grad_y regrouped by output row (N·K·P·Q)
-          gemm_packing  the operand panels netcl.ops.gemm packs (allocated per call; summed here)
-        Solution A reuses L and y's own buffer for its h-n-w-c detour, so it adds nothing."""
-        from ..runtime.device import default_device
-        cg, kg, ih, ld, block, shift, width = _dims(layer)
+          lowering   L (or grad_L): in·ow·ih·kw·ic elements (ih = H + 2·pad_h), every pass
+          filter     forward/backward_data: the filter as the paper's (kh·kw·ic) × kc matrix;
+                     backward_weight: the gradient in that arrangement (K·C/groups·R·S elements)
+          grad_rows  backward_weight with a batch above 1: grad_y regrouped by output row (N·K·P·Q)
+        Solution A reuses L and y's own buffer for its h-n-w-c detour, so it adds nothing. Not counted:
+        netcl.ops.gemm's persistent per-device packing buffer (the GEMM's own, reused by every product)."""
+        cg = layer.c // layer.groups
         size = layer.itemsize
-        parts = {"lowering": lowered_elements(layer) * size,
-                 "filter": layer.k * cg * layer.r * layer.s * size,
-                 "grad_rows": output_elements(layer) * size if pass_ == "backward_weight" and layer.n > 1 else 0}
-        p, q, g = layer.out_h, layer.out_w, layer.groups
-        dev = default_device()
-        if pass_ == "forward":
-            if uses_solution_a(layer, threshold(dev)):
-                packing = g * gemm_extra_bytes(dev, layer.dtype, layer.n * q, kg, width, p, 1)
-            else:
-                packing = layer.n * g * gemm_extra_bytes(dev, layer.dtype, q, kg, width, p, 1)
-        elif pass_ == "backward_data":
-            packing = p * g * gemm_extra_bytes(dev, layer.dtype, width, q, kg, 1, layer.n)
-        else:
-            packing = p * g * gemm_extra_bytes(dev, layer.dtype, kg, width, layer.n * q, 1, 1)
-        parts["gemm_packing"] = packing
-        return parts
+        return {"lowering": lowered_elements(layer) * size,
+                "filter": layer.k * cg * layer.r * layer.s * size,
+                "grad_rows": output_elements(layer) * size if pass_ == "backward_weight" and layer.n > 1 else 0}
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
         """Exact bytes a pass allocates besides its result: the sum of :meth:`workspace_breakdown`."""

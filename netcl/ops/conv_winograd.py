@@ -22,29 +22,6 @@ from .gemm import gemm_batched
 LOCAL = (64, 1)
 
 
-def gemm_extra_bytes(device, dtype, M: int, N: int, K: int, a_batches: int, b_batches: int,
-                     a_unit: bool = True, b_unit: bool = True) -> int:
-    """Bytes netcl.ops.gemm.gemm_batched allocates to pack its operands for one call (op(A) M×K,
-    op(B) K×N; *_unit: the operand is read with unit stride along K for A, along N for B). The
-    strategies here arrange every GEMM with unit strides, so this is 0 unless a tuned entry forces
-    packing; it mirrors gemm_batched's rule so that workspace_bytes stays exact."""
-    from . import gemm as gemm_module
-    if K <= 0 or M <= 0 or N <= 0:
-        return 0
-    p = gemm_module.params_for(device, dtype, M, N, K)
-    if p.get("LOCAL"):
-        return 0
-    size = np.dtype(dtype).itemsize
-    extra = 0
-    if p.get("PACK_A") or (not a_unit and M > 1 and K > 1):
-        mr = p.get("MR", 4)
-        extra += a_batches * -(-M // mr) * K * mr * size
-    if p.get("PACK_B") or (not b_unit and N > 1):
-        nr = p.get("VW", 8) * p.get("NV", 2)
-        extra += b_batches * -(-N // nr) * K * nr * size
-    return extra
-
-
 def _tiles(n: int, out_h: int, out_w: int) -> tuple[int, int, int]:
     th, tw = -(-out_h // 2), -(-out_w // 2)
     return th, tw, n * th * tw
@@ -140,19 +117,10 @@ class WinogradStrategy:
         return None
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
-        """U, V and M (V, Z and Mw for backward_weight): 16 transformed copies, see workspace_elements;
-        plus any operand packing netcl's GEMM does (none with the unit-stride operands used here
-        unless a tuned GEMM entry forces it)."""
-        from ..runtime.device import default_device
-        cg, kg, g = layer.c // layer.groups, layer.k // layer.groups, layer.groups
-        if pass_ == "backward_data":
-            m, n, k = cg, _tiles(layer.n, layer.h, layer.w)[2], kg
-        elif pass_ == "forward":
-            m, n, k = kg, _tiles(layer.n, layer.out_h, layer.out_w)[2], cg
-        else:
-            m, n, k = kg, cg, _tiles(layer.n, layer.out_h, layer.out_w)[2]
-        packing = gemm_extra_bytes(default_device(), layer.dtype, m, n, k, 16 * g, 16 * g)
-        return workspace_elements(layer, pass_) * layer.itemsize + packing
+        """U, V and M (V, Z and Mw for backward_weight), see workspace_elements. The GEMM's operands all
+        have unit stride along K (A) and N (B), so the only other memory is netcl.ops.gemm's own
+        persistent per-device packing buffer, which is the GEMM's and not counted here."""
+        return workspace_elements(layer, pass_) * layer.itemsize
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
