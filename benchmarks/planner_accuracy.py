@@ -70,7 +70,9 @@ def main(argv=None) -> int:
         layers = [(n, l) for n, l in layers if n in keep]
     kernel_cache = os.environ.get("NETCL_CACHE_DIR")
     root = tempfile.mkdtemp(prefix="netcl-planner-accuracy-")
-    print(f"device: {device.describe()}; strategies: {', '.join(strategies())}")
+    started = time.perf_counter()
+    print(f"device: {device.describe()}; strategies: {', '.join(strategies())}; "
+          f"load average {os.getloadavg()[0]:.1f} (other processes on the CPU make timings noisy)")
     rows = []
     rng = np.random.default_rng(0)
     registry = strategies()
@@ -108,10 +110,12 @@ def main(argv=None) -> int:
     summary = {"cases": len(rows), "heuristic_within_25pct": h_hits / len(rows),
                "measure_within_10pct": m_hits / len(rows),
                "heuristic_geomean_ratio": float(np.exp(np.mean([np.log(r["heuristic_ratio"]) for r in rows]))),
-               "lenet_batch": args.lenet_batch, "mec_batch": args.mec_batch, "device": device.describe()}
+               "lenet_batch": args.lenet_batch, "mec_batch": args.mec_batch, "device": device.describe(),
+               "load_average_1min": os.getloadavg()[0], "seconds": time.perf_counter() - started}
     print(f"heuristic within 25% of the fastest: {h_hits}/{len(rows)} ({100 * summary['heuristic_within_25pct']:.0f}%); "
           f"measure within 10%: {m_hits}/{len(rows)} ({100 * summary['measure_within_10pct']:.0f}%); "
-          f"heuristic geomean slowdown ×{summary['heuristic_geomean_ratio']:.3f}")
+          f"heuristic geomean slowdown ×{summary['heuristic_geomean_ratio']:.3f}; "
+          f"load average at the end {summary['load_average_1min']:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     if args.fit:

@@ -316,3 +316,34 @@ def test_plan_cli_json(capsys):
     assert main(["plan", "conv", "--input", "1x3x9x9", "--weight", "4x3x3x3", "--pass", "forward", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["device"] and out["layers"][0]["pass"] == "forward"
+
+
+def test_measured_plan_reused_in_process_without_disk_cache(device, monkeypatch):
+    monkeypatch.setenv("NETCL_CACHE", "0")
+    _with_lowering(monkeypatch)
+    measured = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device, mode="measure")
+    assert measured.source == "measured"
+    again = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device)
+    assert again.source == "cache" and again.strategy == measured.strategy
+
+
+def test_cached_measurements_all_over_a_new_budget_fall_back_to_the_model(device, monkeypatch):
+    _with_lowering(monkeypatch)
+    layer = ConvLayer.from_shapes((2, 3, 9, 9), (4, 3, 3, 3))
+    names = tuple(strategies())
+    fitting = [n for n in names if strategies()[n].why_not(layer, "forward") is None
+               and strategies()[n].workspace_bytes(layer, "forward") == 0]
+    planner._remember(device, names, f"{layer.signature()}|forward",
+                      {"mode": "measure", "measured_ms": {"im2col": 0.5}})
+    plan = plan_conv2d_layer(layer, "forward", device=device, budget_bytes=0)
+    assert plan.strategy in fitting and plan.source == "model"
+    assert "predicted" in plan.reason and "inf ms" not in plan.reason
+    assert plan.candidate("im2col").measured_ms is None or not plan.candidate("im2col").within_budget
+
+
+def test_measure_mode_with_one_candidate_times_nothing(device, monkeypatch):
+    monkeypatch.setattr(conv_common, "_registry", {"direct": strategies()["direct"], "im2col": FakeLowering()})
+    monkeypatch.setattr(planner, "time_strategies", lambda *a, **k: pytest.fail("nothing to compare"))
+    plan = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device, mode="measure", budget_bytes=0)
+    assert plan.strategy == "direct" and plan.source == "model"
+    assert not plan.candidate("im2col").within_budget and "budget" in plan.reason

@@ -116,6 +116,8 @@ def _env_mode() -> str:
 
 
 def _mib(nbytes: int) -> str:
+    if nbytes < 1024:
+        return f"{nbytes} B"
     if nbytes < 1 << 20:
         return f"{nbytes / 1024:.1f} KiB"
     return f"{nbytes / (1 << 20):.1f} MiB"
@@ -269,43 +271,49 @@ def _record_corrections(device, pass_: str, candidates: list[Candidate], uncorre
 # plan cache
 
 _memory_plans: dict[tuple, Plan] = {}
-_disk_plans: dict[str, dict] = {}
+_measured: dict[str, dict] = {}   # plan-file key -> {signature|pass: entry}, read from disk once
+
+
+def _plan_key(device, names: tuple[str, ...]) -> str:
+    from .. import __version__
+    key = "|".join((__version__, device.identity, tuning_identity(device), ",".join(names)))
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 def _plan_file(device, names: tuple[str, ...]):
-    from .. import __version__
-    key = "|".join((__version__, device.identity, tuning_identity(device), ",".join(names)))
-    return cache.cache_path("plans", hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+    return cache.cache_path("plans", _plan_key(device, names) + ".json")
 
 
-def _load_disk_plans(device, names) -> dict:
-    if not cache.cache_enabled():
-        return {}
-    path = _plan_file(device, names)
-    data = cache.read_json(path, "conv plan cache")
-    data = data if isinstance(data, dict) else {}
-    _disk_plans[str(path)] = data
-    return data
+def _measured_plans(device, names) -> dict:
+    """The measured entries for this device and strategy set (disk, then memory when the cache is off)."""
+    key = _plan_key(device, names)
+    with _lock:
+        if key not in _measured:
+            data = cache.read_json(_plan_file(device, names), "conv plan cache") if cache.cache_enabled() else None
+            _measured[key] = data if isinstance(data, dict) else {}
+        return _measured[key]
 
 
-def _store_disk_plan(device, names, entry_key: str, entry: dict) -> None:
-    if not cache.cache_enabled():
-        return
-    path = _plan_file(device, names)
-
-    def mutate(d):
-        d[entry_key] = entry
-    try:
-        _disk_plans[str(path)] = cache.update_json(path, "conv plan cache", mutate)
-    except OSError:
-        pass  # an unwritable cache only costs the next process a measurement
+def _remember(device, names, entry_key: str, entry: dict) -> None:
+    key = _plan_key(device, names)
+    with _lock:
+        current = _measured_plans(device, names)
+        current[entry_key] = entry
+        if cache.cache_enabled():
+            def mutate(d):
+                d[entry_key] = entry
+            try:
+                current = cache.update_json(_plan_file(device, names), "conv plan cache", mutate)
+            except OSError:
+                pass  # an unwritable cache only costs the next process a measurement
+        _measured[key] = current
 
 
 def clear_memory_cache() -> None:
     """Forget every plan and profile held in this process (the disk cache stays)."""
     with _lock:
         _memory_plans.clear()
-        _disk_plans.clear()
+        _measured.clear()
         _profiles.clear()
         _memory_calibration.clear()
 
@@ -442,8 +450,10 @@ def _choose(layer, pass_, candidates: list[Candidate], budget: int, measured: bo
         smallest = min(applicable, key=lambda c: (c.workspace_bytes, order[c.strategy]))
         return smallest.strategy, (f"no applicable strategy fits the {_mib(budget)} workspace budget, so "
                                    f"{smallest.strategy} runs with the smallest workspace ({_mib(smallest.workspace_bytes)}).")
+    if measured and not any(c.measured_ms is not None for c in fits):
+        measured, from_cache = False, False  # the budget excludes every measured candidate: use the model
     timed = [c for c in fits if not measured or c.measured_ms is not None]
-    ranked = sorted(timed or fits, key=lambda c: (cost(c), order[c.strategy]))
+    ranked = sorted(timed, key=lambda c: (cost(c), order[c.strategy]))
     best = ranked[0]
     what = "measured fastest" if measured else "has the lowest predicted time"
     where = " in an earlier run" if from_cache else ""
@@ -453,16 +463,24 @@ def _choose(layer, pass_, candidates: list[Candidate], budget: int, measured: bo
         if measured and best.measured_ms is not None:
             sentence += f" ({_fmt_ms(best.measured_ms)} measured{where})"
         return best.strategy, sentence + "."
-    sentence = f"{best.strategy} {what}{where} ({_fmt_ms(best_cost)}"
-    if len(ranked) > 1:
-        sentence += f"; next {ranked[1].strategy} at {_fmt_ms(cost(ranked[1]))}"
-    sentence += ")"
-    faster_over_budget = [c for c in applicable if not c.within_budget and
-                          (c.measured_ms if measured and c.measured_ms is not None else c.predicted_ms) < best_cost]
+    if len(fits) == 1:
+        sentence = (f"{best.strategy} is the only applicable strategy within the {_mib(budget)} workspace budget "
+                    f"({_fmt_ms(best_cost)} {'measured' + where if measured else 'predicted'})")
+    else:
+        sentence = f"{best.strategy} {what}{where} ({_fmt_ms(best_cost)}"
+        if len(ranked) > 1:
+            sentence += f"; next {ranked[1].strategy} at {_fmt_ms(cost(ranked[1]))}"
+        sentence += ")"
+    def known(c):
+        if measured and c.measured_ms is not None:
+            return c.measured_ms, "measured"
+        return c.predicted_ms, "predicted"
+    faster_over_budget = [c for c in applicable if not c.within_budget and known(c)[0] < best_cost]
     if faster_over_budget:
-        over = min(faster_over_budget, key=lambda c: c.measured_ms if measured and c.measured_ms else c.predicted_ms)
-        sentence += (f", chosen because the {_mib(budget)} workspace budget excludes the faster {over.strategy}, "
-                     f"which needs {_mib(over.workspace_bytes)}")
+        over = min(faster_over_budget, key=lambda c: known(c)[0])
+        ms, how = known(over)
+        sentence += (f", chosen because the {_mib(budget)} workspace budget excludes {over.strategy} "
+                     f"({how} {_fmt_ms(ms)}, needs {_mib(over.workspace_bytes)})")
     return best.strategy, sentence + "."
 
 
@@ -518,26 +536,27 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
 
 def _plan_free(layer, pass_, mode, budget, device, names, candidates, uncorrected) -> Plan:
     entry_key = f"{layer.signature()}|{pass_}"
-    path = str(_plan_file(device, names)) if cache.cache_enabled() else None
-    stored = (_disk_plans.get(path) if path in _disk_plans else _load_disk_plans(device, names)) if path else {}
-    entry = (stored or {}).get(entry_key)
+    entry = _measured_plans(device, names).get(entry_key)
     if isinstance(entry, dict) and isinstance(entry.get("measured_ms"), dict) and \
             (mode != "exhaustive" or entry.get("mode") == "exhaustive"):
         for c in candidates:
             value = entry["measured_ms"].get(c.strategy)
             if c.applicable and isinstance(value, (int, float)):
                 c.measured_ms = float(value)
-        if any(c.measured_ms is not None for c in candidates if c.applicable):
+        if any(c.measured_ms is not None for c in candidates if c.applicable and c.within_budget):
             name, reason = _choose(layer, pass_, candidates, budget, True, True)
             return Plan(name, reason, candidates, pass_, mode, budget, layer, "cache")
     if mode == "heuristic":
+        name, reason = _choose(layer, pass_, candidates, budget, False, False)
+        return Plan(name, reason, candidates, pass_, mode, budget, layer, "model")
+    if mode == "measure" and sum(c.applicable and c.within_budget for c in candidates) == 1:
         name, reason = _choose(layer, pass_, candidates, budget, False, False)
         return Plan(name, reason, candidates, pass_, mode, budget, layer, "model")
     calibrate_device(device, layer.dtype)
     _measure(layer, pass_, device, candidates, mode == "exhaustive")
     name, reason = _choose(layer, pass_, candidates, budget, True, False)
     _record_corrections(device, pass_, candidates, uncorrected)
-    _store_disk_plan(device, names, entry_key, {
+    _remember(device, names, entry_key, {
         "mode": mode, "measured_ms": {c.strategy: c.measured_ms for c in candidates if c.measured_ms is not None},
         "layer": layer.describe(), "time": time.time()})
     return Plan(name, reason, candidates, pass_, mode, budget, layer, "measured")
