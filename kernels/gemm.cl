@@ -3,14 +3,15 @@ Batched GEMM: C[b] = alpha * A[b] @ B[b] + beta * C[b], A: M x K, B: K x N, C: M
 
 gemm_tiled: each work-item owns an MR x NR block of C (NR = VW * NV), held in NV vectors of width VW per
 row, and walks K: per k step it broadcasts MR scalars of A and loads NV vectors of B, then does MR * NV
-vector FMAs. B must have unit stride along N (the host swaps operands or packs B to ensure it); A and C
-may have any strides. A work-group is WG_N x WG_M work-items (dimension 0 runs along N).
+vector FMAs. B must have unit stride along N (the host packs B when it has not); A and C may have any
+strides. A work-group is WG_M x WG_N work-items; ORDER says which grid dimension runs along N.
 With LOCAL=1 the work-group first stages a KC-deep slice of its A (WG_M*MR rows) and B (WG_N*NR columns)
 tiles in local memory (zero-padded at the edges) and computes from there: what a GPU wants. With LOCAL=0
 every work-item reads global memory directly: what PoCL's CPU driver wants (see docs/gemm.md).
-Edges: rows of A beyond M are clamped (read but never stored), columns of B beyond N are read only in
-the tail path, which loads element by element; stores are guarded, so nothing outside the operands is
-touched. Batch strides may be 0 (a broadcast operand).
+Edges: padding work-items (past M or N) return before touching memory; rows of A beyond M are clamped
+(read but never stored); columns of B beyond N are zero in packed panels and, unpacked, are read only in
+the tail path, element by element with clamped indices; stores are guarded per element, so nothing
+outside the operands is touched. Batch strides may be 0 (a broadcast operand).
 
 Template parameters (defaults in the page tag):
   T      element type, "float" or "double"                        (float)
@@ -29,7 +30,8 @@ Template parameters (defaults in the page tag):
   ORDER  "nm": dimension 0 of the grid walks N-blocks, 1 walks M-blocks; "mn": the reverse, so
          consecutive work-items share a B panel instead of an A panel               ("nm")
 
-gemm_reference: one work-item per element of C, any strides; the tuner's check and the fallback.
+gemm_pack_a / gemm_pack_b / gemm_pack_bt (LOCAL=0 only) write the panels PACK_A / PACK_B read; the
+host picks gemm_pack_bt for a B whose unit stride runs along K.
 </%doc>
 <%page args="T='float', MR=4, VW=8, NV=2, WG_M=1, WG_N=1, KU=1, LOCAL=0, KC=16, PACK_B=0, PACK_A=0, ORDER='nm'"/>
 <%
@@ -39,31 +41,12 @@ gemm_reference: one work-item per element of C, any strides; the tuner's check a
     BN = WG_N * NR
     def vload(ptr):
         return ('*(%s)' % ptr) if VW == 1 else ('vload%d(0, %s)' % (VW, ptr))
-    lanes = ['s%x' % l for l in range(VW)] if VW > 1 else None
     def lane(v, l):
         return v if VW == 1 else '%s.s%x' % (v, l)
 %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
-
-#define GEMM_ARGS \
-    const int M, const int N, const int K, const int batch, const ${T} alpha, const ${T} beta, \
-    __global const ${T}* A, const long a_off, const long a_rs, const long a_cs, const long a_bs, \
-    __global const ${T}* B, const long b_off, const long b_rs, const long b_cs, const long b_bs, \
-    __global ${T}* C, const long c_off, const long c_rs, const long c_cs, const long c_bs
-
-__kernel void gemm_reference(GEMM_ARGS)
-{
-    const int n = get_global_id(0), m = get_global_id(1), b = get_global_id(2);
-    if (n >= N || m >= M || b >= batch) return;
-    __global const ${T}* a = A + a_off + b * a_bs + m * a_rs;
-    __global const ${T}* bb = B + b_off + b * b_bs + n * b_cs;
-    ${T} acc = 0;
-    for (int k = 0; k < K; ++k) acc += a[k * a_cs] * bb[k * b_rs];
-    __global ${T}* c = C + c_off + b * c_bs + m * c_rs + n * c_cs;
-    *c = (beta == (${T})0) ? alpha * acc : alpha * acc + beta * *c;
-}
 
 <%def name="fma_step(aexpr, bexpr)">\
     {
@@ -148,7 +131,11 @@ __kernel void gemm_pack_bt(const int K, const int N, const int batch,
 % endif
 
 __kernel __attribute__((reqd_work_group_size(${(WG_N, WG_M)[DN]}, ${(WG_N, WG_M)[DM]}, 1)))
-void gemm_tiled(GEMM_ARGS)
+void gemm_tiled(
+    const int M, const int N, const int K, const int batch, const ${T} alpha, const ${T} beta,
+    __global const ${T}* A, const long a_off, const long a_rs, const long a_cs, const long a_bs,
+    __global const ${T}* B, const long b_off, const long b_rs, const long b_cs, const long b_bs,
+    __global ${T}* C, const long c_off, const long c_rs, const long c_cs, const long c_bs)
 {
     const int bidx = get_global_id(2);
     const int n0 = get_global_id(${DN}) * ${NR};
