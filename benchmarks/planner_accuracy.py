@@ -126,7 +126,8 @@ def main(argv=None) -> int:
 def _terms(row) -> dict[str, conv_cost.Terms]:
     layer = ConvLayer(**row["geometry"])
     prof = row["profile"]
-    profile = conv_cost.DeviceProfile(prof["gemm_gflops"], prof["bandwidth_gbs"], prof["launch_ms"], prof["source"])
+    profile = conv_cost.DeviceProfile(prof["gemm_gflops"], prof["bandwidth_gbs"], prof["launch_ms"], prof["source"],
+                                      prof.get("class_gflops", {}))
     registry = strategies()
     return {s: conv_cost.terms(s, layer, row["pass"], profile, registry.get(s), 0, row["units"])
             for s in row["truth_ms"]}

@@ -149,20 +149,21 @@ def tuning_identity(device) -> str:
         return "unreadable"
 
 
-def _tuned_gemm_gflops(device, dtype: str) -> float | None:
-    """The GEMM rate the tuner measured and stored with its parameters, if it did."""
-    db = _tuning_db()
-    if db is None:
-        return None
+def _tuned_gemm_rates(device, dtype: str) -> dict[str, float]:
+    """The GEMM rates per shape class that `netcl tune gemm` measured and stored, where it did."""
     try:
-        entry = db.lookup(device, "gemm", dtype) or {}
-    except Exception:
-        return None
-    for name in ("gflops", "measured_gflops", "GFLOPS"):
-        value = entry.get(name)
-        if isinstance(value, (int, float)) and value > 0:
-            return float(value)
-    return None
+        from ..tuning.gemm import expected_gflops
+    except ImportError:
+        return {}
+    rates = {}
+    for cls, (m, n, k) in conv_cost.CLASS_SHAPES.items():
+        try:
+            value = expected_gflops(device, dtype, m, n, k)
+        except Exception:  # an unreadable database only costs the model its tuned numbers
+            value = None
+        if value:
+            rates[cls] = float(value)
+    return rates
 
 
 def _calibration_path(device):
@@ -211,19 +212,26 @@ def device_profile(device, dtype: str = "float32") -> conv_cost.DeviceProfile:
         if key in _profiles:
             return _profiles[key]
         profile = conv_cost.estimate(device)
-        sources = set()
-        cal = _read_calibration(device)
-        for field_name in ("bandwidth_gbs", "launch_ms", "gemm_gflops"):
-            value = cal.get(field_name if field_name != "gemm_gflops" else f"gemm_gflops_{dtype}")
-            if isinstance(value, (int, float)) and value > 0:
-                setattr(profile, field_name, float(value))
-                sources.add("calibration")
-        tuned = _tuned_gemm_gflops(device, dtype)
+        sources = []
+        tuned = _tuned_gemm_rates(device, dtype)
         if tuned:
-            profile.gemm_gflops = tuned
-            sources.add("tuning database")
+            profile.class_gflops = dict(tuned)
+            profile.gemm_gflops = tuned.get("large", profile.gemm_gflops)
+            sources.append("tuning database")
+        # The calibration measures the GEMM as it runs now, the way the efficiencies were fitted: it wins.
+        cal = _read_calibration(device)
+        for name, stored in (("bandwidth_gbs", "bandwidth_gbs"), ("launch_ms", "launch_ms"),
+                             ("gemm_gflops", f"gemm_gflops_{dtype}")):
+            value = cal.get(stored)
+            if isinstance(value, (int, float)) and value > 0:
+                setattr(profile, name, float(value))
+                if "calibration" not in sources:
+                    sources.append("calibration")
+        classes = cal.get(f"gemm_class_gflops_{dtype}")
+        if isinstance(classes, dict):
+            profile.class_gflops = {k: float(v) for k, v in classes.items() if isinstance(v, (int, float)) and v > 0}
         if sources:
-            profile.source = " + ".join(sorted(sources))
+            profile.source = " + ".join(sources)
         _profiles[key] = profile
         return profile
 
@@ -231,7 +239,7 @@ def device_profile(device, dtype: str = "float32") -> conv_cost.DeviceProfile:
 def calibrate_device(device, dtype: str = "float32") -> conv_cost.DeviceProfile:
     """Measure bandwidth, launch overhead and the GEMM rate once per device and keep them in the cache."""
     cal = _read_calibration(device)
-    if all(k in cal for k in ("bandwidth_gbs", "launch_ms", f"gemm_gflops_{dtype}")):
+    if all(k in cal for k in ("bandwidth_gbs", "launch_ms", f"gemm_gflops_{dtype}", f"gemm_class_gflops_{dtype}")):
         return device_profile(device, dtype)
     measured = conv_cost.calibrate(device, dtype)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,14 +43,25 @@ WORK_PER_UNIT = 4   # work-groups per compute unit needed to keep it busy
 
 @dataclass
 class DeviceProfile:
-    gemm_gflops: float       # large square GEMM, the dtype's rate
+    gemm_gflops: float       # a mid-sized square GEMM (the "large" shape class), the dtype's rate
     bandwidth_gbs: float     # sustained copy bandwidth (read + write counted)
     launch_ms: float         # one kernel launch, enqueue to completion of an empty kernel
-    source: str              # "tuning database", "calibration", "estimate" (joined when mixed)
+    source: str              # "calibration", "tuning database", "estimate" (joined when mixed)
+    class_gflops: dict = field(default_factory=dict)  # GEMM rate per netcl.ops.gemm.shape_class
+
+    def rate(self, m: int, n: int, k: int) -> float:
+        """GFLOP/s of a product of this shape: its shape class's measured rate, else the square one."""
+        from .gemm import shape_class
+        return float(self.class_gflops.get(shape_class(m, n, k)) or self.gemm_gflops)
 
     def as_dict(self) -> dict:
         return {"gemm_gflops": round(self.gemm_gflops, 2), "bandwidth_gbs": round(self.bandwidth_gbs, 2),
-                "launch_ms": round(self.launch_ms, 4), "source": self.source}
+                "launch_ms": round(self.launch_ms, 4), "source": self.source,
+                "class_gflops": {k: round(v, 2) for k, v in sorted(self.class_gflops.items())}}
+
+
+# One representative product per GEMM shape class (netcl.ops.gemm.shape_class), conv-like and quick.
+CLASS_SHAPES = {"large": (256, 256, 256), "small_k": (32, 9216, 50), "small_mn": (50, 2048, 500)}
 
 
 def estimate(device) -> DeviceProfile:
@@ -110,7 +121,8 @@ def terms(name: str, layer: ConvLayer, pass_: str, profile: DeviceProfile, strat
         return nbytes / (profile.bandwidth_gbs * 1e6)
 
     def gemm(m, ncols, k, batch=1, tile=GEMM_TILE):
-        return 2.0 * m * ncols * k * batch / (rate * tile_efficiency(m, ncols, k, tile, batch, units))
+        shaped = profile.rate(m, ncols, k) * 1e6
+        return 2.0 * m * ncols * k * batch / (shaped * tile_efficiency(m, ncols, k, tile, batch, units))
 
     # (rows, columns, inner) of one group's product per pass, as implicit_gemm and im2col lay them out.
     dims = {"forward": (kg, n * pq, cg * rs), "backward_data": (cg * rs, n * pq, kg),
@@ -180,21 +192,22 @@ def predict_ms(name: str, layer: ConvLayer, pass_: str, profile: DeviceProfile, 
 
 
 def calibrate(device, dtype: str = "float32") -> dict:
-    """Measure this device's copy bandwidth, launch overhead and GEMM rate (well under a second)."""
+    """Measure this device's copy bandwidth, launch overhead and GEMM rate per shape class (a second or
+    two, most of it building the kernels the first time)."""
     from ..tensor import Tensor
     from .elementwise import copy_into
     from .gemm import gemm
     dt = np.dtype(dtype)
+    rng = np.random.default_rng(0)
     n = 1 << 22
     src = Tensor.from_host(np.ones(n, dt), device=device)
     dst = Tensor.empty((n,), dt, device)
     tiny_src = Tensor.from_host(np.ones(1, dt), device=device)
     tiny_dst = Tensor.empty((1,), dt, device)
-    side = 256
-    a = Tensor.from_host(np.random.default_rng(0).uniform(-1, 1, (side, side)).astype(dt), device=device)
-    out = Tensor.empty((side, side), dt, device)
 
-    def median_s(fn, repeats):
+    def best_s(fn, repeats):
+        # The fastest run, not the median: a device characteristic, which load from other processes
+        # on a shared CPU can only slow down.
         fn()
         device.synchronize()
         times = []
@@ -203,11 +216,17 @@ def calibrate(device, dtype: str = "float32") -> dict:
             fn()
             device.synchronize()
             times.append(time.perf_counter() - t0)
-        return float(np.median(times))
+        return min(times)
 
-    launch_s = median_s(lambda: copy_into(tiny_dst, tiny_src), 20)
-    copy_s = median_s(lambda: copy_into(dst, src), 7)
-    gemm_s = median_s(lambda: gemm(a, a, out), 5)
+    launch_s = best_s(lambda: copy_into(tiny_dst, tiny_src), 20)
+    copy_s = best_s(lambda: copy_into(dst, src), 9)
+    rates = {}
+    for cls, (m, nn, k) in CLASS_SHAPES.items():
+        a = Tensor.from_host(rng.uniform(-1, 1, (m, k)).astype(dt), device=device)
+        b = Tensor.from_host(rng.uniform(-1, 1, (k, nn)).astype(dt), device=device)
+        c = Tensor.empty((m, nn), dt, device)
+        seconds = best_s(lambda: gemm(a, b, c), 9)
+        rates[cls] = 2.0 * m * nn * k / max(seconds - launch_s, 1e-7) / 1e9
     return {"bandwidth_gbs": 2 * n * dt.itemsize / max(copy_s - launch_s, 1e-7) / 1e9,
-            "launch_ms": launch_s * 1e3,
-            f"gemm_gflops_{dt.name}": 2 * side ** 3 / max(gemm_s - launch_s, 1e-7) / 1e9}
+            "launch_ms": launch_s * 1e3, f"gemm_gflops_{dt.name}": rates["large"],
+            f"gemm_class_gflops_{dt.name}": rates}
