@@ -347,3 +347,16 @@ def test_measure_mode_with_one_candidate_times_nothing(device, monkeypatch):
     plan = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device, mode="measure", budget_bytes=0)
     assert plan.strategy == "direct" and plan.source == "model"
     assert not plan.candidate("im2col").within_budget and "budget" in plan.reason
+
+
+def test_calibration_file_with_wrong_types_is_tolerated(device):
+    planner._write_calibration(device, lambda d: d.update(
+        {"bandwidth_gbs": "fast", "launch_ms": -1, "gemm_gflops_float32": None, "corrections": [1, 2],
+         "gemm_class_gflops_float32": {"large": "x"}}))
+    planner.clear_memory_cache()
+    plan = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device)
+    assert all(c.predicted_ms > 0 for c in plan.candidates if c.applicable)
+    planner._write_calibration(device, lambda d: d.update({"corrections": {"direct|forward": ["a", -3, 2.0]}}))
+    planner.clear_memory_cache()
+    corrected = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device).candidate("direct").predicted_ms
+    assert corrected == pytest.approx(2.0 * plan.candidate("direct").predicted_ms)

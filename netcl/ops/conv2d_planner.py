@@ -91,7 +91,7 @@ def _parse_bytes(text: str, what: str) -> int:
         value = float(digits) * scale
     except ValueError:
         raise NetclError(f"{what} must be a byte count such as 268435456 or 256M, got {text!r}") from None
-    if value < 0 or math.isnan(value):
+    if not math.isfinite(value) or value < 0:
         raise NetclError(f"{what} must be ≥ 0, got {text!r}")
     return int(value)
 
@@ -253,7 +253,9 @@ def calibrate_device(device, dtype: str = "float32") -> conv_cost.DeviceProfile:
 
 
 def _correction(cal: dict, name: str, pass_: str) -> float:
-    ratios = cal.get("corrections", {}).get(f"{name}|{pass_}")
+    table = cal.get("corrections")
+    kept = table.get(f"{name}|{pass_}") if isinstance(table, dict) else None
+    ratios = [r for r in kept if isinstance(r, (int, float)) and r > 0] if isinstance(kept, list) else []
     if not ratios:
         return 1.0
     lo, hi = CORRECTION_BOUNDS
@@ -267,11 +269,13 @@ def _record_corrections(device, pass_: str, candidates: list[Candidate], uncorre
         return
 
     def mutate(d):
-        table = d.setdefault("corrections", {})
+        if not isinstance(d.get("corrections"), dict):
+            d["corrections"] = {}
         for name, ratio in ratios.items():
-            kept = table.setdefault(f"{name}|{pass_}", [])
+            kept = d["corrections"].get(f"{name}|{pass_}")
+            kept = kept if isinstance(kept, list) else []
             kept.append(round(ratio, 4))
-            del kept[:-16]
+            d["corrections"][f"{name}|{pass_}"] = kept[-16:]
     _write_calibration(device, mutate)
 
 
