@@ -23,8 +23,10 @@ Template parameters (all have defaults):
   FLIP        wino_filter_transform reads rotated, channel-swapped filters   (default 0)
   TILE_MAJOR  wino_input_transform writes the [16][groups][tiles][channels/groups] layout (default 0)
 
-Launch: 2-D, dimension 0 over tiles (or the inner channel for the filter kernels), dimension 1 over
-channels; every kernel guards its tail, any local size.
+Launch: the tile kernels (input, output, grad) are 3-D: (tx < TW, ty < TH, n * channels + channel), so
+a work-item finds its tile without 64-bit divisions and neighbours along dimension 0 write neighbouring
+tiles; the filter kernels are 2-D (inner channel, outer channel). Every kernel guards its tail; any
+local size works (netcl.ops.conv_winograd uses (8, 8, 1) / (8, 8)).
 </%doc>
 <%page args="T='float', FLIP=0, TILE_MAJOR=0"/>
 % if T == 'double':
@@ -37,14 +39,13 @@ __kernel void wino_input_transform(
     const int TH, const int TW, const int GROUPS,
     __global ${T}* V, const long v_off)
 {
-    const long t = get_global_id(0);
-    const int c = get_global_id(1);
+    const int tx = get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
+    if (tx >= TW || ty >= TH || pl >= NB * CH) return;
+    const int n = pl / CH, c = pl - n * CH;
     const long tiles = (long)NB * TH * TW;
-    if (t >= tiles || c >= CH) return;
-    const int tx = t % TW, ty = (t / TW) % TH;
-    const long n = t / ((long)TW * TH);
+    const long t = ((long)n * TH + ty) * TW + tx;
     const int h0 = 2 * ty - PAD_H, w0 = 2 * tx - PAD_W;
-    __global const ${T}* plane = src + src_off + (n * CH + c) * IH * IW;
+    __global const ${T}* plane = src + src_off + ((long)n * CH + c) * IH * IW;
     ${T} d[4][4];
     for (int i = 0; i < 4; ++i) {
         const int h = h0 + i;
@@ -117,12 +118,11 @@ __kernel void wino_output_transform(
     const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
     __global ${T}* dst, const long dst_off)
 {
-    const long t = get_global_id(0);
-    const int o = get_global_id(1);
+    const int tx = get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
+    if (tx >= TW || ty >= TH || pl >= NB * CH) return;
+    const int n = pl / CH, o = pl - n * CH;
     const long tiles = (long)NB * TH * TW;
-    if (t >= tiles || o >= CH) return;
-    const int tx = t % TW, ty = (t / TW) % TH;
-    const long n = t / ((long)TW * TH);
+    const long t = ((long)n * TH + ty) * TW + tx;
     const long stride = (long)CH * tiles;
     __global const ${T}* in = M + m_off + o * tiles + t;
     ${T} m[4][4];
@@ -132,7 +132,7 @@ __kernel void wino_output_transform(
         a[0][j] = m[0][j] + m[1][j] + m[2][j];
         a[1][j] = m[1][j] - m[2][j] - m[3][j];
     }
-    __global ${T}* plane = dst + dst_off + (n * CH + o) * OH * OW;
+    __global ${T}* plane = dst + dst_off + ((long)n * CH + o) * OH * OW;
     for (int i = 0; i < 2; ++i) {
         const int h = 2 * ty + i;
         if (h >= OH) break;
@@ -147,13 +147,12 @@ __kernel void wino_grad_transform(
     const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
     __global ${T}* Z, const long z_off)
 {
-    const long t = get_global_id(0);
-    const int k = get_global_id(1);
+    const int tx = get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
+    if (tx >= TW || ty >= TH || pl >= NB * CH) return;
+    const int n = pl / CH, k = pl - n * CH;
     const long tiles = (long)NB * TH * TW;
-    if (t >= tiles || k >= CH) return;
-    const int tx = t % TW, ty = (t / TW) % TH;
-    const long n = t / ((long)TW * TH);
-    __global const ${T}* plane = gy + gy_off + (n * CH + k) * OH * OW;
+    const long t = ((long)n * TH + ty) * TW + tx;
+    __global const ${T}* plane = gy + gy_off + ((long)n * CH + k) * OH * OW;
     ${T} d[2][2];
     for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 2; ++j) {

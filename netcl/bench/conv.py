@@ -177,8 +177,9 @@ def run(args) -> dict:
     all_cases = cases(quick)
     tuned = None
     if not quick:
-        tune_layers = [c[2] for c in cases(False) if c[1] == 32 and c[0] in ("cv5", "cv6", "cv9", "cv10", "cv11", "cv12")]
-        tune_layers = [dataclasses.replace(l, n=8) for l in tune_layers]
+        tune_names = ("cv5", "cv6", "cv9", "cv10", "cv11", "cv12")
+        tune_layers = [dataclasses.replace(layer, n=8) for name, batch, layer in all_cases
+                       if batch == 32 and name in tune_names]
         tuned = conv_mec.tune_threshold(device, tune_layers)
     if not quiet:
         print(f"conv2d strategies on {device.describe()}; median of {repeat}; MEC threshold T = "
