@@ -90,7 +90,7 @@ def im2col_into(x: Tensor, layer: ConvLayer, out: Tensor, transposed: bool = Tru
 def prefers_gather(device) -> bool:
     """The col2im form used when the caller does not ask for one: the deterministic gather when
     ``netcl.config.deterministic_enabled()``, and on CPUs, where compare-and-swap loops cost more than
-    the gather's R·S divisibility tests (3–4× slower in `netcl bench im2col`); else the atomic scatter."""
+    the gather's R·S divisibility tests (2–30× slower in `netcl bench im2col`); else the atomic scatter."""
     return config.deterministic_enabled() or device.kind == "cpu"
 
 
