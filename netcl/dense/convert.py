@@ -312,7 +312,7 @@ def convert(model: Module, patch_size, strategy=None) -> DenseModel:
     return DenseModel(model, (nh, nw), steps, in_channels, channels, strategy)
 
 
-def infer_patch_size(model: Module, largest: int = 2048) -> tuple:
+def infer_patch_size(model: Module, largest: int = 1024) -> tuple:
     """The smallest square patch n×n that ``model`` maps to one score vector (a ShapeError if none up to
     ``largest``). Several n may fit (floor division in strided layers); the smallest is the natural one."""
     last = None
