@@ -88,8 +88,8 @@ def test_download_verifies_checksums(isolated, monkeypatch, rng):
     with pytest.raises(nc.DataError, match="not the official"):
         mnist.load_mnist("test")  # our fake files do not match the official MD5 sums
     assert not list((isolated / "cache").rglob("*.gz")), "unverified downloads are not kept"
-    monkeypatch.setitem(mnist.OFFICIAL_MD5, "t10k-images-idx3-ubyte.gz", hashlib.md5(payload["t10k-images-idx3-ubyte.gz"]).hexdigest())
-    monkeypatch.setitem(mnist.OFFICIAL_MD5, "t10k-labels-idx1-ubyte.gz", hashlib.md5(payload["t10k-labels-idx1-ubyte.gz"]).hexdigest())
+    for name, data in payload.items():
+        monkeypatch.setitem(mnist.OFFICIAL_MD5, name, hashlib.md5(data).hexdigest())
     x, y = mnist.load_mnist("test")
     assert x.shape == (3, 28, 28) and (mnist.cache_dir() / "t10k-labels-idx1-ubyte.gz").exists()
     served.clear()

@@ -11,7 +11,8 @@ from nn_reference import cross_entropy_ref, finite_difference, scalar_through
 from util import assert_close, conv2d_grads_ref, conv2d_ref
 
 
-@pytest.mark.parametrize("n,fin,fout,bias", [(1, 1, 1, True), (7, 13, 5, True), (33, 31, 17, False), (64, 800, 10, True)])
+@pytest.mark.parametrize("n,fin,fout,bias", [(1, 1, 1, True), (7, 13, 5, True), (33, 31, 17, False),
+                                             (64, 800, 10, True)])
 def test_linear_forward_backward(device, rng, canaries, n, fin, fout, bias):
     layer = nc.nn.Linear(fin, fout, bias=bias, device=device)
     x_host = rng.uniform(-2, 2, size=(n, fin)).astype(np.float32)

@@ -44,8 +44,8 @@ def cross_entropy_forward(logits: Tensor, target: Tensor, reduction: str = "mean
     kernel = get_kernel(logits.device, "loss.cl", "ce_forward", T=dtypes.c_type(logits.dtype),
                         TI=dtypes.c_type(target.dtype), LOCAL=LOCAL)
     launch(logits.device, kernel, (LOCAL,), (LOCAL,), logits.buffer, np.int64(logits.offset), target.buffer,
-           np.int64(target.offset), lse.buffer, np.int64(lse.offset), loss.buffer, np.int64(loss.offset), np.int32(n), np.int32(c),
-           logits.dtype.type(_scale(n, reduction)))
+           np.int64(target.offset), lse.buffer, np.int64(lse.offset), loss.buffer, np.int64(loss.offset),
+           np.int32(n), np.int32(c), logits.dtype.type(_scale(n, reduction)))
     return loss, lse
 
 
@@ -59,7 +59,7 @@ def cross_entropy_backward(grad_loss: Tensor, logits: Tensor, target: Tensor, ls
     kernel = get_kernel(logits.device, "loss.cl", "ce_backward", T=dtypes.c_type(logits.dtype),
                         TI=dtypes.c_type(target.dtype), LOCAL=LOCAL)
     launch(logits.device, kernel, (n * c,), local_size_1d(logits.device, n * c), logits.buffer,
-           np.int64(logits.offset), target.buffer, np.int64(target.offset), lse.buffer, np.int64(lse.offset), grad_loss.buffer,
-           np.int64(grad_loss.offset), gx.buffer, np.int64(gx.offset), np.int32(n), np.int32(c),
+           np.int64(logits.offset), target.buffer, np.int64(target.offset), lse.buffer, np.int64(lse.offset),
+           grad_loss.buffer, np.int64(grad_loss.offset), gx.buffer, np.int64(gx.offset), np.int32(n), np.int32(c),
            logits.dtype.type(_scale(n, reduction)))
     return gx
