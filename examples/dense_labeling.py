@@ -2,9 +2,10 @@
 
 Synthetic segmentation task: noisy 32×32 images holding discs striped horizontally and squares striped
 vertically (both as bright as each other on average); every pixel is labelled background (0), disc (1) or
-square (2), so a pixel's class depends on the texture and shape around it, not on its own value. The patch classifier sees a 15×15 patch; netcl.dense.convert turns it into a network that scores all
-pixels of an image in one pass. Each training step runs the dense model over a whole image and back-
-propagates the loss of a random subset of pixels (Section 4.3 of Li, Zhao & Wang: the error map is masked,
+square (2), so a pixel's class depends on the texture and shape around it, not on its own value. The
+patch classifier sees a 15×15 patch; netcl.dense.convert turns it into a network that scores all pixels
+of an image in one pass. Each training step runs the dense model over a whole image and back-propagates
+the loss of a random subset of pixels (Section 4.3 of Li, Zhao & Wang: the error map is masked,
 and the cost does not depend on how many pixels are selected). The predicted label map of a test image is
 printed, and saved as dense_labeling.png when matplotlib is installed.
 

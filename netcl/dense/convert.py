@@ -263,7 +263,8 @@ def convert(model: Module, patch_size, strategy=None) -> DenseModel:
             if flat:
                 raise ShapeError(f"{what} comes after Flatten/Linear; only Linear layers can follow them")
             if channels is not None and channels != module.in_channels:
-                raise ShapeError(f"{what} expects {module.in_channels} input channels, the layer before gives {channels}")
+                raise ShapeError(f"{what} expects {module.in_channels} input channels, "
+                                 f"the layer before gives {channels}")
             in_channels = module.in_channels if in_channels is None and channels is None else in_channels
             step = Spatial.make(name, module, "conv", module.kernel_size, module.stride, module.padding,
                                 module.dilation, axes, module.in_channels)
