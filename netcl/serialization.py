@@ -65,7 +65,11 @@ def save(obj, path) -> None:
         digest.update(memoryview(a).cast("B"))
     blob = b"".join([_PREFIX.pack(MAGIC, VERSION, len(header), digest.digest()), header] +
                     [a.tobytes() for a in arrays])
-    atomic_write_bytes(Path(os.fspath(path)), blob)
+    path = Path(os.fspath(path))
+    atomic_write_bytes(path, blob)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)  # the temporary file was private; a checkpoint is an ordinary file
 
 
 def _decode(node, arrays, payload: memoryview, device):
