@@ -33,7 +33,8 @@ def test_mec_matches_reference(case, rng, device, canaries):
 
 
 @pytest.mark.parametrize("solution", ["A", "B"])
-@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[4]], ids=["strided", "batch3", "grouped"])
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[4], ((5, 3, 4, 6), (4, 3, 3, 3), 1, 0, 1, 1, "float32")],
+                         ids=["strided", "batch3", "grouped", "batch_over_rows"])
 def test_both_solutions(case, solution, rng, device, canaries):
     xs, ws, st, pd, dl, g, dt = case
     layer = ConvLayer.from_shapes(xs, ws, st, pd, dl, g, dt)

@@ -7,8 +7,9 @@ leading dimension is ih·kw·ic, as batched GEMMs (netcl.ops.gemm):
   Solution A (ow ≤ T and |O| ≤ |L|)  oh GEMMs, each (in·ow × kh·kw·ic)·(kh·kw·ic × kc), giving O in
                                      h-n-w-c inside y's own buffer; O is copied into L (free by then)
                                      and permuted from there into y (NCHW).
-  Solution B (otherwise)             in·oh GEMMs (one batched call of oh per sample and group), each
-                                     writing its output row straight into y (NCHW).
+  Solution B (otherwise)             in·oh GEMMs (batched over the output rows of one sample, or over
+                                     the samples for one output row, whichever makes fewer launches),
+                                     each writing its output row straight into y (NCHW).
   T is the threshold of line 8, tuned per device (:func:`tune_threshold`, stored in the tuning
   database under family "mec"); without a tuned entry it is the paper's 100.
 
@@ -145,10 +146,15 @@ class MecStrategy:
                 part = _view(L, (p, n * q, width), (shift, ld, 1), g * block)
                 o_hnwc = _view(y, (p, n * q, kg), (n * q * k, k, 1), g * kg)
                 gemm_batched(part, w_g, c=o_hnwc)
-            else:
-                for i in range(n):
+            elif n <= p:
+                for i in range(n):  # one batched call per sample over its oh output rows
                     part = _view(L, (p, q, width), (shift, ld, 1), i * q * ld + g * block)
                     rows = _view(y, (p, q, kg), (q, 1, p * q), (i * k + g * kg) * p * q)
+                    gemm_batched(part, w_g, c=rows)
+            else:
+                for h in range(p):  # the same in·oh products, one batched call per output row
+                    part = _view(L, (n, q, width), (q * ld, ld, 1), h * shift + g * block)
+                    rows = _view(y, (n, q, kg), (k * p * q, 1, p * q), g * kg * p * q + h * q)
                     gemm_batched(part, w_g, c=rows)
         if solution == "A":
             # lines 14-19: copy O into L (|O| ≤ |L|), then permute it from there into n-c-h-w
