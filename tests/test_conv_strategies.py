@@ -118,6 +118,10 @@ def _random_case(rng):
     # pick the output size first so that every drawn layer is valid (a clamped input still has output ≥ 1)
     h = max(1, (int(rng.integers(1, 9)) - 1) * sh + dh * (r - 1) + 1 - 2 * ph + int(rng.integers(0, sh)))
     w = max(1, (int(rng.integers(1, 9)) - 1) * sw + dw * (s - 1) + 1 - 2 * pw + int(rng.integers(0, sw)))
+    if rng.random() < 0.25:  # the 1×1, stride 1, no padding layers the gemm strategy serves
+        r = s = 1
+        (sh, sw), (ph, pw) = (1, 1), (0, 0)
+        h, w = int(rng.integers(1, 12)), int(rng.integers(1, 12))
     n = int(rng.integers(1, 4))
     return ((n, c, h, w), (k, c // g, r, s), (sh, sw), (ph, pw), (dh, dw), g, "float32")
 
