@@ -7,12 +7,18 @@ Every pass is C[m, j] = sum_i A[m, i] * B[i, j] over one group (get_group_id(2) 
 
   MODE            rows m        columns j         inner i          A            B (gathered)
   forward         k  (K/G)      (n, p, q)         (c, r, s)        weight       x[n, c, p*SH-PH+r*DH, q*SW-PW+s*DW]
-  backward_data   c  (C/G)      (n, h, w)         (k, r, s)        weight       gy[n, k, (h+PH-r*DH)/SH, (w+PW-s*DW)/SW]
+  backward_data   c  (C/G)      (n, h', w')       (k, r, s) valid  weight       gy[n, k, h' + (a+PH-r*DH)/SH, w' + (b+PW-s*DW)/SW]
   backward_weight k  (K/G)      (c, r, s)         (n, p, q)        grad_y       x[n, c, p*SH-PH+r*DH, q*SW-PW+s*DW]
+
+backward_data runs one GEMM per residue class (a, b) = (h mod SH, w mod SW) of the input positions
+(get_group_id(2) = group * SH*SW + class; h = h'*SH + a, w = w'*SW + b): in a class exactly the taps
+r with (a + PH - r*DH) divisible by SH (every SH/gcd(SH, DH)-th r from the first) and likewise s reach
+an output-gradient element, so the inner dimension holds only those, and none of the work is wasted on
+taps a stride skips. With stride 1 there is one class and every tap.
 
 B's address splits into a column part and an inner part (offset, row, column), so each tile first
 decomposes its TN columns and TK inner indices once into local tables; the gather itself then needs
-only additions and a bounds test (plus, for strided backward_data, a divisibility test). Fast paths:
+only additions and a bounds test. Fast paths:
 a work-item's WN columns that read WN consecutive elements of one source row (stride 1 along the
 width, not cut by a border) are gathered with one vector load per inner index, and a slice of A whose
 TK inner indices are consecutive in memory is loaded with one vector load per row.
@@ -54,14 +60,27 @@ void igemm_${MODE}(
     const int P = geom[7], Q = geom[8], SH = geom[9], SW = geom[10], PH = geom[11], PW = geom[12];
     const int DH = geom[13], DW = geom[14], G = geom[15];
     const int CG = C / G, KG = K / G, RS = R * S, HW = H * W, PQ = P * Q;
+% if MODE != 'backward_data':
     const int g = get_group_id(2);
+% endif
 % if MODE == 'forward':
     const int MD = KG, ND = N * PQ, KD = CG * RS;
     const int LIM_H = H, LIM_W = W;
     const long a_base = a_off + (long)g * KG * KD, a_m = KD;
     const int s_m = PQ;
 % elif MODE == 'backward_data':
-    const int MD = CG, ND = N * HW, KD = KG * RS;
+    // residue class of this launch slice and its valid taps r = r0 + t*sr (t < RV), s = s0 + t*ss (t < SV)
+    const int cls = get_group_id(2) % (SH * SW), g = get_group_id(2) / (SH * SW);
+    const int ca = cls / SW, cb = cls - ca * SW;
+    const int HC = ca < H ? (H - ca + SH - 1) / SH : 0, WC = cb < W ? (W - cb + SW - 1) / SW : 0;
+    int r0 = 0, s0 = 0;
+    while (r0 < R && ((ca + PH - r0 * DH) % SH + SH) % SH != 0) ++r0;
+    while (s0 < S && ((cb + PW - s0 * DW) % SW + SW) % SW != 0) ++s0;
+    int sr = SH, ss = SW;
+    for (int d = DH, e = SH; ; ) { const int t = d % e; if (t == 0) { sr = SH / e; break; } d = e; e = t; }
+    for (int d = DW, e = SW; ; ) { const int t = d % e; if (t == 0) { ss = SW / e; break; } d = e; e = t; }
+    const int RV = r0 < R ? (R - 1 - r0) / sr + 1 : 0, SV = s0 < S ? (S - 1 - s0) / ss + 1 : 0;
+    const int MD = CG, ND = N * HC * WC, KD = KG * RV * SV;
     const int LIM_H = P, LIM_W = Q;
     const long a_base = a_off + (long)g * KG * CG * RS, a_m = RS;
     const int s_m = HW;
@@ -90,10 +109,10 @@ void igemm_${MODE}(
             off = (n * C + g * CG) * HW + hh * W + ww;
             st = (n * K + g * KG) * PQ + pq;
 % elif MODE == 'backward_data':
-            const int n = col / HW, hw = col - n * HW, h = hw / W, w = hw - h * W;
-            hh = h + PH; ww = w + PW;
-            off = (n * K + g * KG) * PQ;
-            st = (n * C + g * CG) * HW + hw;
+            const int n = col / (HC * WC), hw = col - n * HC * WC, h = hw / WC, w = hw - h * WC;
+            hh = h; ww = w;
+            off = (n * K + g * KG) * PQ + h * Q + w;
+            st = (n * C + g * CG) * HW + (h * SH + ca) * W + w * SW + cb;
 % else:
             const int c = col / RS, rs = col - c * RS, r = rs / S, s = rs - r * S;
             hh = r * DH; ww = s * DW;
@@ -109,14 +128,9 @@ void igemm_${MODE}(
 % if MODE == 'backward_weight':
     const int run = 0;
 % else:
-    int run = ${'1' if MODE == 'forward' else 'SH == 1 && SW == 1'};
-    for (int b = 1; b < ${TN}; ++b) {
-%   if MODE == 'forward':
+    int run = 1;
+    for (int b = 1; b < ${TN}; ++b)
         run = run && col_h[b] == col_h[0] && col_w[b] == col_w[0] + b && col_off[b] == col_off[0] + b;
-%   else:
-        run = run && col_h[b] == col_h[0] && col_w[b] == col_w[0] + b && col_off[b] == col_off[0];
-%   endif
-    }
 % endif
 
     ${VT} acc[${TM}];
@@ -126,7 +140,7 @@ void igemm_${MODE}(
         for (int i = 0; i < ${TK}; ++i) As[m][i] = (${T})0;
 
     // The inner index advances without divisions: (u0, u1, u2) = (c, r, s) for forward,
-    // (k, r, s) for backward_data, (n, p, q) for backward_weight.
+    // (k, r, s) for backward_data (r, s counted among the class's valid taps), (n, p, q) for backward_weight.
     int u0 = 0, u1 = 0, u2 = 0;
     for (int k0 = 0; k0 < KD; k0 += ${TK}) {
         for (int i = 0; i < ${TK}; ++i) {
@@ -138,10 +152,11 @@ void igemm_${MODE}(
                 ao = k0 + i;
                 if (++u2 == S) { u2 = 0; if (++u1 == R) { u1 = 0; ++u0; } }
 % elif MODE == 'backward_data':
-                hh = -u1 * DH; ww = -u2 * DW;
-                off = u0 * PQ;
-                ao = u0 * CG * RS + u1 * S + u2;
-                if (++u2 == S) { u2 = 0; if (++u1 == R) { u1 = 0; ++u0; } }
+                const int r = r0 + u1 * sr, s = s0 + u2 * ss;
+                hh = (ca + PH - r * DH) / SH; ww = (cb + PW - s * DW) / SW;  // exact divisions
+                off = u0 * PQ + hh * Q + ww;
+                ao = u0 * CG * RS + r * S + s;
+                if (++u2 == SV) { u2 = 0; if (++u1 == RV) { u1 = 0; ++u0; } }
 % else:
                 hh = u1 * SH - PH; ww = u2 * SW - PW;
                 off = u0 * C * HW + hh * W + ww;
@@ -174,28 +189,14 @@ void igemm_${MODE}(
 % if MODE != 'backward_weight':
             const int hh0 = col_h[0] + ih, ww0 = col_w[0] + iw;
             if (run && (uint)hh0 < (uint)LIM_H && ww0 >= 0 && ww0 + ${TN - 1} < LIM_W) {
-%   if MODE == 'forward':
                 vstore${TN}(vload${TN}(0, B + b_off + col_off[0] + io), 0, &Bs[i][0]);
-%   else:
-                vstore${TN}(vload${TN}(0, B + b_off + col_off[0] + io + hh0 * Q + ww0), 0, &Bs[i][0]);
-%   endif
                 continue;
             }
 % endif
             for (int j = 0; j < ${TN}; ++j) {
                 const int hh = col_h[j] + ih, ww = col_w[j] + iw;
-% if MODE == 'backward_data':
-                // hh, ww are output-gradient coordinates times the stride
-                int ok = hh >= 0 && ww >= 0;
-                int p = hh, q = ww;
-                if (SH != 1) { p = hh / SH; ok = ok && p * SH == hh; }
-                if (SW != 1) { q = ww / SW; ok = ok && q * SW == ww; }
-                ok = ok && p < LIM_H && q < LIM_W;
-                const int idx = ok ? col_off[j] + io + p * Q + q : 0;
-% else:
                 const int ok = (uint)hh < (uint)LIM_H && (uint)ww < (uint)LIM_W;
                 const int idx = ok ? col_off[j] + io : 0;
-% endif
                 const ${T} v = B[b_off + idx];
                 Bs[i][j] = ok ? v : (${T})0;
             }

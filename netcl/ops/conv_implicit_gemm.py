@@ -33,8 +33,9 @@ def gemm_dims(layer: ConvLayer, pass_: str) -> tuple[int, int, int]:
     pq, hw = layer.out_h * layer.out_w, layer.h * layer.w
     if pass_ == "forward":
         return kg, layer.n * pq, cg * rs
-    if pass_ == "backward_data":
-        return cg, layer.n * hw, kg * rs
+    if pass_ == "backward_data":  # the largest residue class (see kernels/implicit_gemm.cl)
+        sh, sw = layer.stride_h, layer.stride_w
+        return cg, layer.n * -(-layer.h // sh) * -(-layer.w // sw), kg * rs
     return kg, cg * rs, layer.n * pq
 
 
@@ -52,7 +53,8 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, ti
     rows, cols, _ = gemm_dims(layer, pass_)
     kernel = get_kernel(a.device, "implicit_gemm.cl", f"igemm_{pass_}", T=dtypes.c_type(a.dtype), MODE=pass_,
                         TM=tm, TN=tn, TK=tk)
-    launch(a.device, kernel, (-(-cols // tn), -(-rows // tm), layer.groups), (1, 1, 1),
+    slices = layer.groups * (layer.stride_h * layer.stride_w if pass_ == "backward_data" else 1)
+    launch(a.device, kernel, (-(-cols // tn), -(-rows // tm), slices), (1, 1, 1),
            a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
            geometry(a.device, layer))
     return out
