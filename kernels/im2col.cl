@@ -12,9 +12,10 @@ im2col          the one-pass form (Zhang 2017, Alg. 2): the launch is flat over 
                 RUNS=0 (GPUs): VEC entries spaced one work-group apart (entry = group*LOCAL*VEC +
                   v*LOCAL + local id), each decoded in closed form, so neighbouring work-items touch
                   neighbouring entries (coalesced).
-                RUNS=1 (CPUs, TRANSPOSED=1 only): VEC consecutive entries; the first is decoded in
-                  closed form, then the run is walked one output-row segment at a time, each segment a
-                  zero fill, a strided copy of one input row and a zero fill (vectorizable loops).
+                RUNS=1 (CPUs): VEC consecutive entries; the first is decoded in closed form, then
+                  TRANSPOSED=1: the run is walked one output-row segment at a time, each segment a
+                  zero fill, a strided copy of one input row and a zero fill (vectorizable loops);
+                  TRANSPOSED=0: the run is stepped entry by entry with carries, no division.
 im2col_caffe    the Caffe-style form, only for `netcl bench im2col`: one work-item per (n, c, p, q) with
                 two loops over the kernel window (writes the TRANSPOSED=1 layout only).
 copy_bandwidth  dst[i] = src[i], VEC consecutive elements per work-item: the device's copy bandwidth,
@@ -84,6 +85,37 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
         i += q1 - q;
         q = 0;
         if (++p == ${P}) { p = 0; if (++n == ${N}) { n = 0; if (++s == ${S}) { s = 0; if (++r == ${R}) { r = 0; ++c; } } } }
+    }
+% elif RUNS:
+    /* The row layout's run: entries (n, p, q, c, r, s) with s fastest. Decode the first in closed form,
+       then step s -> r -> c -> q -> p -> n with carries (no division); consecutive s read consecutive
+       input columns (DW apart), a new r the next input row, a new c the next plane. */
+    ${IDX} i = (${IDX})get_global_id(0) * ${VEC};
+    if (i >= TOTAL) return;
+    const ${IDX} end = min(i + ${VEC}, TOTAL);
+    const ${IDX} npq = i / CRS, crs = i - npq * CRS;
+    ${IDX} c = crs / RS, rs = crs - c * RS, r = rs / ${S}, s = rs - r * ${S};
+    ${IDX} n = npq / PQ, pq = npq - n * PQ, p = pq / ${Q}, q = pq - p * ${Q};
+    ${IDX} h = p * ${SH} - ${PH} + r * ${DH}, w = q * ${SW} - ${PW} + s * ${DW};
+    ${IDX} plane = (n * ${C} + c) * ${H * W};
+    for (; i < end; ++i) {
+        cols[i] = (h >= 0 && h < ${H} && w >= 0 && w < ${W}) ? x[plane + h * ${W} + w] : (${T})0;
+        w += ${DW};
+        if (++s == ${S}) {
+            s = 0; w = q * ${SW} - ${PW}; h += ${DH};
+            if (++r == ${R}) {
+                r = 0; h = p * ${SH} - ${PH}; plane += ${H * W};
+                if (++c == ${C}) {
+                    c = 0; plane -= ${C * H * W};
+                    if (++q == ${Q}) {
+                        q = 0;
+                        if (++p == ${P}) { p = 0; plane += ${C * H * W}; }
+                        h = p * ${SH} - ${PH};
+                    }
+                    w = q * ${SW} - ${PW};
+                }
+            }
+        }
     }
 % else:
     /* VEC entries spaced one work-group apart, each decoded in closed form (Alg. 2 of the paper). */

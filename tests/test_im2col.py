@@ -78,14 +78,16 @@ def test_im2col_matches_reference(case, transposed, dtype, rng, device, canaries
 
 @pytest.mark.parametrize("runs", [0, 16, 512], ids=["interleaved", "runs16", "runs512"])
 @pytest.mark.parametrize("case", CASES)
-def test_im2col_kernel_forms_agree(case, runs, rng, device, canaries):
+@pytest.mark.parametrize("transposed", [False, True])
+def test_im2col_kernel_forms_agree(case, runs, transposed, rng, device, canaries):
     """Both forms of the one-pass kernel (the device picks one), whatever the run length."""
     shape, kh, kw, st, pd, dl = case
     x = rng.uniform(-2, 2, shape).astype(np.float32)
     layer = _layer(shape, kh, kw, st, pd, dl, "float32")
-    expected = im2col_ref(x, kh, kw, st, pd, dl).T
+    expected = im2col_ref(x, kh, kw, st, pd, dl)
+    expected = expected.T if transposed else expected
     out = nc.Tensor.empty(expected.shape, np.float32, device)
-    im2col_into(device_tensor(x, device), layer, out, transposed=True, runs=runs)
+    im2col_into(device_tensor(x, device), layer, out, transposed=transposed, runs=runs)
     np.testing.assert_array_equal(out.to_host(), expected.astype(np.float32))
 
 

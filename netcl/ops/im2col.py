@@ -74,13 +74,12 @@ def run_length(device, total: int, local: int) -> int:
 def im2col_into(x: Tensor, layer: ConvLayer, out: Tensor, transposed: bool = True, runs: int | None = None) -> Tensor:
     """Write the column matrix of the contiguous input ``x`` (geometry ``layer``; its K and groups do not
     matter) into the contiguous ``out``. The one-pass kernel of kernels/im2col.cl; ``runs`` overrides the
-    run length (0 = interleaved form; the run form exists for the transposed layout only)."""
+    run length (0 = interleaved form)."""
     if out.size == 0:
         return out
     local = local_size_1d(x.device, out.size)[0]
     if runs is None:
         runs = run_length(x.device, out.size, local)
-    runs = runs if transposed else 0
     kernel = get_kernel(x.device, "im2col.cl", "im2col", **_params(layer, x.dtype, transposed, local, runs))
     _flat_launch(x.device, kernel, out.size, local, runs or VEC, x.buffer, np.int64(x.offset),
                  out.buffer, np.int64(out.offset))
