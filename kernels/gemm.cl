@@ -207,14 +207,17 @@ ${fma_step(lambda i: 'ap%d[k * %s]' % (i, a_cs), lambda j: 't%d' % j)}
     const int lx = get_local_id(${DN}), ly = get_local_id(${DM});
     const int lid = ly * ${WG_N} + lx;
     const int gm0 = get_group_id(${DM}) * ${BM}, gn0 = get_group_id(${DN}) * ${BN};
+    // Neighbouring work-items copy neighbouring addresses (coalesced on a GPU): along K when that is
+    // the operand's unit-stride direction, else along M / N.
+    const int a_kfast = a_cs == 1, b_kfast = b_cs != 1 && b_rs == 1;
     for (int k0 = 0; k0 < K; k0 += ${KC}) {
         for (int e = lid; e < ${KC * BM}; e += ${WG_M * WG_N}) {
-            const int kk = e / ${BM}, mm = e % ${BM};
+            const int kk = a_kfast ? e % ${KC} : e / ${BM}, mm = a_kfast ? e / ${KC} : e % ${BM};
             const int gm = gm0 + mm, gk = k0 + kk;
             As[kk][mm] = (gm < M && gk < K) ? A[gm * a_rs + gk * a_cs] : (${T})0;
         }
         for (int e = lid; e < ${KC * BN}; e += ${WG_M * WG_N}) {
-            const int kk = e / ${BN}, nn = e % ${BN};
+            const int kk = b_kfast ? e % ${KC} : e / ${BN}, nn = b_kfast ? e / ${KC} : e % ${BN};
             const int gn = gn0 + nn, gk = k0 + kk;
             Bs[kk][nn] = (gn < N && gk < K) ? B[gk * b_rs + gn * b_cs] : (${T})0;
         }
