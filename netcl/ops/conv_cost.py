@@ -18,19 +18,18 @@ import numpy as np
 
 from .conv_common import ConvLayer
 
-# Each strategy's speed per pass relative to the calibrated GEMM rate (measured on one 256³ product), once
+# Each strategy's speed per pass relative to the calibrated GEMM rate of its products' shape class, once
 # tile padding and too little parallel work are accounted for (Winograd's flops are already those of its
-# transformed products); above 1 where the strategy's products run faster than that reference product
-# (larger or better-shaped GEMMs). Fitted on PoCL 3.1 (pthread, 2 cores) with `benchmarks/planner_accuracy.py
+# transformed products). Fitted on PoCL 3.1 (pthread, 2 cores) with `benchmarks/planner_accuracy.py
 # --fit` over the LeNet and MEC layers; "gemm" (1×1) takes im2col's. A measured plan refines them per
 # device (the planner's corrections).
 EFFICIENCY = {
-    "direct": {"forward": 0.047, "backward_data": 0.033, "backward_weight": 0.043},
-    "im2col": {"forward": 2.9, "backward_data": 0.76, "backward_weight": 2.5},
-    "gemm": {"forward": 2.9, "backward_data": 0.76, "backward_weight": 2.5},
-    "implicit_gemm": {"forward": 0.28, "backward_data": 0.22, "backward_weight": 0.27},
-    "winograd": {"forward": 3.6, "backward_data": 1.7, "backward_weight": 1.5},
-    "mec": {"forward": 0.65, "backward_data": 0.48, "backward_weight": 0.27},
+    "direct": {"forward": 0.013, "backward_data": 0.013, "backward_weight": 0.013},
+    "im2col": {"forward": 1.03, "backward_data": 0.75, "backward_weight": 0.56},
+    "gemm": {"forward": 1.03, "backward_data": 0.75, "backward_weight": 0.56},
+    "implicit_gemm": {"forward": 0.42, "backward_data": 0.22, "backward_weight": 0.35},
+    "winograd": {"forward": 0.61, "backward_data": 0.46, "backward_weight": 0.36},
+    "mec": {"forward": 0.29, "backward_data": 0.19, "backward_weight": 0.12},
 }
 DEFAULT_EFFICIENCY = 0.3  # a strategy this model does not know
 
