@@ -44,8 +44,9 @@ def cols_shape(layer: ConvLayer, transposed: bool) -> tuple[int, int]:
 
 
 def _params(layer: ConvLayer, dtype, transposed: bool, local: int, runs: int = 0) -> dict:
+    # the largest index any work-item forms, including the first entry of a padding work-item's run
     biggest = max(layer.n * layer.out_h * layer.out_w * layer.c * layer.r * layer.s,
-                  layer.n * layer.c * layer.h * layer.w) + local * VEC
+                  layer.n * layer.c * layer.h * layer.w) + local * max(runs, VEC)
     return dict(T=dtypes.c_type(dtype), IDX="int" if biggest <= _INT_LIMIT else "long",
                 TRANSPOSED=int(bool(transposed)), RUNS=int(runs > 0), VEC=runs or VEC, LOCAL=local,
                 N=layer.n, C=layer.c, H=layer.h, W=layer.w, R=layer.r, S=layer.s, P=layer.out_h, Q=layer.out_w,
