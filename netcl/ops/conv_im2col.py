@@ -2,9 +2,11 @@
 the (K, C·R·S) weight with GEMM (one batch entry per group), then transform (K, N·P·Q) -> (N, K, P, Q).
 
   forward          Y(K, NPQ)      = W(K, CRS) · cols(CRS, NPQ), then the (K, N, PQ) -> (N, K, PQ) transform
-  backward_data    gcols(CRS, NPQ) = Wᵀ · gY(K, NPQ), then col2im (atomic or, deterministic, gather)
+  backward_data    gcols(CRS, NPQ) = Wᵀ · gY(K, NPQ), then col2im (gather when deterministic or on CPUs,
+                   else atomic scatter; see netcl.ops.im2col.prefers_gather)
   backward_weight  gW(K, CRS)     = gY(K, NPQ) · colsᵀ
 For N = 1 the (K, PQ) product already is the output layout: no transform and no buffer for it.
+Why this layout and not the API's (NPQ, CRS): docs/ops/im2col.md.
 """
 from __future__ import annotations
 
