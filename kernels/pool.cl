@@ -4,170 +4,231 @@ dilation: the d-regularly sparse pooling kernel P_{k,d} of Li, Zhao & Wang (dila
 pixels between taps), stride 1 included.
 
 Layout: input planes (N*C, H, W) and output planes (N*C, Ho, Wo), both contiguous from their offsets.
-Output pixel (oh, ow) reads input rows oh*SH - PH + i*DH for i in [0, KH) (columns likewise).
+Output pixel (oh, ow) reads input pixels (oh*SH - PH + i*DH, ow*SW - PW + j*DW), i < KH, j < KW.
 
-Template parameters (all have defaults):
-  T         C element type                                               (default "float")
-  KH, KW    kernel height and width (compile-time so the tap loops unroll) (default 2, 2)
-  OP        "max" | "avg"                                                (default "max")
-  COUNT_PAD avg only: divide by KH*KW (True, PyTorch's count_include_pad) or by the number of taps
-            that fall inside the input (False)                          (default True)
-  RELU      max only: compute maxpool(relu(x)) = relu(maxpool(x)) in one pass; a window whose max is
-            not positive outputs 0 with argmax -1, so backward sends it no gradient, exactly as the
-            separate ReLU would                                          (default False)
+Template parameters (all have defaults). The geometry is compile-time: with constant strides and the
+taps unrolled, PoCL's CPU code is branch-free selects (a data-dependent branch per tap made these kernels
+over ten times slower there).
+  T          C element type                                             (default "float")
+  KH, KW     kernel height and width                                    (default 2, 2)
+  SH, SW     strides                                                    (default 2, 2)
+  PH, PW     zero/-inf padding                                          (default 0, 0)
+  DH, DW     dilations                                                  (default 1, 1)
+  OP         "max" | "avg"                                              (default "max")
+  COUNT_PAD  avg only: divide by KH*KW (True, PyTorch's count_include_pad) or by the number of taps
+             inside the input (False)                                   (default True)
+  RELU       max only: compute maxpool(relu(x)) = relu(maxpool(x)) in one pass; a window whose max is
+             not positive outputs 0 with argmax -1, so backward sends it no gradient, exactly as the
+             separate ReLU would                                         (default False)
 
-Kernels:
-  pool_forward   one work-item per output element; max writes the winning input index (ih*W + iw,
-                 -1 when every tap is padding) to `arg` so backward needs no recomputation.
-                 Ties keep the first tap in row-major order; NaN wins (propagates, as in PyTorch).
-  pool_backward  one work-item per INPUT element, gathering from every output window that covers it,
-                 so the result needs no atomics and does not depend on scheduling (deterministic).
-  pool_backward_disjoint  for windows that never overlap (stride >= dilated extent, e.g. 2x2/2): one
-                 work-item per output writes its window's taps; 4x fewer work-items and no tap search.
-Launch: 3-D global size (width, height, N*C planes) of the output (forward, backward_disjoint) or of
-the input (backward), any local size; the width/height tails are guarded.
+Kernels (one work-item per row; it walks the row's pixels, so neighbouring taps are cache neighbours):
+  pool_forward            global (Ho, N*C). Max writes the winning input index ih*W + iw (-1 when every
+                          tap is padding) to `arg` for backward. Ties keep the first tap in row-major
+                          order; a NaN anywhere in the window makes the output NaN (as in PyTorch; its
+                          gradient goes to the largest other tap: tracking the NaN's position in the
+                          select chain cost PoCL its vectorization, 4x).
+  pool_backward_disjoint  global (Ho, N*C), for windows that never overlap (stride >= dilated extent):
+                          each output writes every tap of its own window, so each input element is
+                          written at most once (the caller zeroes the input gradient first when the
+                          windows do not cover it).
+  pool_backward           global (H, N*C), for overlapping windows: each input element gathers from
+                          every window that covers it.
+Both backward kernels are deterministic (no atomics). Row tails are guarded.
 </%doc>
-<%page args="T='float', KH=2, KW=2, OP='max', COUNT_PAD=True, RELU=False"/>
+<%page args="T='float', KH=2, KW=2, SH=2, SW=2, PH=0, PW=0, DH=1, DW=1, OP='max', COUNT_PAD=True, RELU=False"/>
+<%
+    PADDED = PH > 0 or PW > 0
+    UNROLL = KH * KW <= 64
+    AREA = KH * KW
+%>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
+% endif
+
+## Emit `body(i, j)` for every tap: literally unrolled for small kernels, else as two loops.
+<%def name="taps(body)">
+% if UNROLL:
+  % for i in range(KH):
+    % for j in range(KW):
+        { ${body(str(i), str(j), i == 0 and j == 0)} }
+    % endfor
+  % endfor
+% else:
+        { ${body('0', '0', True)} }
+        for (int t = 1; t < ${AREA}; ++t) {
+            const int i = t / ${KW}, j = t % ${KW};
+            ${body('i', 'j', False)}
+        }
+% endif
+</%def>
+
+<%def name="max_tap(i, j, first)">
+            const int ih = h0 + ${i} * ${DH}, iw = w0 + ${j} * ${DW};
+  % if first and not PADDED:
+            at = ih * W + iw;
+            best = xp[at];
+            nan = best != best;
+  % elif PADDED:
+            const int ok = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W);
+            const int idx = ok ? ih * W + iw : 0;
+            const ${T} v = xp[idx];
+            const int take = ok & ((v > best) | (at < 0));
+            nan |= ok & (v != v);
+  % else:
+            const int idx = ih * W + iw;
+            const ${T} v = xp[idx];
+            const int take = v > best;
+            nan |= v != v;
+  % endif
+  % if PADDED or not first:
+            best = take ? v : best;
+            at = take ? idx : at;
+  % endif
+</%def>
+
+<%def name="avg_tap(i, j, first)">
+            const int ih = h0 + ${i} * ${DH}, iw = w0 + ${j} * ${DW};
+  % if PADDED:
+            const int ok = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W);
+            acc += ok ? xp[ok ? ih * W + iw : 0] : (${T}) 0;
+            count += ok;
+  % else:
+            acc += xp[ih * W + iw];
+  % endif
+</%def>
+
+/* The divisor of window (oh, ow) for average pooling. */
+<%def name="divisor(oh, ow)">
+% if COUNT_PAD or not PADDED:
+(${T}) ${AREA}
+% else:
+(${T}) (window_rows(${oh}, H) * window_cols(${ow}, W))
+% endif
+</%def>
+
+% if OP == 'avg' and not COUNT_PAD and PADDED:
+inline int window_rows(const int oh, const int H) {
+    int n = 0;
+    for (int i = 0; i < ${KH}; ++i) { const int ih = oh * ${SH} - ${PH} + i * ${DH}; n += (ih >= 0) & (ih < H); }
+    return n;
+}
+inline int window_cols(const int ow, const int W) {
+    int n = 0;
+    for (int j = 0; j < ${KW}; ++j) { const int iw = ow * ${SW} - ${PW} + j * ${DW}; n += (iw >= 0) & (iw < W); }
+    return n;
+}
 % endif
 
 __kernel void pool_forward(
     __global const ${T}* x, const long x_off,
     __global ${T}* y, const long y_off,
     __global int* arg, const long arg_off,
-    const int H, const int W, const int Ho, const int Wo,
-    const int SH, const int SW, const int PH, const int PW, const int DH, const int DW)
+    const int H, const int W, const int Ho, const int Wo)
 {
-    const int ow = get_global_id(0), oh = get_global_id(1);
-    const long plane = get_global_id(2);
-    if (ow >= Wo || oh >= Ho) return;
-    const long o = (plane * Ho + oh) * Wo + ow;
-    __global const ${T}* xp = x + x_off + plane * (long) H * W;
-    const int h0 = oh * SH - PH, w0 = ow * SW - PW;
+    const int oh = get_global_id(0);
+    const long plane = get_global_id(1);
+    if (oh >= Ho) return;
+    __global const ${T}* xp = x + x_off + plane * H * W;
+    __global ${T}* yo = y + y_off + (plane * Ho + oh) * Wo;
+    __global int* ao = arg + arg_off + (plane * Ho + oh) * Wo;
+    const int h0 = oh * ${SH} - ${PH};
+    for (int ow = 0; ow < Wo; ++ow) {
+        const int w0 = ow * ${SW} - ${PW};
 % if OP == 'max':
-    ${T} best = -INFINITY;
-    int best_at = -1;
+        ${T} best = -INFINITY;
+        int at = -1, nan = 0;
+        ${taps(max_tap)}
+        best = nan ? (${T}) NAN : best;
+  % if RELU:
+        const int positive = !(best <= (${T}) 0);  /* NaN stays NaN, as relu(NaN) */
+        yo[ow] = positive ? best : (${T}) 0;
+        ao[ow] = positive ? at : -1;
+  % else:
+        yo[ow] = best;
+        ao[ow] = at;
+  % endif
 % else:
-    ${T} acc = 0;
-    int count = 0;
+        ${T} acc = 0;
+        int count = 0;
+        ${taps(avg_tap)}
+  % if COUNT_PAD or not PADDED:
+        yo[ow] = acc / (${T}) ${AREA};
+  % else:
+        yo[ow] = count > 0 ? acc / (${T}) count : (${T}) 0;
+  % endif
 % endif
-    for (int i = 0; i < ${KH}; ++i) {
-        const int ih = h0 + i * DH;
-        if (ih < 0 || ih >= H) continue;
-        for (int j = 0; j < ${KW}; ++j) {
-            const int iw = w0 + j * DW;
-            if (iw < 0 || iw >= W) continue;
-            const ${T} v = xp[ih * W + iw];
-% if OP == 'max':
-            if (best_at < 0 || v > best || (isnan(v) && !isnan(best))) { best = v; best_at = ih * W + iw; }
-% else:
-            acc += v;
-            ++count;
-% endif
-        }
     }
-% if OP == 'max' and RELU:
-    const bool positive = best > (${T}) 0 || isnan(best);
-    y[y_off + o] = positive ? best : (${T}) 0;
-    arg[arg_off + o] = positive ? best_at : -1;
-% elif OP == 'max':
-    y[y_off + o] = best;
-    arg[arg_off + o] = best_at;
-% elif COUNT_PAD:
-    y[y_off + o] = acc / (${T}) (${KH * KW});
-% else:
-    y[y_off + o] = count > 0 ? acc / (${T}) count : (${T}) 0;
-% endif
 }
 
-% if OP == 'avg' and not COUNT_PAD:
-/* Taps of window (oh, ow) that land inside the input: the divisor used by forward. */
-inline int window_count(const int oh, const int ow, const int H, const int W,
-                        const int SH, const int SW, const int PH, const int PW, const int DH, const int DW)
+<%def name="scatter_tap(i, j, first)">
+            const int ih = h0 + ${i} * ${DH}, iw = w0 + ${j} * ${DW};
+  % if PADDED:
+            if ((ih >= 0) & (ih < H) & (iw >= 0) & (iw < W))
+  % endif
+  % if OP == 'max':
+            gp[ih * W + iw] = (ih * W + iw == at) ? g : (${T}) 0;
+  % else:
+            gp[ih * W + iw] = g;
+  % endif
+</%def>
+
+__kernel void pool_backward_disjoint(
+    __global const ${T}* gy, const long gy_off,
+    __global const int* arg, const long arg_off,
+    __global ${T}* gx, const long gx_off,
+    const int H, const int W, const int Ho, const int Wo)
 {
-    int rows = 0, cols = 0;
-    for (int i = 0; i < ${KH}; ++i) { const int ih = oh * SH - PH + i * DH; rows += (ih >= 0 && ih < H); }
-    for (int j = 0; j < ${KW}; ++j) { const int iw = ow * SW - PW + j * DW; cols += (iw >= 0 && iw < W); }
-    return rows * cols;
-}
+    const int oh = get_global_id(0);
+    const long plane = get_global_id(1);
+    if (oh >= Ho) return;
+    __global ${T}* gp = gx + gx_off + plane * H * W;
+    __global const ${T}* go = gy + gy_off + (plane * Ho + oh) * Wo;
+    __global const int* ao = arg + arg_off + (plane * Ho + oh) * Wo;
+    const int h0 = oh * ${SH} - ${PH};
+    for (int ow = 0; ow < Wo; ++ow) {
+        const int w0 = ow * ${SW} - ${PW};
+% if OP == 'max':
+        const ${T} g = go[ow];
+        const int at = ao[ow];
+% else:
+        const ${T} g = go[ow] / ${divisor('oh', 'ow')};
 % endif
+        ${taps(scatter_tap)}
+    }
+}
+
+<%def name="gather_tap(i, j, first)">
+            const int th = ih + ${PH} - ${i} * ${DH}, tw = iw + ${PW} - ${j} * ${DW};
+  % if SH == 1 and SW == 1:
+            const int oh = th, ow = tw;
+            const int ok = (th >= 0) & (oh < Ho) & (tw >= 0) & (ow < Wo);
+  % else:
+            const int oh = th / ${SH}, ow = tw / ${SW};
+            const int ok = (th >= 0) & (th % ${SH} == 0) & (oh < Ho) & (tw >= 0) & (tw % ${SW} == 0) & (ow < Wo);
+  % endif
+            const long o = out_base + (ok ? oh * Wo + ow : 0);
+  % if OP == 'max':
+            acc += (ok & (arg[arg_off + o] == here)) ? gy[gy_off + o] : (${T}) 0;
+  % else:
+            acc += ok ? gy[gy_off + o] / ${divisor('oh', 'ow')} : (${T}) 0;
+  % endif
+</%def>
 
 __kernel void pool_backward(
     __global const ${T}* gy, const long gy_off,
     __global const int* arg, const long arg_off,
     __global ${T}* gx, const long gx_off,
-    const int H, const int W, const int Ho, const int Wo,
-    const int SH, const int SW, const int PH, const int PW, const int DH, const int DW)
+    const int H, const int W, const int Ho, const int Wo)
 {
-    const int iw = get_global_id(0), ih = get_global_id(1);
-    const long plane = get_global_id(2);
-    if (iw >= W || ih >= H) return;
-    const long e = (plane * H + ih) * W + iw;
-    const long out_base = plane * (long) Ho * Wo;
-    ${T} acc = 0;
-    /* Output row oh uses tap i on this input row when oh*SH - PH + i*DH == ih. */
-    for (int i = 0; i < ${KH}; ++i) {
-        const int th = ih + PH - i * DH;
-        if (th < 0 || th % SH) continue;
-        const int oh = th / SH;
-        if (oh >= Ho) continue;
-        for (int j = 0; j < ${KW}; ++j) {
-            const int tw = iw + PW - j * DW;
-            if (tw < 0 || tw % SW) continue;
-            const int ow = tw / SW;
-            if (ow >= Wo) continue;
-            const long o = out_base + (long) oh * Wo + ow;
-% if OP == 'max':
-            if (arg[arg_off + o] == ih * W + iw) acc += gy[gy_off + o];
-% elif COUNT_PAD:
-            acc += gy[gy_off + o];
-% else:
-            acc += gy[gy_off + o] / (${T}) window_count(oh, ow, H, W, SH, SW, PH, PW, DH, DW);
-% endif
-        }
-    }
-% if OP == 'avg' and COUNT_PAD:
-    acc /= (${T}) (${KH * KW});
-% endif
-    gx[gx_off + e] = acc;
-}
-
-/* Backward when windows never overlap (stride >= dilated kernel extent on both axes): each output
-   writes every tap of its own window, so each input element is written at most once (deterministic,
-   no atomics). Inputs outside every window must be zeroed beforehand by the caller. */
-__kernel void pool_backward_disjoint(
-    __global const ${T}* gy, const long gy_off,
-    __global const int* arg, const long arg_off,
-    __global ${T}* gx, const long gx_off,
-    const int H, const int W, const int Ho, const int Wo,
-    const int SH, const int SW, const int PH, const int PW, const int DH, const int DW)
-{
-    const int ow = get_global_id(0), oh = get_global_id(1);
-    const long plane = get_global_id(2);
-    if (ow >= Wo || oh >= Ho) return;
-    const long o = (plane * Ho + oh) * Wo + ow;
-    __global ${T}* gp = gx + gx_off + plane * (long) H * W;
-    const int h0 = oh * SH - PH, w0 = ow * SW - PW;
-% if OP == 'max':
-    const ${T} g = gy[gy_off + o];
-    const int at = arg[arg_off + o];
-% elif COUNT_PAD:
-    const ${T} g = gy[gy_off + o] / (${T}) (${KH * KW});
-% else:
-    const ${T} g = gy[gy_off + o] / (${T}) window_count(oh, ow, H, W, SH, SW, PH, PW, DH, DW);
-% endif
-    for (int i = 0; i < ${KH}; ++i) {
-        const int ih = h0 + i * DH;
-        if (ih < 0 || ih >= H) continue;
-        for (int j = 0; j < ${KW}; ++j) {
-            const int iw = w0 + j * DW;
-            if (iw < 0 || iw >= W) continue;
-% if OP == 'max':
-            gp[ih * W + iw] = (ih * W + iw == at) ? g : (${T}) 0;
-% else:
-            gp[ih * W + iw] = g;
-% endif
-        }
+    const int ih = get_global_id(0);
+    const long plane = get_global_id(1);
+    if (ih >= H) return;
+    const long out_base = plane * Ho * Wo;
+    const long row = (plane * H + ih) * W;
+    for (int iw = 0; iw < W; ++iw) {
+        const int here = ih * W + iw;
+        ${T} acc = 0;
+        ${taps(gather_tap)}
+        gx[gx_off + row + iw] = acc;
     }
 }

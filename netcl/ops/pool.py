@@ -84,9 +84,7 @@ class PoolGeometry:
                 and self.pw == 0 and self.out_h * self.sh == self.h and self.out_w * self.sw == self.w)
 
     def _args(self):
-        return (np.int32(self.h), np.int32(self.w), np.int32(self.out_h), np.int32(self.out_w),
-                np.int32(self.sh), np.int32(self.sw), np.int32(self.ph), np.int32(self.pw),
-                np.int32(self.dh), np.int32(self.dw))
+        return (np.int32(self.h), np.int32(self.w), np.int32(self.out_h), np.int32(self.out_w))
 
 
 def _check_input(x: Tensor, what: str) -> Tensor:
@@ -97,8 +95,10 @@ def _check_input(x: Tensor, what: str) -> Tensor:
 
 
 def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: bool = True, relu: bool = False):
-    return get_kernel(x.device, "pool.cl", name, T=dtypes.c_type(x.dtype), KH=g.kh, KW=g.kw, OP=op,
-                      COUNT_PAD=bool(count_include_pad), RELU=bool(relu))
+    # The geometry is compiled in (see kernels/pool.cl); batch size and image size stay arguments.
+    return get_kernel(x.device, "pool.cl", name, T=dtypes.c_type(x.dtype), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
+                      PH=g.ph, PW=g.pw, DH=g.dh, DW=g.dw, OP=op, COUNT_PAD=bool(count_include_pad) or op == "max",
+                      RELU=bool(relu))
 
 
 def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = True, relu: bool = False):
@@ -113,7 +113,7 @@ def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = 
     arg = Tensor.empty(g.output_shape, np.int32, x.device) if op == "max" else None
     kernel = _kernel(x, g, op, "pool_forward", count_include_pad, relu)
     arg_buf, arg_off = (arg.buffer, arg.offset) if arg is not None else (y.buffer, 0)
-    launch(x.device, kernel, (g.out_w, g.out_h, g.n * g.c), None, x.buffer, np.int64(x.offset),
+    launch(x.device, kernel, (g.out_h, g.n * g.c), None, x.buffer, np.int64(x.offset),
            y.buffer, np.int64(y.offset), arg_buf, np.int64(arg_off), *g._args())
     return y, arg
 
@@ -121,7 +121,7 @@ def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = 
 def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | None = None,
                   count_include_pad: bool = True) -> Tensor:
     """The input gradient: scattered per window when windows are disjoint, else gathered per input
-    element; both deterministic, without atomics."""
+    element from every window covering it; both deterministic, without atomics."""
     grad_y = _check_input(grad_y, f"{op}_pool2d backward")
     if grad_y.shape != g.output_shape:
         raise ShapeError(f"pooling backward: gradient of shape {grad_y.shape}, expected {g.output_shape}")
@@ -132,10 +132,10 @@ def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | Non
     if g.disjoint:
         if not g.covering:
             fill(gx, 0)
-        kernel, size = _kernel(grad_y, g, op, "pool_backward_disjoint", count_include_pad), (g.out_w, g.out_h)
+        kernel, rows = _kernel(grad_y, g, op, "pool_backward_disjoint", count_include_pad), g.out_h
     else:
-        kernel, size = _kernel(grad_y, g, op, "pool_backward", count_include_pad), (g.w, g.h)
-    launch(grad_y.device, kernel, size + (g.n * g.c,), None, grad_y.buffer, np.int64(grad_y.offset), arg_buf,
+        kernel, rows = _kernel(grad_y, g, op, "pool_backward", count_include_pad), g.h
+    launch(grad_y.device, kernel, (rows, g.n * g.c), None, grad_y.buffer, np.int64(grad_y.offset), arg_buf,
            np.int64(arg_off), gx.buffer, np.int64(gx.offset), *g._args())
     return gx
 
