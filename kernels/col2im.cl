@@ -36,7 +36,7 @@ Launch: col2im_scatter: 1-D, global = ceil(N*P*Q*C*R*S / (LOCAL*VEC)) * LOCAL, l
 inline void atomic_add_T(volatile __global double* p, const double v)
 {
     union { ulong u; double f; } seen, want;
-    seen.u = atom_add((volatile __global ulong*)p, 0UL);   /* an atomic read: a plain one would race */
+    seen.u = 0;   /* a guess, not a plain read (that would race): the first CAS returns the true value */
     for (;;) {
         want.f = seen.f + v;
         const ulong prev = atom_cmpxchg((volatile __global ulong*)p, seen.u, want.u);
@@ -48,7 +48,7 @@ inline void atomic_add_T(volatile __global double* p, const double v)
 inline void atomic_add_T(volatile __global float* p, const float v)
 {
     union { uint u; float f; } seen, want;
-    seen.u = atomic_add((volatile __global uint*)p, 0u);   /* an atomic read: a plain one would race */
+    seen.u = 0u;  /* a guess, not a plain read (that would race): the first CAS returns the true value */
     for (;;) {
         want.f = seen.f + v;
         const uint prev = atomic_cmpxchg((volatile __global uint*)p, seen.u, want.u);
