@@ -164,3 +164,22 @@ def test_parameters_come_from_the_database(device):
     assert shape_class(64, 10, 500) == "small_mn"
     p = params_for(device, np.float32, 512, 512, 512)
     assert {"MR", "VW", "NV"} <= set(p)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", [None] + list(range(len(VARIANTS))))
+def test_exhaustive_sweep(variant, rng, device, canaries):
+    """Every transpose combination over a grid of edge-heavy sizes, for the tuned and every fixed variant."""
+    params = None if variant is None else VARIANTS[variant]
+    sizes = (1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 65, 127, 129)
+    for (M, N, K), (ta, tb) in itertools.product(itertools.product(sizes, sizes, (1, 10, 64, 500)), TRANS):
+        if rng.random() > 0.15:  # a fresh random seventh of the grid each run
+            continue
+        a, b, ref = _operands(rng, M, N, K, ta, tb)
+        out = gemm(nc.Tensor.from_host(a, device), nc.Tensor.from_host(b, device), trans_a=ta, trans_b=tb,
+                   params=params).to_host()
+        # Measured against |op(a)| @ |op(b)|: with a handful of outputs, cancellation can make a correct
+        # float32 result look inaccurate relative to the (small) exact one.
+        scale = np.linalg.norm(np.abs(a.T if ta else a).astype(np.float64) @ np.abs(b.T if tb else b))
+        err = np.linalg.norm(out - ref) / scale
+        assert np.all(np.isfinite(out)) and err <= 1e-6, f"{params} {M}x{N}x{K} ta={ta} tb={tb}: error {err:.2e}"
