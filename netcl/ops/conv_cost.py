@@ -24,12 +24,12 @@ from .conv_common import ConvLayer
 # --fit` over the LeNet and MEC layers; "gemm" (1×1) takes im2col's. A measured plan refines them per
 # device (the planner's corrections).
 EFFICIENCY = {
-    "direct": {"forward": 0.013, "backward_data": 0.013, "backward_weight": 0.013},
-    "im2col": {"forward": 1.03, "backward_data": 0.75, "backward_weight": 0.56},
-    "gemm": {"forward": 1.03, "backward_data": 0.75, "backward_weight": 0.56},
-    "implicit_gemm": {"forward": 0.42, "backward_data": 0.22, "backward_weight": 0.35},
-    "winograd": {"forward": 0.61, "backward_data": 0.46, "backward_weight": 0.36},
-    "mec": {"forward": 0.29, "backward_data": 0.19, "backward_weight": 0.12},
+    "direct": {"forward": 0.012, "backward_data": 0.012, "backward_weight": 0.012},
+    "im2col": {"forward": 0.79, "backward_data": 0.75, "backward_weight": 0.55},
+    "gemm": {"forward": 0.79, "backward_data": 0.75, "backward_weight": 0.55},
+    "implicit_gemm": {"forward": 0.37, "backward_data": 0.28, "backward_weight": 0.37},
+    "winograd": {"forward": 0.43, "backward_data": 0.41, "backward_weight": 0.30},
+    "mec": {"forward": 0.30, "backward_data": 0.18, "backward_weight": 0.14},
 }
 DEFAULT_EFFICIENCY = 0.3  # a strategy this model does not know
 
