@@ -206,11 +206,13 @@ __kernel void pool_backward_disjoint(
             const int oh = th / ${SH}, ow = tw / ${SW};
             const int ok = (th >= 0) & (th % ${SH} == 0) & (oh < Ho) & (tw >= 0) & (tw % ${SW} == 0) & (ow < Wo);
   % endif
+            /* o is valid even when !ok, so the loads are unconditional and the sum is selects */
             const long o = out_base + (ok ? oh * Wo + ow : 0);
+            const ${T} g = gy[gy_off + o];
   % if OP == 'max':
-            acc += (ok & (arg[arg_off + o] == here)) ? gy[gy_off + o] : (${T}) 0;
+            acc += (ok & (arg[arg_off + o] == here)) ? g : (${T}) 0;
   % else:
-            acc += ok ? gy[gy_off + o] / ${divisor('oh', 'ow')} : (${T}) 0;
+            acc += ok ? g / ${divisor('oh', 'ow')} : (${T}) 0;
   % endif
 </%def>
 
