@@ -40,13 +40,14 @@ class Pool2dFunction(Function):
     def forward(ctx, x, geometry, op, count_include_pad, relu=False):
         from ..ops.pool import pool_forward
         y, arg = pool_forward(x, geometry, op, count_include_pad, relu)
-        ctx.geometry, ctx.op, ctx.count_include_pad, ctx.arg = geometry, op, count_include_pad, arg
+        ctx.geometry, ctx.op, ctx.count_include_pad, ctx.arg, ctx.relu = geometry, op, count_include_pad, arg, relu
         return y
 
     @staticmethod
     def backward(ctx, g):
         from ..ops.pool import pool_backward
-        return pool_backward(g, ctx.geometry, ctx.op, ctx.arg, ctx.count_include_pad), None, None, None, None
+        return (pool_backward(g, ctx.geometry, ctx.op, ctx.arg, ctx.count_include_pad, ctx.relu),
+                None, None, None, None)
 
 
 class CrossEntropyFunction(Function):

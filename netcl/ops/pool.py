@@ -119,9 +119,10 @@ def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = 
 
 
 def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | None = None,
-                  count_include_pad: bool = True) -> Tensor:
+                  count_include_pad: bool = True, relu: bool = False) -> Tensor:
     """The input gradient: scattered per window when windows are disjoint, else gathered per input
-    element from every window covering it; both deterministic, without atomics."""
+    element from every window covering it; both deterministic, without atomics. ``relu`` only selects
+    the same compiled program as the forward pass (the argmax already encodes the fused ReLU)."""
     grad_y = _check_input(grad_y, f"{op}_pool2d backward")
     if grad_y.shape != g.output_shape:
         raise ShapeError(f"pooling backward: gradient of shape {grad_y.shape}, expected {g.output_shape}")
@@ -132,9 +133,9 @@ def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | Non
     if g.disjoint:
         if not g.covering:
             fill(gx, 0)
-        kernel, rows = _kernel(grad_y, g, op, "pool_backward_disjoint", count_include_pad), g.out_h
+        kernel, rows = _kernel(grad_y, g, op, "pool_backward_disjoint", count_include_pad, relu), g.out_h
     else:
-        kernel, rows = _kernel(grad_y, g, op, "pool_backward", count_include_pad), g.h
+        kernel, rows = _kernel(grad_y, g, op, "pool_backward", count_include_pad, relu), g.h
     launch(grad_y.device, kernel, (rows, g.n * g.c), None, grad_y.buffer, np.int64(grad_y.offset), arg_buf,
            np.int64(arg_off), gx.buffer, np.int64(gx.offset), *g._args())
     return gx
