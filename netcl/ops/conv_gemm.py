@@ -26,13 +26,13 @@ def gemm_pack_bytes(dtype, M: int, N: int, K: int, a_batches: int, b_batches: in
         return 0
     small = getattr(gemm_module, "_SMALL_OPERAND_BYTES", 0)
     itemsize = np.dtype(dtype).itemsize
-    mr, nr = p["MR"], p["VW"] * p["NV"]
+    mr, nr = p.get("MR", 4), p.get("VW", 8) * p.get("NV", 2)
     small_a = M * K * itemsize <= small
     small_b = K * N * itemsize <= small and b_cs == 1
     elems = 0
-    if (p["PACK_A"] and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a):
+    if (p.get("PACK_A") and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a):
         elems += a_batches * -(-M // mr) * K * mr
-    if (p["PACK_B"] and not small_b) or (b_cs != 1 and N > 1):
+    if (p.get("PACK_B") and not small_b) or (b_cs != 1 and N > 1):
         elems += b_batches * -(-N // nr) * K * nr
     return elems * itemsize
 
