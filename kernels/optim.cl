@@ -1,72 +1,102 @@
 <%doc>
-Fused optimizer updates, one work-item per parameter element, in place; PyTorch's semantics exactly.
+Fused optimizer updates, in place, PyTorch's semantics exactly. One launch updates N tensors (a whole
+parameter group): work-item i belongs to the first tensor k whose size n_k exceeds what is left of i,
+so a LeNet step is one launch instead of eight (each launch costs the host a driver call).
 
-sgd_step (torch.optim.SGD):
+sgd_step (torch.optim.SGD), per element:
   g = grad + WD * p
-  MOMENTUM: buf = first ? g : momentum * buf + (1 - dampening) * g
+  MOMENTUM: buf = first_k ? g : momentum * buf + (1 - dampening) * g
             g   = NESTEROV ? g + momentum * buf : buf
   p -= lr * g
-adam_step (torch.optim.Adam, amsgrad off):
+adam_step (torch.optim.Adam, amsgrad off), per element:
   g = grad + WD * p
   m = b1 * m + (1 - b1) * g;   v = b2 * v + (1 - b2) * g*g
-  p -= step_size * m / (sqrt(v) / sqrt_bc2 + eps)     with step_size = lr / (1 - b1^t), sqrt_bc2 = sqrt(1 - b2^t)
-  (the bias corrections are computed on the host in double precision and passed in.)
+  p -= step_size_k * m / (sqrt(v) / sqrt_bc2_k + eps)   with step_size_k = lr / (1 - b1^t_k) and
+  sqrt_bc2_k = sqrt(1 - b2^t_k), computed on the host in double precision per tensor (its own step t_k).
 
 Template parameters (all have defaults):
   T         C element type                         (default "float")
+  N         tensors updated by one launch          (default 1)
   WD        apply weight decay                     (default False)
   MOMENTUM  sgd: keep a momentum buffer            (default False)
   NESTEROV  sgd: Nesterov momentum                 (default False)
-Launch: 1-D over n elements, any local size; the tail is guarded.
+Launch: 1-D over the total element count, any local size; the tail is guarded.
 </%doc>
-<%page args="T='float', WD=False, MOMENTUM=False, NESTEROV=False"/>
+<%page args="T='float', N=1, WD=False, MOMENTUM=False, NESTEROV=False"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 
-__kernel void sgd_step(
-    __global ${T}* p, const long p_off,
-    __global const ${T}* grad, const long g_off,
-    __global ${T}* buf, const long buf_off,
-    const long n, const ${T} lr, const ${T} momentum, const ${T} dampening, const ${T} wd, const int first)
+inline void sgd_one(__global ${T}* p, __global const ${T}* grad, __global ${T}* buf, const long i,
+                    const ${T} lr, const ${T} momentum, const ${T} dampening, const ${T} wd, const int first)
 {
-    const long i = get_global_id(0);
-    if (i >= n) return;
-    const ${T} w = p[p_off + i];
-    ${T} g = grad[g_off + i];
+    const ${T} w = p[i];
+    ${T} g = grad[i];
 % if WD:
     g += wd * w;
 % endif
 % if MOMENTUM:
-    const ${T} b = first ? g : momentum * buf[buf_off + i] + ((${T}) 1 - dampening) * g;
-    buf[buf_off + i] = b;
+    const ${T} b = first ? g : momentum * buf[i] + ((${T}) 1 - dampening) * g;
+    buf[i] = b;
   % if NESTEROV:
     g = g + momentum * b;
   % else:
     g = b;
   % endif
 % endif
-    p[p_off + i] = w - lr * g;
+    p[i] = w - lr * g;
 }
 
-__kernel void adam_step(
-    __global ${T}* p, const long p_off,
-    __global const ${T}* grad, const long g_off,
-    __global ${T}* m, const long m_off,
-    __global ${T}* v, const long v_off,
-    const long n, const ${T} step_size, const ${T} b1, const ${T} b2, const ${T} eps, const ${T} sqrt_bc2,
-    const ${T} wd)
+__kernel void sgd_step(
+% for k in range(N):
+    __global ${T}* p${k}, const long p${k}_off, __global const ${T}* g${k}, const long g${k}_off,
+    __global ${T}* b${k}, const long b${k}_off, const long n${k}, const int first${k},
+% endfor
+    const long total, const ${T} lr, const ${T} momentum, const ${T} dampening, const ${T} wd)
 {
-    const long i = get_global_id(0);
-    if (i >= n) return;
-    const ${T} w = p[p_off + i];
-    ${T} g = grad[g_off + i];
+    long i = get_global_id(0);
+    if (i >= total) return;
+% for k in range(N):
+    if (i < n${k}) {
+        sgd_one(p${k} + p${k}_off, g${k} + g${k}_off, b${k} + b${k}_off, i, lr, momentum, dampening, wd, first${k});
+        return;
+    }
+    i -= n${k};
+% endfor
+}
+
+inline void adam_one(__global ${T}* p, __global const ${T}* grad, __global ${T}* m, __global ${T}* v, const long i,
+                     const ${T} step_size, const ${T} sqrt_bc2, const ${T} b1, const ${T} b2, const ${T} eps,
+                     const ${T} wd)
+{
+    const ${T} w = p[i];
+    ${T} g = grad[i];
 % if WD:
     g += wd * w;
 % endif
-    const ${T} mi = b1 * m[m_off + i] + ((${T}) 1 - b1) * g;
-    const ${T} vi = b2 * v[v_off + i] + ((${T}) 1 - b2) * g * g;
-    m[m_off + i] = mi;
-    v[v_off + i] = vi;
-    p[p_off + i] = w - step_size * mi / (sqrt(vi) / sqrt_bc2 + eps);
+    const ${T} mi = b1 * m[i] + ((${T}) 1 - b1) * g;
+    const ${T} vi = b2 * v[i] + ((${T}) 1 - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = w - step_size * mi / (sqrt(vi) / sqrt_bc2 + eps);
+}
+
+__kernel void adam_step(
+% for k in range(N):
+    __global ${T}* p${k}, const long p${k}_off, __global const ${T}* g${k}, const long g${k}_off,
+    __global ${T}* m${k}, const long m${k}_off, __global ${T}* v${k}, const long v${k}_off, const long n${k},
+    const ${T} step_size${k}, const ${T} sqrt_bc2_${k},
+% endfor
+    const long total, const ${T} b1, const ${T} b2, const ${T} eps, const ${T} wd)
+{
+    long i = get_global_id(0);
+    if (i >= total) return;
+% for k in range(N):
+    if (i < n${k}) {
+        adam_one(p${k} + p${k}_off, g${k} + g${k}_off, m${k} + m${k}_off, v${k} + v${k}_off, i, step_size${k},
+                 sqrt_bc2_${k}, b1, b2, eps, wd);
+        return;
+    }
+    i -= n${k};
+% endfor
 }

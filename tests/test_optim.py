@@ -106,3 +106,32 @@ def test_bad_hyperparameters(device):
         nc.optim.Adam([p], betas=(1.0, 0.9))
     with pytest.raises(nc.ShapeError, match="empty"):
         nc.optim.SGD([], lr=0.1)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_fused_launch_over_many_tensors(device, rng, canaries, kind):
+    """Ten tensors of odd sizes (two launches: 8 + 2), one without a gradient, a second group."""
+    shapes = [(1,), (7,), (13, 3), (31,), (2, 5, 3), (33,), (1, 1), (17,), (9,), (5, 7)]
+    hosts = [rng.uniform(-2, 2, size=s).astype(np.float32) for s in shapes]
+    params = [nc.tensor(h, device=device, requires_grad=True) for h in hosts]
+    extra = nc.tensor(np.ones(4, np.float32), device=device, requires_grad=True)
+    groups = [{"params": params}, {"params": [extra], "lr": 0.5}]
+    opt = (nc.optim.SGD(groups, lr=0.05, momentum=0.9, weight_decay=0.01, nesterov=True) if kind == "sgd"
+           else nc.optim.Adam(groups, lr=0.01, weight_decay=0.01))
+    grads = [[rng.uniform(-1, 1, size=s).astype(np.float32) for s in shapes] for _ in range(3)]
+    for step in grads:
+        for k, (p, g) in enumerate(zip(params, step)):
+            p.grad = None if k == 3 else nc.tensor(g, device=device)
+        extra.grad = nc.tensor(np.ones(4, np.float32), device=device)
+        opt.step()
+    for k, (p, h) in enumerate(zip(params, hosts)):
+        seq = [step[k] for step in grads]
+        if k == 3:
+            assert np.array_equal(p.to_host(), h), "a parameter without a gradient is left alone"
+        elif kind == "sgd":
+            assert_close(p.to_host(), _sgd_ref(h, seq, 0.05, 0.9, 0.01, True)[0], 1e-6, f"tensor {k}")
+        else:
+            assert_close(p.to_host(), _adam_ref(h, seq, 0.01, 0.9, 0.999, 1e-8, 0.01), 1e-6, f"tensor {k}")
+    expected = (_sgd_ref(np.ones(4), [np.ones(4)] * 3, 0.5, 0.9, 0.01, True)[0] if kind == "sgd"
+                else _adam_ref(np.ones(4), [np.ones(4)] * 3, 0.5, 0.9, 0.999, 1e-8, 0.01))
+    assert_close(extra.to_host(), expected, 1e-4, "second group with its own lr (near-cancelling values)")

@@ -23,20 +23,20 @@ class Adam(Optimizer):
         super().__init__(params, dict(lr=float(lr), betas=(float(b1), float(b2)), eps=float(eps),
                                       weight_decay=float(weight_decay)))
 
-    def _update(self, group, p, g, state):
-        if "step" not in state:
-            state["step"] = 0
-            state["exp_avg"] = fill(Tensor.empty(p.shape, p.dtype, p.device), 0)
-            state["exp_avg_sq"] = fill(Tensor.empty(p.shape, p.dtype, p.device), 0)
-        state["step"] += 1
-        t = state["step"]
+    def _update_many(self, group, items):
         b1, b2 = group["betas"]
-        step_size = group["lr"] / (1.0 - b1 ** t)
-        sqrt_bc2 = math.sqrt(1.0 - b2 ** t)
-        m, v = state["exp_avg"], state["exp_avg_sq"]
-        T = p.dtype.type
-        self._launch(p, "adam_step",
-                     (p.buffer, np.int64(p.offset), g.buffer, np.int64(g.offset), m.buffer, np.int64(m.offset),
-                      v.buffer, np.int64(v.offset), np.int64(p.size), T(step_size), T(b1), T(b2), T(group["eps"]),
-                      T(sqrt_bc2), T(group["weight_decay"])),
-                     WD=group["weight_decay"] != 0)
+        T = items[0][0].dtype.type
+        per_tensor = []
+        for p, g, state in items:
+            if "step" not in state:
+                state["step"] = 0
+                state["exp_avg"] = fill(Tensor.empty(p.shape, p.dtype, p.device), 0)
+                state["exp_avg_sq"] = fill(Tensor.empty(p.shape, p.dtype, p.device), 0)
+            state["step"] += 1
+            t = state["step"]
+            m, v = state["exp_avg"], state["exp_avg_sq"]
+            per_tensor += [p.buffer, np.int64(p.offset), g.buffer, np.int64(g.offset), m.buffer, np.int64(m.offset),
+                           v.buffer, np.int64(v.offset), np.int64(p.size), T(group["lr"] / (1.0 - b1 ** t)),
+                           T(math.sqrt(1.0 - b2 ** t))]
+        scalars = (T(b1), T(b2), T(group["eps"]), T(group["weight_decay"]))
+        self._launch(items, "adam_step", per_tensor + [scalars], WD=group["weight_decay"] != 0)

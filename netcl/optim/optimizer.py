@@ -15,6 +15,10 @@ from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
 
 
+# Tensors per fused launch: keeps the kernel's arguments well under OpenCL's guaranteed 1024 bytes.
+MAX_FUSED = 8
+
+
 class Optimizer:
     defaults: dict = {}
 
@@ -48,24 +52,37 @@ class Optimizer:
             p.grad = None
 
     def step(self) -> None:
-        for group, p in self._params():
-            if p.grad is None:
-                continue
-            g = p.grad
-            if g.shape != p.shape:
-                raise ShapeError(f"gradient of shape {g.shape} for a parameter of shape {p.shape}")
-            if g.dtype != p.dtype:
-                g = g.astype(p.dtype)
-            if not g.is_contiguous():
-                g = g.contiguous()
-            self._update(group, p, g, self.state.setdefault(id(p), {}))
+        """Update every parameter that has a gradient: one fused launch per group (and dtype/device), at
+        most MAX_FUSED tensors each."""
+        for group in self.param_groups:
+            batches: dict[tuple, list] = {}
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = p.grad
+                if g.shape != p.shape:
+                    raise ShapeError(f"gradient of shape {g.shape} for a parameter of shape {p.shape}")
+                if g.dtype != p.dtype:
+                    g = g.astype(p.dtype)
+                if not g.is_contiguous():
+                    g = g.contiguous()
+                batches.setdefault((p.dtype, id(p.device.context)), []).append(
+                    (p, g, self.state.setdefault(id(p), {})))
+            for items in batches.values():
+                for start in range(0, len(items), MAX_FUSED):
+                    self._update_many(group, items[start:start + MAX_FUSED])
 
-    def _update(self, group, p, g, state) -> None:
+    def _update_many(self, group, items) -> None:
+        """Update [(param, contiguous grad, state dict)] of one group, dtype and device."""
         raise NotImplementedError
 
-    def _launch(self, p: Tensor, name: str, args, **params) -> None:
-        kernel = get_kernel(p.device, "optim.cl", name, T=dtypes.c_type(p.dtype), **params)
-        launch(p.device, kernel, (p.size,), local_size_1d(p.device, p.size), *args)
+    def _launch(self, items, name: str, args, **params) -> None:
+        p = items[0][0]
+        total = sum(q.size for q, _, _ in items)
+        if total == 0:
+            return
+        kernel = get_kernel(p.device, "optim.cl", name, T=dtypes.c_type(p.dtype), N=len(items), **params)
+        launch(p.device, kernel, (total,), local_size_1d(p.device, total), *args[:-1], np.int64(total), *args[-1])
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -22,19 +22,21 @@ class SGD(Optimizer):
         super().__init__(params, dict(lr=float(lr), momentum=float(momentum), weight_decay=float(weight_decay),
                                       nesterov=bool(nesterov), dampening=float(dampening)))
 
-    def _update(self, group, p, g, state):
-        T = p.dtype.type
+    def _update_many(self, group, items):
         momentum = group["momentum"]
-        first = 0
-        if momentum != 0:
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = Tensor.empty(p.shape, p.dtype, p.device)
-                first = 1
-            buf = state["momentum_buffer"]
-        else:
-            buf = p
-        self._launch(p, "sgd_step",
-                     (p.buffer, np.int64(p.offset), g.buffer, np.int64(g.offset), buf.buffer, np.int64(buf.offset),
-                      np.int64(p.size), T(group["lr"]), T(momentum), T(group["dampening"]),
-                      T(group["weight_decay"]), np.int32(first)),
-                     WD=group["weight_decay"] != 0, MOMENTUM=momentum != 0, NESTEROV=bool(group["nesterov"]))
+        per_tensor = []
+        for p, g, state in items:
+            first = 0
+            if momentum != 0:
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = Tensor.empty(p.shape, p.dtype, p.device)
+                    first = 1
+                buf = state["momentum_buffer"]
+            else:
+                buf = p  # not read or written without momentum
+            per_tensor += [p.buffer, np.int64(p.offset), g.buffer, np.int64(g.offset), buf.buffer,
+                           np.int64(buf.offset), np.int64(p.size), np.int32(first)]
+        T = items[0][0].dtype.type
+        scalars = (T(group["lr"]), T(momentum), T(group["dampening"]), T(group["weight_decay"]))
+        self._launch(items, "sgd_step", per_tensor + [scalars], WD=group["weight_decay"] != 0,
+                     MOMENTUM=momentum != 0, NESTEROV=bool(group["nesterov"]))
