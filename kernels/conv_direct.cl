@@ -26,6 +26,15 @@ Launch: 1-D, global size = number of produced elements (rounded up; tails are gu
     const long DH = geom[13], DW = geom[14], G = geom[15]; \
     const long CG = C / G, KG = K / G;
 
+/* The taps t in [0, T) with 0 <= o + t*D < L, as [*lo, *hi): closed form, so the MAC loops carry no
+   bounds tests. */
+inline void tap_range(const long o, const long D, const long L, const long T, long* lo, long* hi)
+{
+    *lo = o >= 0 ? 0 : (-o + D - 1) / D;
+    *hi = L - 1 - o < 0 ? 0 : min(T, (L - 1 - o) / D + 1);
+    if (*hi < *lo) *hi = *lo;
+}
+
 __kernel void conv_direct_forward(
     __global const ${T}* x, const long x_off,
     __global const ${T}* w, const long w_off,
@@ -40,16 +49,15 @@ __kernel void conv_direct_forward(
     const long h0 = p * SH - PH, w0 = q * SW - PW;
     __global const ${T}* xn = x + x_off + (n * C + g * CG) * H * W;
     __global const ${T}* wk = w + w_off + k * CG * R * S;
+    long r_lo, r_hi, s_lo, s_hi;
+    tap_range(h0, DH, H, R, &r_lo, &r_hi);
+    tap_range(w0, DW, W, S, &s_lo, &s_hi);
     ${T} acc = 0;
     for (long c = 0; c < CG; ++c) {
-        for (long r = 0; r < R; ++r) {
-            const long hh = h0 + r * DH;
-            if (hh < 0 || hh >= H) continue;
-            for (long s = 0; s < S; ++s) {
-                const long ww = w0 + s * DW;
-                if (ww < 0 || ww >= W) continue;
-                acc += xn[(c * H + hh) * W + ww] * wk[(c * R + r) * S + s];
-            }
+        for (long r = r_lo; r < r_hi; ++r) {
+            __global const ${T}* xr = xn + (c * H + h0 + r * DH) * W;
+            __global const ${T}* wr = wk + (c * R + r) * S;
+            for (long s = s_lo; s < s_hi; ++s) acc += xr[w0 + s * DW] * wr[s];
         }
     }
     y[y_off + i] = acc;
@@ -98,18 +106,18 @@ __kernel void conv_direct_backward_weight(
     if (i >= K * CG * R * S) return;
     const long s = i % S, r = (i / S) % R, c = (i / (S * R)) % CG, k = i / (S * R * CG);
     const long g = k / KG;
+    /* output rows p whose tap r reads an input row: 0 <= p*SH + (r*DH - PH) < H */
+    long p_lo, p_hi, q_lo, q_hi;
+    tap_range(r * DH - PH, SH, H, P, &p_lo, &p_hi);
+    tap_range(s * DW - PW, SW, W, Q, &q_lo, &q_hi);
     ${T} acc = 0;
     for (long n = 0; n < N; ++n) {
         __global const ${T}* xc = x + x_off + (n * C + g * CG + c) * H * W;
         __global const ${T}* gyk = gy + gy_off + (n * K + k) * P * Q;
-        for (long p = 0; p < P; ++p) {
-            const long hh = p * SH - PH + r * DH;
-            if (hh < 0 || hh >= H) continue;
-            for (long q = 0; q < Q; ++q) {
-                const long ww = q * SW - PW + s * DW;
-                if (ww < 0 || ww >= W) continue;
-                acc += gyk[p * Q + q] * xc[hh * W + ww];
-            }
+        for (long p = p_lo; p < p_hi; ++p) {
+            __global const ${T}* xr = xc + (p * SH - PH + r * DH) * W;
+            __global const ${T}* gr = gyk + p * Q;
+            for (long q = q_lo; q < q_hi; ++q) acc += gr[q] * xr[q * SW + s * DW - PW];
         }
     }
     gw[gw_off + i] = acc;
