@@ -13,7 +13,6 @@ import pytest
 import netcl as nc
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer, strategies
-from netcl.runtime import memory
 from util import assert_close, conv2d_grads_ref, conv2d_ref
 
 # (forward, gradients) relative L2 tolerances. Winograd's transforms amplify rounding (its input and
@@ -57,13 +56,6 @@ def _pair(v):
 STRATEGY_NAMES = sorted(strategies())
 
 
-def device_tensor(host, device, requires_grad=False):
-    """A device copy of ``host`` in a Tensor.empty allocation (guarded while canaries are active),
-    written at the tensor's own element offset."""
-    t = nc.Tensor.empty(host.shape, host.dtype, device)
-    memory.upload(device, t.buffer, np.ascontiguousarray(host), t.offset * t.dtype.itemsize)
-    return t.requires_grad_(requires_grad)
-
 
 def check_strategy(name, case, rng, device):
     """Forward and both gradients of one forced strategy on one layer, each pass skipped with the
@@ -76,14 +68,14 @@ def check_strategy(name, case, rng, device):
     why = {p: impl.why_not(layer, p) for p in ("forward", "backward_data", "backward_weight")}
     if why["forward"]:
         with pytest.raises(nc.ShapeError, match=name):
-            conv2d(device_tensor(np.zeros(xs, dt), device), device_tensor(np.zeros(ws, dt), device),
+            conv2d(nc.Tensor.from_host(np.zeros(xs, dt), device), nc.Tensor.from_host(np.zeros(ws, dt), device),
                    stride=st, padding=pd, dilation=dl, groups=g, strategy=name)
         pytest.skip(f"{name} cannot run forward: {why['forward']}")
     fwd_tol, grad_tol = TOLERANCES.get(name, DEFAULT_TOLERANCE)
     x = rng.uniform(-2, 2, xs).astype(dt)
     w = rng.uniform(-2, 2, ws).astype(dt)
-    X = device_tensor(x, device, requires_grad=not why["backward_data"])
-    W = device_tensor(w, device, requires_grad=not why["backward_weight"])
+    X = nc.Tensor.from_host(x, device, requires_grad=not why["backward_data"])
+    W = nc.Tensor.from_host(w, device, requires_grad=not why["backward_weight"])
     y = conv2d(X, W, stride=st, padding=pd, dilation=dl, groups=g, strategy=name)
     args = (_pair(st), _pair(pd), _pair(dl), g)
     assert y.shape == layer.output_shape
@@ -91,7 +83,7 @@ def check_strategy(name, case, rng, device):
     if why["backward_data"] and why["backward_weight"]:
         pytest.skip(f"{name} has no backward for this layer: {why['backward_data']}")
     gy = rng.uniform(-2, 2, layer.output_shape).astype(dt)
-    y.backward(device_tensor(gy, device))
+    y.backward(nc.Tensor.from_host(gy, device))
     gx_ref, gw_ref = conv2d_grads_ref(x, w, gy, *args)
     if not why["backward_data"]:
         assert X.grad.shape == X.shape

@@ -7,7 +7,6 @@ import pytest
 import netcl as nc
 from netcl import config
 from netcl.ops.im2col import _layer, col2im, im2col, im2col_into
-from netcl.runtime import memory
 from util import assert_close
 
 # (input NCHW, kh, kw, stride, padding, dilation)
@@ -55,11 +54,6 @@ def col2im_ref(cols, input_shape, kh, kw, stride, padding, dilation):
     return out.reshape(input_shape)
 
 
-def device_tensor(host, device):
-    t = nc.Tensor.empty(host.shape, host.dtype, device)
-    memory.upload(device, t.buffer, np.ascontiguousarray(host), t.offset * t.dtype.itemsize)
-    return t
-
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("transposed", [False, True])
@@ -69,7 +63,7 @@ def test_im2col_matches_reference(case, transposed, dtype, rng, device, canaries
         pytest.skip("no float64 on this device")
     shape, kh, kw, st, pd, dl = case
     x = rng.uniform(-2, 2, shape).astype(dtype)
-    cols = im2col(device_tensor(x, device), kh, kw, stride=st, padding=pd, dilation=dl, transposed=transposed)
+    cols = im2col(nc.Tensor.from_host(x, device), kh, kw, stride=st, padding=pd, dilation=dl, transposed=transposed)
     expected = im2col_ref(x, kh, kw, st, pd, dl)
     expected = expected.T if transposed else expected
     assert cols.shape == expected.shape
@@ -87,7 +81,7 @@ def test_im2col_kernel_forms_agree(case, runs, transposed, rng, device, canaries
     expected = im2col_ref(x, kh, kw, st, pd, dl)
     expected = expected.T if transposed else expected
     out = nc.Tensor.empty(expected.shape, np.float32, device)
-    im2col_into(device_tensor(x, device), layer, out, transposed=transposed, runs=runs)
+    im2col_into(nc.Tensor.from_host(x, device), layer, out, transposed=transposed, runs=runs)
     np.testing.assert_array_equal(out.to_host(), expected.astype(np.float32))
 
 
@@ -102,7 +96,7 @@ def test_col2im_matches_reference(case, transposed, dtype, deterministic, rng, d
     expected_cols = im2col_ref(np.zeros(shape), kh, kw, st, pd, dl)
     g = rng.uniform(-2, 2, expected_cols.shape)
     g_dev = g.T if transposed else g
-    out = col2im(device_tensor(np.ascontiguousarray(g_dev).astype(dtype), device), shape, kh, kw,
+    out = col2im(nc.Tensor.from_host(np.ascontiguousarray(g_dev).astype(dtype), device), shape, kh, kw,
                  stride=st, padding=pd, dilation=dl, transposed=transposed, deterministic=deterministic)
     assert out.shape == tuple(shape)
     tol = 1e-6 if dtype == "float32" else 1e-13
@@ -122,7 +116,7 @@ def test_heavy_overlap_atomic_scatter(rng, device, canaries):
     """Stride 1 with a 9×9 window: up to 81 work-items add into one element at the same time."""
     shape, k = (2, 2, 24, 24), 9
     g = rng.uniform(-1, 1, im2col_ref(np.zeros(shape), k, k, 1, 4, 1).shape).astype(np.float32)
-    out = col2im(device_tensor(g, device), shape, k, k, padding=4, deterministic=False)
+    out = col2im(nc.Tensor.from_host(g, device), shape, k, k, padding=4, deterministic=False)
     assert_close(out.to_host(), col2im_ref(g, shape, k, k, 1, 4, 1), 1e-6, "atomic col2im")
 
 
