@@ -119,7 +119,8 @@ def test_workspace_bytes_is_exact(name, case, pass_, rng, device, monkeypatch):
         release()  # GEMM's packing buffers are cached per device: start from none
     allocated = []
     real_allocate = memory.allocate
-    monkeypatch.setattr(memory, "allocate", lambda dev, nbytes: allocated.append(int(nbytes)) or real_allocate(dev, nbytes))
+    monkeypatch.setattr(memory, "allocate",
+                        lambda dev, nbytes: allocated.append(int(nbytes)) or real_allocate(dev, nbytes))
     run = {"forward": lambda: impl.forward(x, w, layer), "backward_data": lambda: impl.backward_data(gy, w, layer),
            "backward_weight": lambda: impl.backward_weight(x, gy, layer)}[pass_]
     out = run()

@@ -6,8 +6,9 @@ Both kernels write the same (C·R·S, N·P·Q) float32 matrix and are compiled w
 are timed round-robin (best of --repeat rounds after a warm-up that also compiles), so load from other
 processes hits both alike. GB/s counts the minimum traffic, input read once plus the matrix written once,
 and is set against the device's copy bandwidth, measured with a copy kernel on a buffer well beyond the
-last-level cache in the same rounds (on a shared machine the load changes from layer to layer). A layer is "large" when its matrix is ≥ 16 MiB. col2im (atomic scatter and gather)
-is timed on the same layers: it is what the im2col strategy's backward pass runs.
+last-level cache in the same rounds (on a shared machine the load changes from layer to layer). A layer
+is "large" when its matrix is ≥ 16 MiB. col2im (atomic scatter and gather) is timed on the same layers:
+it is what the im2col strategy's backward pass runs.
 """
 from __future__ import annotations
 
@@ -140,7 +141,8 @@ def run(args) -> dict:
     summary["target_speedup_1_2x_met"] = summary["geomean_speedup_vs_caffe"] >= 1.2
     summary["target_half_copy_bandwidth_met"] = (summary["large_min_fraction_of_copy"] or 0) >= 0.5
     if not as_json:
-        print(f"geomean speedup {summary['geomean_speedup_vs_caffe']:.2f}x (min {summary['min_speedup_vs_caffe']:.2f}x); "
+        print(f"geomean speedup {summary['geomean_speedup_vs_caffe']:.2f}x "
+              f"(min {summary['min_speedup_vs_caffe']:.2f}x); "
               f"large layers (*, ≥ 16 MiB) reach ≥ {summary['large_min_fraction_of_copy']:.0%} of copy bandwidth"
               if large else f"geomean speedup {summary['geomean_speedup_vs_caffe']:.2f}x")
     return {"benchmark": "im2col", "device": device.as_dict(), "dtype": "float32", "repeat": repeat,
