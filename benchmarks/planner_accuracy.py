@@ -97,6 +97,7 @@ def main(argv=None) -> int:
                    "profile": profile.as_dict(), "units": device.compute_units, "truth_ms": truth, "best": best,
                    "heuristic": h.strategy, "heuristic_ratio": truth[h.strategy] / truth[best],
                    "measure": m.strategy, "measure_ratio": truth[m.strategy] / truth[best],
+                   "measure_mode_ms": {c.strategy: c.measured_ms for c in m.candidates if c.measured_ms is not None},
                    "measure_seconds": measure_s,
                    "predicted_ms": {c.strategy: c.predicted_ms for c in h.candidates if c.applicable}}
             rows.append(row)
