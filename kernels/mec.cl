@@ -16,6 +16,7 @@ columns with leading dimension IH*S*C.
                     grad_L[n][q][g][h + PH][s][c]  (the MEC analogue of col2im, written as a gather:
                     one work-item per grad_x element, no atomics)
   mec_pack_weight   w (K, CG, R, S) -> Wt, the paper's (R*S*CG) x K matrix: Wt[(r*S + s)*CG + c][k]
+  mec_pack_weight_rows  w -> W2, its transpose K x (R*S*CG): W2[k][(r*S + s)*CG + c] (backward_data)
   mec_unpack_grad   gW2 (K x R*S*CG, row k = the k-th output channel) -> grad_w (K, CG, R, S)
 
 `geom` is an int64 array [N, C, H, W, K, R, S, P, Q, SH, SW, PH, PW, DH, DW, G] (P, Q = output size).
@@ -91,6 +92,19 @@ __kernel void mec_pack_weight(
     const long k = i % K, j = i / K;
     const long c = j % CG, rs = j / CG;
     Wt[wt_off + i] = w[w_off + (k * CG + c) * R * S + rs];
+}
+
+__kernel void mec_pack_weight_rows(
+    __global const ${T}* w, const long w_off,
+    __global ${T}* W2, const long w2_off,
+    __constant const long* geom)
+{
+    GEOMETRY
+    const long i = get_global_id(0);
+    if (i >= K * R * S * CG) return;
+    const long j = i % (R * S * CG), k = i / (R * S * CG);
+    const long c = j % CG, rs = j / CG;
+    W2[w2_off + i] = w[w_off + (k * CG + c) * R * S + rs];
 }
 
 __kernel void mec_unpack_grad(

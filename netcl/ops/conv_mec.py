@@ -13,7 +13,7 @@ leading dimension is ih·kw·ic, as batched GEMMs (netcl.ops.gemm):
   T is the threshold of line 8, tuned per device (:func:`tune_threshold`, stored in the tuning
   database under family "mec"); without a tuned entry it is the paper's 100.
 
-backward_data    grad_L[n] partition p += Wt·grad_y[n, :, p, :] for every output row p (oh sequential
+backward_data    grad_L[n] partition p += grad_y[n, :, p, :]ᵀ·Kᵀ for every output row p (oh sequential
                  batched calls, overlapping partitions accumulate in order), then the compact grad_L is
                  folded back onto grad_x (mec_scatter, the MEC analogue of col2im).
 backward_weight  grad_w = Σ over output rows p of grad_y row p × partition p of L (oh accumulating GEMMs
@@ -114,8 +114,8 @@ class MecStrategy:
     def workspace_breakdown(self, layer: ConvLayer, pass_: str) -> dict:
         """Every byte a pass allocates besides its result, by purpose:
           lowering   L (or grad_L): in·ow·ih·kw·ic elements (ih = H + 2·pad_h), every pass
-          filter     forward/backward_data: the filter as the paper's (kh·kw·ic) × kc matrix;
-                     backward_weight: the gradient in that arrangement (K·C/groups·R·S elements)
+          filter     forward: the filter as the paper's (kh·kw·ic) × kc matrix; backward_data: its
+                     transpose; backward_weight: the gradient (K·C/groups·R·S elements each)
           grad_rows  backward_weight with a batch above 1: grad_y regrouped by output row (N·K·P·Q)
         Solution A reuses L and y's own buffer for its h-n-w-c detour, so it adds nothing. Not counted:
         netcl.ops.gemm's persistent per-device packing buffer (the GEMM's own, reused by every product)."""
@@ -169,15 +169,16 @@ class MecStrategy:
             return gx
         cg, kg, ih, ld, block, shift, width = _dims(layer)
         n, k, p, q = layer.output_shape
-        wt = _pack_weight(w, layer)
+        w2 = Tensor.empty((layer.k, width), w.dtype, w.device)
+        _run("mec_pack_weight_rows", w, w2, layer, w2.size)
         grad_l = fill(Tensor.empty((lowered_elements(layer),), w.dtype, w.device), 0.0)
         for g in range(layer.groups):
-            w_g = _view(wt, (1, width, kg), (0, layer.k, 1), g * kg)
+            w_g = _view(w2, (1, kg, width), (0, width, 1), g * kg * width)
             for h in range(p):
-                # partition h of every sample, transposed: (width × ow) += Wt_g (width × kg) · grad_y row
-                rows = _view(grad_y, (n, kg, q), (k * p * q, p * q, 1), g * kg * p * q + h * q)
-                part_t = _view(grad_l, (n, width, q), (q * ld, 1, ld), g * block + h * shift)
-                gemm_batched(w_g, rows, c=part_t, beta=1.0)
+                # partition h of every sample: (ow × width) += grad_y row h, transposed (ow × kg) · K_gᵀ
+                rows = _view(grad_y, (n, q, kg), (k * p * q, 1, p * q), g * kg * p * q + h * q)
+                part = _view(grad_l, (n, q, width), (q * ld, ld, 1), g * block + h * shift)
+                gemm_batched(rows, w_g, c=part, beta=1.0)
         _run("mec_scatter", grad_l, gx, layer, gx.size)
         return gx
 

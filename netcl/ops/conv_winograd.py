@@ -20,7 +20,6 @@ from .conv_common import ConvLayer, register
 from .gemm import gemm_batched
 
 
-
 def _tile_local(th: int, tw: int) -> tuple[int, int, int]:
     """Work-group shape of the tile kernels: up to 8×8 tiles of one plane, the rest of the 64 work-items
     along the planes, so that small tile grids (7×7 inputs: 3×3 tiles) do not leave most of a work-group
