@@ -18,24 +18,23 @@ import numpy as np
 
 from .conv_common import ConvLayer
 
-# Each strategy's speed per pass relative to the calibrated GEMM rate of its products' shape class, once
-# tile padding and too little parallel work are accounted for (Winograd's flops are already those of its
-# transformed products). Fitted on PoCL 3.1 (pthread, 2 cores) with `benchmarks/planner_accuracy.py
+# Each strategy's speed per pass relative to the calibrated GEMM rate of its products' shape class (for
+# implicit_gemm, once its tile padding and occupancy are accounted for; Winograd's flops are already those
+# of its transformed products). Fitted on PoCL 3.1 (pthread, 2 cores) with `benchmarks/planner_accuracy.py
 # --fit` over the LeNet and MEC layers; "gemm" (1×1) takes im2col's. A measured plan refines them per
 # device (the planner's corrections).
 EFFICIENCY = {
-    "direct": {"forward": 0.012, "backward_data": 0.012, "backward_weight": 0.012},
-    "im2col": {"forward": 0.79, "backward_data": 0.75, "backward_weight": 0.55},
-    "gemm": {"forward": 0.79, "backward_data": 0.75, "backward_weight": 0.55},
-    "implicit_gemm": {"forward": 0.37, "backward_data": 0.28, "backward_weight": 0.37},
-    "winograd": {"forward": 0.43, "backward_data": 0.41, "backward_weight": 0.30},
-    "mec": {"forward": 0.30, "backward_data": 0.18, "backward_weight": 0.14},
+    "direct": {"forward": 0.013, "backward_data": 0.013, "backward_weight": 0.013},
+    "im2col": {"forward": 0.79, "backward_data": 0.62, "backward_weight": 0.55},
+    "gemm": {"forward": 0.79, "backward_data": 0.62, "backward_weight": 0.55},
+    "implicit_gemm": {"forward": 0.35, "backward_data": 0.28, "backward_weight": 0.37},
+    "winograd": {"forward": 0.30, "backward_data": 0.25, "backward_weight": 0.25},
+    "mec": {"forward": 0.24, "backward_data": 0.082, "backward_weight": 0.105},
 }
 DEFAULT_EFFICIENCY = 0.3  # a strategy this model does not know
 
-# (rows, columns, inner) tile of each GEMM-shaped kernel: a dimension that is not a multiple of its tile
+# (rows, columns, inner) tile of implicit_gemm's kernel: a dimension that is not a multiple of its tile
 # wastes the padding's arithmetic.
-GEMM_TILE = (16, 64, 8)
 IMPLICIT_GEMM_TILE = (32, 64, 16)
 WORK_PER_UNIT = 4   # work-groups per compute unit needed to keep it busy
 
@@ -69,7 +68,7 @@ def estimate(device) -> DeviceProfile:
     kind = getattr(device, "kind", "cpu")
     if kind == "gpu":
         return DeviceProfile(gemm_gflops=40.0 * cu, bandwidth_gbs=150.0, launch_ms=0.01, source="estimate")
-    return DeviceProfile(gemm_gflops=12.0 * cu, bandwidth_gbs=2.5 * cu, launch_ms=0.05, source="estimate")
+    return DeviceProfile(gemm_gflops=15.0 * cu, bandwidth_gbs=1.25 * cu, launch_ms=0.1, source="estimate")
 
 
 def winograd_tile(strategy) -> tuple[int, int]:
@@ -86,7 +85,7 @@ def _padded(d: int, tile: int) -> float:
     return d / (math.ceil(d / tile) * tile)
 
 
-def tile_efficiency(m: int, n: int, k: int, tile=GEMM_TILE, batch: int = 1, units: int = 1) -> float:
+def tile_efficiency(m: int, n: int, k: int, tile=IMPLICIT_GEMM_TILE, batch: int = 1, units: int = 1) -> float:
     """Useful fraction of a tiled GEMM's arithmetic: tile padding, and work-groups too few to fill
     the device."""
     tm, tn, tk = tile
@@ -119,9 +118,12 @@ def terms(name: str, layer: ConvLayer, pass_: str, profile: DeviceProfile, strat
     def bw(nbytes):
         return nbytes / (profile.bandwidth_gbs * 1e6)
 
-    def gemm(m, ncols, k, batch=1, tile=GEMM_TILE):
+    def gemm(m, ncols, k, batch=1, tile=None):
+        # netcl's GEMM runs at its shape class's measured rate (the class already reflects thin or short
+        # products); implicit_gemm's own kernel pays for its tile padding and occupancy.
         shaped = profile.rate(m, ncols, k) * 1e6
-        return 2.0 * m * ncols * k * batch / (shaped * tile_efficiency(m, ncols, k, tile, batch, units))
+        efficiency = tile_efficiency(m, ncols, k, tile, batch, units) if tile else 1.0
+        return 2.0 * m * ncols * k * batch / (shaped * efficiency)
 
     # (rows, columns, inner) of one group's product per pass, as implicit_gemm and im2col lay them out.
     dims = {"forward": (kg, n * pq, cg * rs), "backward_data": (cg * rs, n * pq, kg),
