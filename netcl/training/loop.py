@@ -15,7 +15,6 @@ from .. import autograd
 from ..data import BatchLoader
 from ..data.mnist import MEAN, STD
 from ..nn import CrossEntropyLoss, Dropout
-from ..tensor import Tensor
 
 RECIPE = {"lr": 0.03, "momentum": 0.9, "weight_decay": 5e-4, "nesterov": True, "schedule": "cosine",
           "warmup_steps": 50}
@@ -46,7 +45,6 @@ def evaluate(model, images: np.ndarray, labels: np.ndarray, batch_size: int = 50
     was_training = model.training
     model.eval()
     loader = BatchLoader(images, labels, batch_size, shuffle=False, mean=MEAN, std=STD, device=device)
-    correct = 0
     start = time.perf_counter()
     with autograd.no_grad():
         predictions = []
@@ -96,11 +94,3 @@ def train_epoch(model, loader: BatchLoader, optimizer, epoch: int, total_steps: 
     seconds = time.perf_counter() - start
     return {"train_loss": mean_loss, "images": images, "seconds": seconds,
             "images_per_second": images / seconds if seconds > 0 else float("nan"), "steps": steps}
-
-
-def as_tensor_batch(x: np.ndarray, device=None) -> Tensor:
-    """Normalize a uint8 batch (N, 28, 28) the way training does, as a (N, 1, 28, 28) float32 Tensor."""
-    x = np.asarray(x, dtype=np.float32)
-    if x.ndim == 3:
-        x = x[:, None]
-    return Tensor.from_host((x / 255.0 - MEAN) / STD, device)
