@@ -40,7 +40,8 @@ void ce_forward(
         const ${T} l_n = m + log(s);
         lse[lse_off + n] = l_n;
         const long target = (long) t[t_off + n];
-        acc += (target >= 0 && target < C) ? l_n - row[target] : NAN;
+        const int valid = target >= 0 && target < C;
+        acc += valid ? l_n - row[valid ? target : 0] : NAN;  /* never reads outside the row */
     }
     partial[l] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
