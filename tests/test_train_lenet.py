@@ -113,3 +113,16 @@ def test_cli_missing_data_is_one_line_error(tmp_path, monkeypatch, capsys):
     code = main(["train", "lenet", "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 1 and "DataError" in err and "--data-dir" in err and len(err.strip().splitlines()) == 1
+
+
+def test_training_curves_png_only_with_matplotlib(tmp_path):
+    history = [{"epoch": 1, "train_loss": 0.5, "test_accuracy": 0.9}, {"epoch": 2, "train_loss": 0.2,
+                                                                         "test_accuracy": 0.95}]
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert training._plot(history, tmp_path / "curves.png") is None
+        assert not (tmp_path / "curves.png").exists()
+        return
+    path = training._plot(history, tmp_path / "curves.png")
+    assert path and (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
