@@ -207,10 +207,10 @@ void igemm_${MODE}(
             ${VT} r0 = acc[m], r1 = acc[m + 1], r2 = acc[m + 2], r3 = acc[m + 3];
             for (int i = 0; i < ${TK}; ++i) {
                 const ${VT} bv = vload${TN}(0, &Bs[i][0]);
-                r0 = mad((${VT})(As[m][i]), bv, r0);
-                r1 = mad((${VT})(As[m + 1][i]), bv, r1);
-                r2 = mad((${VT})(As[m + 2][i]), bv, r2);
-                r3 = mad((${VT})(As[m + 3][i]), bv, r3);
+                r0 = fma((${VT})(As[m][i]), bv, r0);
+                r1 = fma((${VT})(As[m + 1][i]), bv, r1);
+                r2 = fma((${VT})(As[m + 2][i]), bv, r2);
+                r3 = fma((${VT})(As[m + 3][i]), bv, r3);
             }
             acc[m] = r0; acc[m + 1] = r1; acc[m + 2] = r2; acc[m + 3] = r3;
         }

@@ -15,9 +15,9 @@ from .conv_common import ConvLayer, register
 
 # (TM, TN, TK): a work-item (= work-group, see kernels/implicit_gemm.cl) multiplies a TM-row slice of A
 # into one vector of TN columns; TM follows the row count (small layers waste little, large ones reuse
-# each gathered B element TM times); TK = 8 measured best on PoCL (cv10, cv12 at batch 32).
+# each gathered B element TM times); TK = 16 measured best on PoCL (cv6, cv12 at batch 32).
 ROW_TILES = (16, 32, 64, 128, 256)
-TILE_K = 8
+TILE_K = 16
 
 
 def geometry(device, layer: ConvLayer):
