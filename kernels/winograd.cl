@@ -12,6 +12,9 @@ matrix, and a group g is simply a contiguous block of rows/columns inside it.
                                          i = input channel of its group); FLIP=1: g = rot180(w[g*KG+i][o - g*CG])
                                          (backward data: o = input channel, i = output channel of its group)
   wino_output_transform   dst[n][o][2ty+i][2tx+j] = (A^T m A)[i][j] for the positions inside dst
+  wino_input_transform4, wino_output_transform4: the same for four horizontally adjacent tiles per
+                          work-item (${T}4 lanes; shared input columns read once, vector stores);
+                          the [16][channels][tiles] layout only
   wino_grad_transform     Z[e][k][t]   = (A dy A^T)[e], dy = the 2x2 tile of the output gradient (zero outside)
   wino_filter_grad        gw[k][c]     = G^T Mw[.][k][c] G   (3x3 from the 16 accumulated products)
 
@@ -23,7 +26,8 @@ Template parameters (all have defaults):
   FLIP        wino_filter_transform reads rotated, channel-swapped filters   (default 0)
   TILE_MAJOR  wino_input_transform writes the [16][groups][tiles][channels/groups] layout (default 0)
 
-Launch: the tile kernels (input, output, grad) are 3-D: (tx < TW, ty < TH, n * channels + channel), so
+Launch: the tile kernels (input, output, grad) are 3-D: (tx < TW, ty < TH, n * channels + channel) (the
+*4 kernels: (ceil(TW / 4), TH, n * channels)), so
 a work-item finds its tile without 64-bit divisions and neighbours along dimension 0 write neighbouring
 tiles; the filter kernels are 2-D (inner channel, outer channel). Every kernel guards its tail; any
 local size works (netcl.ops.conv_winograd uses (8, 8, 1) / (8, 8)).
@@ -73,6 +77,107 @@ __kernel void wino_input_transform(
         out[(4 * i + 1) * stride] = b[i][1] + b[i][2];
         out[(4 * i + 2) * stride] = b[i][2] - b[i][1];
         out[(4 * i + 3) * stride] = b[i][1] - b[i][3];
+    }
+}
+
+// Four horizontally adjacent tiles per work-item, as the lanes of ${T}4 vectors: the 4 x 10 input strip
+// is read once (the tiles overlap by two columns) and each transformed element of the four tiles is
+// one vstore4 (they are consecutive in t). Layout [16][CH][tiles] only.
+__kernel void wino_input_transform4(
+    __global const ${T}* src, const long src_off,
+    const int NB, const int CH, const int IH, const int IW, const int PAD_H, const int PAD_W,
+    const int TH, const int TW,
+    __global ${T}* V, const long v_off)
+{
+    const int tx0 = 4 * get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
+    if (tx0 >= TW || ty >= TH || pl >= NB * CH) return;
+    const int n = pl / CH, c = pl - n * CH;
+    const int nt = min(4, TW - tx0);
+    const long tiles = (long)NB * TH * TW;
+    const long t0 = ((long)n * TH + ty) * TW + tx0;
+    const int h0 = 2 * ty - PAD_H, w0 = 2 * tx0 - PAD_W;
+    __global const ${T}* plane = src + src_off + ((long)n * CH + c) * IH * IW;
+    ${T}4 d[4][4];
+    for (int i = 0; i < 4; ++i) {
+        const int h = h0 + i;
+        ${T} r[10];
+        if (h >= 0 && h < IH && w0 >= 0 && w0 + 9 < IW) {
+            __global const ${T}* row = plane + (long)h * IW + w0;
+            for (int j = 0; j < 10; ++j) r[j] = row[j];
+        } else {
+            for (int j = 0; j < 10; ++j) {
+                const int w = w0 + j;
+                r[j] = (h >= 0 && h < IH && w >= 0 && w < IW) ? plane[(long)h * IW + w] : (${T})0;
+            }
+        }
+        for (int j = 0; j < 4; ++j) d[i][j] = (${T}4)(r[j], r[j + 2], r[j + 4], r[j + 6]);
+    }
+    ${T}4 b[4][4];
+    for (int j = 0; j < 4; ++j) {
+        b[0][j] = d[0][j] - d[2][j];
+        b[1][j] = d[1][j] + d[2][j];
+        b[2][j] = d[2][j] - d[1][j];
+        b[3][j] = d[1][j] - d[3][j];
+    }
+    const long stride = (long)CH * tiles;
+    __global ${T}* out = V + v_off + c * tiles + t0;
+    for (int i = 0; i < 4; ++i) {
+        ${T}4 v[4];
+        v[0] = b[i][0] - b[i][2];
+        v[1] = b[i][1] + b[i][2];
+        v[2] = b[i][2] - b[i][1];
+        v[3] = b[i][1] - b[i][3];
+        for (int j = 0; j < 4; ++j) {
+            __global ${T}* dst = out + (4 * i + j) * stride;
+            if (nt == 4) {
+                vstore4(v[j], 0, dst);
+            } else {
+                dst[0] = v[j].s0;
+                if (nt > 1) dst[1] = v[j].s1;
+                if (nt > 2) dst[2] = v[j].s2;
+            }
+        }
+    }
+}
+
+// Four adjacent tiles per work-item (the lanes of ${T}4 vectors), M in the [16][CH][tiles] layout.
+__kernel void wino_output_transform4(
+    __global const ${T}* M, const long m_off,
+    const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
+    __global ${T}* dst, const long dst_off)
+{
+    const int tx0 = 4 * get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
+    if (tx0 >= TW || ty >= TH || pl >= NB * CH) return;
+    const int n = pl / CH, o = pl - n * CH;
+    const int nt = min(4, TW - tx0);
+    const long tiles = (long)NB * TH * TW;
+    const long t0 = ((long)n * TH + ty) * TW + tx0;
+    const long stride = (long)CH * tiles;
+    __global const ${T}* in = M + m_off + o * tiles + t0;
+    ${T}4 m[4][4];
+    for (int e = 0; e < 16; ++e) {
+        __global const ${T}* src = in + e * stride;
+        m[e / 4][e % 4] = nt == 4 ? vload4(0, src)
+            : (${T}4)(src[0], nt > 1 ? src[1] : (${T})0, nt > 2 ? src[2] : (${T})0, (${T})0);
+    }
+    ${T}4 a[2][4];
+    for (int j = 0; j < 4; ++j) {
+        a[0][j] = m[0][j] + m[1][j] + m[2][j];
+        a[1][j] = m[1][j] - m[2][j] - m[3][j];
+    }
+    __global ${T}* plane = dst + dst_off + ((long)n * CH + o) * OH * OW;
+    for (int i = 0; i < 2; ++i) {
+        const int h = 2 * ty + i;
+        if (h >= OH) break;
+        const ${T}4 y0 = a[i][0] + a[i][1] + a[i][2], y1 = a[i][1] - a[i][2] - a[i][3];
+        const ${T} ys[8] = {y0.s0, y1.s0, y0.s1, y1.s1, y0.s2, y1.s2, y0.s3, y1.s3};
+        __global ${T}* row = plane + (long)h * OW + 2 * tx0;
+        const int cols = min(8, OW - 2 * tx0);
+        if (cols == 8) {
+            vstore8(vload8(0, ys), 0, row);
+        } else {
+            for (int j = 0; j < cols; ++j) row[j] = ys[j];
+        }
     }
 }
 

@@ -60,12 +60,17 @@ def _input_transform(src: Tensor, pad_h: int, pad_w: int, th: int, tw: int, grou
     tiles = n * th * tw
     shape = (16, groups, tiles, channels // groups) if groups else (16, channels, tiles)
     v = Tensor.empty(shape, src.dtype, src.device)
-    kernel = get_kernel(src.device, "winograd.cl", "wino_input_transform", T=dtypes.c_type(src.dtype),
-                        TILE_MAJOR=int(bool(groups)))
-    launch(src.device, kernel, (tw, th, n * channels), _tile_local(th, tw),
-           src.buffer, np.int64(src.offset), np.int32(n), np.int32(channels), np.int32(ih), np.int32(iw),
-           np.int32(pad_h), np.int32(pad_w), np.int32(th), np.int32(tw), np.int32(max(groups, 1)),
-           v.buffer, np.int64(v.offset))
+    geometry = (np.int32(n), np.int32(channels), np.int32(ih), np.int32(iw), np.int32(pad_h), np.int32(pad_w),
+                np.int32(th), np.int32(tw))
+    if groups:
+        kernel = get_kernel(src.device, "winograd.cl", "wino_input_transform", T=dtypes.c_type(src.dtype),
+                            TILE_MAJOR=1)
+        launch(src.device, kernel, (tw, th, n * channels), _tile_local(th, tw),
+               src.buffer, np.int64(src.offset), *geometry, np.int32(groups), v.buffer, np.int64(v.offset))
+    else:
+        tw4 = -(-tw // 4)
+        launch(src.device, _kernel(src.device, "wino_input_transform4", src.dtype), (tw4, th, n * channels),
+               _tile_local(th, tw4), src.buffer, np.int64(src.offset), *geometry, v.buffer, np.int64(v.offset))
     return v
 
 
@@ -81,7 +86,9 @@ def _filter_transform(w: Tensor, layer: ConvLayer, flip: bool) -> Tensor:
 
 def _output_transform(m: Tensor, out: Tensor, th: int, tw: int) -> Tensor:
     n, ch, oh, ow = out.shape
-    launch(out.device, _kernel(out.device, "wino_output_transform", out.dtype), (tw, th, n * ch), _tile_local(th, tw),
+    tw4 = -(-tw // 4)
+    launch(out.device, _kernel(out.device, "wino_output_transform4", out.dtype), (tw4, th, n * ch),
+           _tile_local(th, tw4),
            m.buffer, np.int64(m.offset), np.int32(n), np.int32(ch), np.int32(oh), np.int32(ow),
            np.int32(th), np.int32(tw), out.buffer, np.int64(out.offset))
     return out
