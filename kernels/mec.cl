@@ -24,7 +24,8 @@ columns with leading dimension IH*S*C.
 Template parameters (all have defaults):
   T   element type, "float" or "double"   (default "float")
 
-Launch: 1-D, one work-item per produced element (tails guarded), any local size.
+Launch: one work-item per produced element (tails guarded), any local size; mec_lower is 3-D
+(CG, IH*S, N*Q*G), the others 1-D.
 </%doc>
 <%page args="T='float'"/>
 % if T == 'double':
@@ -43,18 +44,15 @@ __kernel void mec_lower(
     __constant const long* geom)
 {
     GEOMETRY
-    const long i = get_global_id(0);
-    if (i >= N * Q * G * IH * S * CG) return;
-    long rest = i;
-    const long c = rest % CG; rest /= CG;
-    const long s = rest % S; rest /= S;
-    const long h = rest % IH; rest /= IH;
-    const long g = rest % G; rest /= G;
-    const long q = rest % Q;
-    const long n = rest / Q;
-    const long hh = h - PH, ww = q * SW - PW + s * DW;
-    L[l_off + i] = (hh >= 0 && hh < H && ww >= 0 && ww < W)
-        ? x[x_off + ((n * C + g * CG + c) * H + hh) * W + ww] : (${T})0;
+    // (c, h*S + s, (n*Q + q)*G + g): 32-bit index arithmetic, one small division per dimension
+    const int c = get_global_id(0), hs = get_global_id(1), nqg = get_global_id(2);
+    if (c >= CG || hs >= IH * S || nqg >= N * Q * G) return;
+    const int h = hs / (int)S, s = hs - h * (int)S;
+    const int nq = nqg / (int)G, g = nqg - nq * (int)G;
+    const int n = nq / (int)Q, q = nq - n * (int)Q;
+    const int hh = h - (int)PH, ww = q * (int)SW - (int)PW + s * (int)DW;
+    L[l_off + ((long)nqg * IH * S + hs) * CG + c] = (hh >= 0 && hh < H && ww >= 0 && ww < W)
+        ? x[x_off + (((long)n * C + g * CG + c) * H + hh) * W + ww] : (${T})0;
 }
 
 __kernel void mec_scatter(

@@ -81,7 +81,12 @@ def _view(t: Tensor, shape, strides, offset: int = 0) -> Tensor:
 
 def _lower(x: Tensor, layer: ConvLayer) -> Tensor:
     L = Tensor.empty((lowered_elements(layer),), x.dtype, x.device)
-    _run("mec_lower", x, L, layer, L.size)
+    cg = layer.c // layer.groups
+    lx = min(64, 1 << (cg - 1).bit_length())  # channels innermost: consecutive writes
+    ly = max(1, 64 // lx)
+    kernel = get_kernel(x.device, "mec.cl", "mec_lower", T=dtypes.c_type(x.dtype))
+    launch(x.device, kernel, (cg, (layer.h + 2 * layer.pad_h) * layer.s, layer.n * layer.out_w * layer.groups),
+           (lx, ly, 1), x.buffer, np.int64(x.offset), L.buffer, np.int64(L.offset), geometry(x.device, layer))
     return L
 
 
