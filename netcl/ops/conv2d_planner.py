@@ -34,7 +34,7 @@ from . import conv_cost
 from .conv_common import PASSES, ConvLayer, strategies
 
 MODES = ("heuristic", "measure", "exhaustive")
-MEASURE_MARGIN = 6.0         # measure mode skips candidates predicted this many times slower than the best
+MEASURE_MARGIN = 10.0        # measure mode skips candidates predicted this many times slower than the best
 MEASURE_MIN_RUNS = 5
 MEASURE_MAX_RUNS = 15
 MEASURE_TIME_S = 3.0         # per layer and pass, after warm-up: no further rounds past this

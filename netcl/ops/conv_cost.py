@@ -11,6 +11,7 @@ the model was off per strategy and pass; later predictions on that device are sc
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -20,16 +21,17 @@ from .conv_common import ConvLayer
 
 # Each strategy's speed per pass relative to the calibrated GEMM rate of its products' shape class (for
 # implicit_gemm, once its tile padding and occupancy are accounted for; Winograd's flops are already those
-# of its transformed products). Fitted on PoCL 3.1 (pthread, 2 cores) with `benchmarks/planner_accuracy.py
-# --fit` over the LeNet and MEC layers; "gemm" (1×1) takes im2col's. A measured plan refines them per
-# device (the planner's corrections).
+# of its transformed products); above 1 where the products run faster than the calibration's
+# representative ones. Fitted on PoCL 3.1 (pthread, 2 cores) with `benchmarks/planner_accuracy.py --fit`
+# over the LeNet and MEC layers; "gemm" (1×1) takes im2col's. A measured plan refines them per device
+# (the planner's corrections).
 EFFICIENCY = {
-    "direct": {"forward": 0.013, "backward_data": 0.013, "backward_weight": 0.013},
-    "im2col": {"forward": 0.79, "backward_data": 0.62, "backward_weight": 0.55},
-    "gemm": {"forward": 0.79, "backward_data": 0.62, "backward_weight": 0.55},
-    "implicit_gemm": {"forward": 0.35, "backward_data": 0.28, "backward_weight": 0.37},
-    "winograd": {"forward": 0.30, "backward_data": 0.25, "backward_weight": 0.25},
-    "mec": {"forward": 0.24, "backward_data": 0.082, "backward_weight": 0.105},
+    "direct": {"forward": 0.023, "backward_data": 0.019, "backward_weight": 0.025},
+    "im2col": {"forward": 1.72, "backward_data": 1.31, "backward_weight": 1.43},
+    "gemm": {"forward": 1.72, "backward_data": 1.31, "backward_weight": 1.43},
+    "implicit_gemm": {"forward": 0.68, "backward_data": 0.54, "backward_weight": 1.07},
+    "winograd": {"forward": 0.45, "backward_data": 0.43, "backward_weight": 0.28},
+    "mec": {"forward": 0.48, "backward_data": 0.16, "backward_weight": 0.22},
 }
 DEFAULT_EFFICIENCY = 0.3  # a strategy this model does not know
 
@@ -79,6 +81,25 @@ def winograd_tile(strategy) -> tuple[int, int]:
     except (TypeError, ValueError):
         m = 2
     return m, 3
+
+
+def _implicit_geometry(strategy, layer: ConvLayer, pass_: str):
+    """((rows, columns, inner), tile, slices) of implicit_gemm's product: from the strategy's own module
+    (gemm_dims, choose_tile) when it has them, so that the model follows the kernel, else the plain GEMM."""
+    module = sys.modules.get(type(strategy).__module__) if strategy is not None else None
+    g, cg, kg = layer.groups, layer.c // layer.groups, layer.k // layer.groups
+    dims = {"forward": (kg, layer.n * layer.out_h * layer.out_w, cg * layer.r * layer.s),
+            "backward_data": (cg, layer.n * layer.h * layer.w, kg * layer.r * layer.s),
+            "backward_weight": (kg, cg * layer.r * layer.s, layer.n * layer.out_h * layer.out_w)}[pass_]
+    tile, slices = IMPLICIT_GEMM_TILE, g
+    try:
+        dims = tuple(int(d) for d in module.gemm_dims(layer, pass_))
+        tile = tuple(int(t) for t in module.choose_tile(layer, pass_)[:3])
+        if pass_ == "backward_data":  # one slice per residue class of the stride
+            slices = g * layer.stride_h * layer.stride_w
+    except (AttributeError, TypeError, ValueError):
+        pass
+    return dims, tile, slices
 
 
 def _padded(d: int, tile: int) -> float:
@@ -141,9 +162,8 @@ def terms(name: str, layer: ConvLayer, pass_: str, profile: DeviceProfile, strat
         m, k = (kg, cg) if pass_ == "forward" else (cg, kg)
         return Terms(gemm(m, hw, k, n * g), bw(x_bytes + y_bytes + w_bytes) + launch * calls)
     if name == "implicit_gemm":
-        rows, cols_, inner = {"forward": (kg, n * pq, cg * rs), "backward_data": (cg, n * hw, kg * rs),
-                              "backward_weight": (kg, cg * rs, n * pq)}[pass_]
-        return Terms(gemm(rows, cols_, inner, g, IMPLICIT_GEMM_TILE), bw(x_bytes + y_bytes + w_bytes) + launch)
+        (rows, cols_, inner), tile, slices = _implicit_geometry(strategy, layer, pass_)
+        return Terms(gemm(rows, cols_, inner, slices, tile), bw(x_bytes + y_bytes + w_bytes) + launch)
     if name == "mec":
         # The compact lowering L (n·ow rows of padded height × S × C, about R/stride times smaller than
         # im2col's), then GEMMs over shifted partitions of it: Solution A is oh calls of
