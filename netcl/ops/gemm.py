@@ -11,6 +11,7 @@ dtype and shape class, falling back to the built-in table for the device kind.
 """
 from __future__ import annotations
 
+import math
 import threading
 import warnings
 
@@ -73,6 +74,14 @@ def params_for(device, dtype, M: int, N: int, K: int) -> dict:
 _SMALL_OPERAND_BYTES = 32 * 1024
 _workspaces: dict[tuple[int, str], tuple[object, int]] = {}
 _workspace_lock = threading.Lock()
+
+
+def _set_conflicts(k: int, row_bytes: int, tile_bytes: int, line: int = 64, sets: int = 64, ways: int = 8) -> bool:
+    """Whether a k-row strip of B (tile_bytes wide, rows row_bytes apart) overflows the cache sets its rows
+    map to (a typical 32 KiB 8-way L1): a stride with a large power-of-two factor reuses few sets. Such a
+    B is packed; a small strip of a benign stride is read in place, saving the pack launch."""
+    used = sets // math.gcd(row_bytes // line, sets) if row_bytes % line == 0 else sets
+    return k * -(-tile_bytes // line) > used * ways // 2
 
 
 def _workspace(device, slot: str, nbytes: int):
@@ -158,8 +167,9 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
                    a.buffer, np.int64(a.offset), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs), a_buf)
             a_off, a_rs, a_cs = 0, 0, MR
             a_bs = panels * K * MR if a_batches > 1 else 0
-        small_b = K * N * a.dtype.itemsize <= _SMALL_OPERAND_BYTES and b_cs == 1
-        p["PACK_B"] = int((bool(p["PACK_B"]) and not small_b) or (b_cs != 1 and N > 1))
+        direct_ok = b_cs == 1 and (K * N * a.dtype.itemsize <= _SMALL_OPERAND_BYTES
+                                   or not _set_conflicts(K, b_rs * a.dtype.itemsize, NR * a.dtype.itemsize))
+        p["PACK_B"] = int((bool(p["PACK_B"]) and not direct_ok) or (b_cs != 1 and N > 1))
         if p["PACK_B"] and K > 0:
             b_batches = b.shape[0]
             panels = -(-N // NR)

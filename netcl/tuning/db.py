@@ -40,9 +40,13 @@ BUILTIN: dict[str, dict[str, dict[str, dict]]] = {
     # (docs/gemm.md explains why); measured with `netcl tune gemm` on a 2-core AVX2 PoCL 3.1 device.
     "cpu": {
         "gemm": {
-            "float32": {"MR": 4, "VW": 8, "NV": 3, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
+            "float32": {"MR": 6, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
                         "ORDER": "mn"},
-            "float64": {"MR": 4, "VW": 4, "NV": 3, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
+            "float32/small_k": {"MR": 6, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0,
+                                "PACK_B": 1, "ORDER": "mn"},
+            "float32/small_mn": {"MR": 4, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0,
+                                 "PACK_B": 1, "ORDER": "mn"},
+            "float64": {"MR": 4, "VW": 4, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
                         "ORDER": "mn"},
         },
     },
