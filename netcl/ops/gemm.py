@@ -84,6 +84,16 @@ def _set_conflicts(k: int, row_bytes: int, tile_bytes: int, line: int = 64, sets
     return k * -(-tile_bytes // line) > used * ways // 2
 
 
+def _spread(p: dict, blocks_m: int, blocks_n: int, batch: int, units: int) -> None:
+    """Halve the work-group until there are two groups per compute unit (or it is a single item): a
+    small product in one large group would run on one core while the others idle."""
+    def groups():
+        return -(-blocks_m // p["WG_M"]) * -(-blocks_n // p["WG_N"]) * batch
+    while groups() < 2 * units and p["WG_M"] * p["WG_N"] > 1:
+        name = "WG_M" if p["WG_M"] >= p["WG_N"] else "WG_N"
+        p[name] = max(1, p[name] // 2)
+
+
 def _workspace(device, slot: str, nbytes: int):
     key = (id(device), slot)
     with _workspace_lock:
@@ -186,8 +196,10 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
             b_bs = panels * K * NR if b_batches > 1 else 0
         elif N == 1:
             b_cs = 1  # a single column: its stride is never used
-    kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **p)
     blocks_n, blocks_m = -(-N // NR), -(-M // MR)
+    if not p["LOCAL"]:
+        _spread(p, blocks_m, blocks_n, batch, dev.compute_units)
+    kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **p)
     wg_n, wg_m = p["WG_N"], p["WG_M"]
     if p["ORDER"] == "nm":
         grid, local = (blocks_n, blocks_m, batch), (wg_n, wg_m, 1)
