@@ -40,6 +40,7 @@ MEASURE_MAX_RUNS = 40
 MEASURE_TIME_S = 3.0         # per layer and pass, after warm-up: no further rounds past this
 CONTENTION = 1.3             # candidates this close to the best get the extra rounds
 CORRECTION_BOUNDS = (0.05, 20.0)
+CORRECTION_PRIOR = 8         # measurements' worth of trust in the fitted model before corrections take over
 
 
 @dataclass
@@ -258,8 +259,10 @@ def _correction(cal: dict, name: str, pass_: str) -> float:
     ratios = [r for r in kept if isinstance(r, (int, float)) and r > 0] if isinstance(kept, list) else []
     if not ratios:
         return 1.0
+    # Shrunk toward 1 until there are several measurements: one layer's ratio says little about the next.
     lo, hi = CORRECTION_BOUNDS
-    return float(min(hi, max(lo, math.exp(sum(math.log(r) for r in ratios) / len(ratios)))))
+    weight = len(ratios) / (len(ratios) + CORRECTION_PRIOR)
+    return float(min(hi, max(lo, math.exp(weight * sum(math.log(r) for r in ratios) / len(ratios)))))
 
 
 def _record_corrections(device, pass_: str, candidates: list[Candidate], uncorrected: dict[str, float]) -> None:
@@ -421,13 +424,16 @@ def time_strategies(impls: dict, layer: ConvLayer, pass_: str, device, rng=None)
     return results
 
 
-def _measure(layer, pass_, device, candidates: list[Candidate], exhaustive: bool) -> None:
+def _measure(layer, pass_, device, candidates: list[Candidate], exhaustive: bool, uncorrected: dict) -> None:
     registry = strategies()
     runnable = [c for c in candidates if c.applicable and (exhaustive or c.within_budget)]
     if not runnable:
         return
-    best_predicted = min(c.predicted_ms for c in runnable)
-    chosen = [c for c in runnable if exhaustive or c.predicted_ms <= MEASURE_MARGIN * best_predicted]
+
+    def optimistic(c):  # a candidate is ruled out only if neither the fitted nor the corrected model likes it
+        return min(c.predicted_ms, uncorrected.get(c.strategy, c.predicted_ms))
+    best_predicted = min(optimistic(c) for c in runnable)
+    chosen = [c for c in runnable if exhaustive or optimistic(c) <= MEASURE_MARGIN * best_predicted]
     timed = time_strategies({c.strategy: registry[c.strategy] for c in chosen}, layer, pass_, device)
     for c in chosen:
         result = timed[c.strategy]
@@ -565,7 +571,7 @@ def _plan_free(layer, pass_, mode, budget, device, names, candidates, uncorrecte
         name, reason = _choose(layer, pass_, candidates, budget, False, False)
         return Plan(name, reason, candidates, pass_, mode, budget, layer, "model")
     calibrate_device(device, layer.dtype)
-    _measure(layer, pass_, device, candidates, mode == "exhaustive")
+    _measure(layer, pass_, device, candidates, mode == "exhaustive", uncorrected)
     name, reason = _choose(layer, pass_, candidates, budget, True, False)
     _record_corrections(device, pass_, candidates, uncorrected)
     _remember(device, names, entry_key, {

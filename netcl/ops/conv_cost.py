@@ -246,7 +246,7 @@ def calibrate(device, dtype: str = "float32") -> dict:
         a = Tensor.from_host(rng.uniform(-1, 1, (m, k)).astype(dt), device=device)
         b = Tensor.from_host(rng.uniform(-1, 1, (k, nn)).astype(dt), device=device)
         c = Tensor.empty((m, nn), dt, device)
-        seconds = best_s(lambda: gemm(a, b, c), 9)
+        seconds = best_s(lambda: gemm(a, b, c), 15)
         rates[cls] = 2.0 * m * nn * k / max(seconds - launch_s, 1e-7) / 1e9
     return {"bandwidth_gbs": 2 * n * dt.itemsize / max(copy_s - launch_s, 1e-7) / 1e9,
             "launch_ms": launch_s * 1e3, f"gemm_gflops_{dt.name}": rates["large"],
