@@ -113,7 +113,8 @@ def main(argv=None) -> int:
                "heuristic_geomean_ratio": float(np.exp(np.mean([np.log(r["heuristic_ratio"]) for r in rows]))),
                "lenet_batch": args.lenet_batch, "mec_batch": args.mec_batch, "device": device.describe(),
                "load_average_1min": os.getloadavg()[0], "seconds": time.perf_counter() - started}
-    print(f"heuristic within 25% of the fastest: {h_hits}/{len(rows)} ({100 * summary['heuristic_within_25pct']:.0f}%); "
+    h_pct = 100 * summary["heuristic_within_25pct"]
+    print(f"heuristic within 25% of the fastest: {h_hits}/{len(rows)} ({h_pct:.0f}%); "
           f"measure within 10%: {m_hits}/{len(rows)} ({100 * summary['measure_within_10pct']:.0f}%); "
           f"heuristic geomean slowdown ×{summary['heuristic_geomean_ratio']:.3f}; "
           f"load average at the end {summary['load_average_1min']:.1f}")

@@ -452,7 +452,9 @@ def _fmt_ms(ms: float) -> str:
     return f"{ms:.3g} ms"
 
 
-def _choose(layer, pass_, candidates: list[Candidate], budget: int, measured: bool, from_cache: bool) -> tuple[str, str]:
+def _choose(layer, pass_, candidates: list[Candidate], budget: int, measured: bool,
+            from_cache: bool) -> tuple[str, str]:
+    """(strategy, one-sentence reason): fastest measured (or predicted) within the budget."""
     applicable = [c for c in candidates if c.applicable]
     if not applicable:
         rules = "; ".join(f"{c.strategy}: {c.why_not}" for c in candidates) or "no strategy is registered"
@@ -467,7 +469,8 @@ def _choose(layer, pass_, candidates: list[Candidate], budget: int, measured: bo
     if not fits:
         smallest = min(applicable, key=lambda c: (c.workspace_bytes, order[c.strategy]))
         return smallest.strategy, (f"no applicable strategy fits the {_mib(budget)} workspace budget, so "
-                                   f"{smallest.strategy} runs with the smallest workspace ({_mib(smallest.workspace_bytes)}).")
+                                   f"{smallest.strategy} runs with the smallest workspace "
+                                   f"({_mib(smallest.workspace_bytes)}).")
     if measured and not any(c.measured_ms is not None for c in fits):
         measured, from_cache = False, False  # the budget excludes every measured candidate: use the model
     timed = [c for c in fits if not measured or c.measured_ms is not None]
@@ -506,7 +509,8 @@ def _forced(layer, pass_, name: str, how: str, candidates, budget, mode) -> Plan
     registry = strategies()
     from .conv2d import ALL_STRATEGIES
     if name not in ALL_STRATEGIES:
-        raise ShapeError(f"unknown conv2d strategy {name!r} ({how}); choose one of {', '.join(ALL_STRATEGIES)} or 'auto'")
+        raise ShapeError(f"unknown conv2d strategy {name!r} ({how}); "
+                         f"choose one of {', '.join(ALL_STRATEGIES)} or 'auto'")
     if name not in registry:
         raise ShapeError(f"conv2d strategy {name!r} ({how}) is not available in this build")
     c = next(c for c in candidates if c.strategy == name)
