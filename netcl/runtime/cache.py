@@ -6,6 +6,7 @@ half-written entry, and a reader treats any entry it cannot parse as a miss.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -20,7 +21,13 @@ def cache_enabled() -> bool:
 
 
 def cache_root() -> Path:
-    configured = os.environ.get("NETCL_CACHE_DIR")
+    return _root_for(os.environ.get("NETCL_CACHE_DIR"))
+
+
+# Hot paths (the tuning lookup of every GEMM) ask for cache paths: resolve the root once per setting and
+# create each directory once per process.
+@functools.lru_cache(maxsize=8)
+def _root_for(configured: str | None) -> Path:
     if configured:
         return Path(configured).expanduser()
     try:
@@ -30,9 +37,14 @@ def cache_root() -> Path:
         return Path.home() / ".cache" / "netcl"
 
 
+_made_dirs: set = set()
+
+
 def cache_path(*parts: str) -> Path:
     path = cache_root().joinpath(*parts)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.parent not in _made_dirs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _made_dirs.add(path.parent)
     return path
 
 
