@@ -12,6 +12,7 @@ import pytest
 
 import netcl as nc
 from netcl.ops import conv_implicit_gemm
+from netcl.ops import gemm as gemm_module
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer, strategies
 from netcl.runtime import memory
@@ -65,9 +66,8 @@ def allocated_bytes(monkeypatch):
 
 def check_workspace(name, case, device, monkeypatch, passes=("forward", "backward_data", "backward_weight"),
                     call=None):
-    """Each pass allocates exactly workspace_bytes besides its result. Every pass runs once first: that
-    builds its kernels and lets netcl.ops.gemm size its persistent packing buffer (the GEMM's own
-    memory, which the strategies do not count), so the measured run allocates only the strategy's."""
+    """Each pass allocates exactly workspace_bytes besides its result. Every pass runs once first (to build
+    its kernels); the measured run starts from an empty GEMM packing cache, whose buffers count."""
     xs, ws, st, pd, dl, g, dt = case
     layer = ConvLayer.from_shapes(xs, ws, st, pd, dl, g, dt)
     impl = strategies()[name]
@@ -82,6 +82,7 @@ def check_workspace(name, case, device, monkeypatch, passes=("forward", "backwar
     for pass_ in passes:
         run(pass_)()  # build the kernels first
         device.synchronize()
+        gemm_module.release_workspaces()
         with allocated_bytes(monkeypatch) as sizes:
             out = run(pass_)()
             device.synchronize()

@@ -15,6 +15,9 @@ from netcl.tuning import db
 from test_conv_implicit_gemm import check_workspace, run_case
 from util import assert_close, conv2d_ref
 
+# operands past the GEMM's L1 threshold, so that netcl.ops.gemm allocates packing buffers
+PACKED = ((2, 32, 20, 20), (64, 32, 3, 3), 1, 1, 1, 1, "float32")
+
 CASES = [
     ((1, 1, 7, 9), (3, 1, 3, 3), 1, 1, 1, 1, "float32"),
     ((2, 3, 13, 11), (5, 3, 5, 5), 2, 2, 1, 1, "float32"),
@@ -87,10 +90,12 @@ def test_lowering_is_in_ow_ih_kw_ic(device):
         assert parts["lowering"] == 2 * ow * ih * 5 * 3 * 4
         assert parts["filter"] == weight * 4
         assert parts["grad_rows"] == (2 * 5 * layer.out_h * ow * 4 if pass_ == "backward_weight" else 0)
+        assert parts["gemm_packing"] >= 0
         assert impl.workspace_bytes(layer, pass_) == sum(parts.values())
 
 
-@pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[0]], ids=["strided", "grouped", "batch1"])
+@pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[0], PACKED],
+                         ids=["strided", "grouped", "batch1", "gemm_packs"])
 @pytest.mark.parametrize("solution", ["A", "B"])
 def test_workspace_is_exact(case, solution, device, monkeypatch, tmp_path):
     monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path))

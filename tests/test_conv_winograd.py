@@ -11,6 +11,9 @@ from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer, strategies
 from test_conv_implicit_gemm import check_workspace, run_case
 
+# operands past the GEMM's L1 threshold, so that netcl.ops.gemm allocates packing buffers
+PACKED = ((2, 32, 20, 20), (64, 32, 3, 3), 1, 1, 1, 1, "float32")
+
 CASES = [
     ((1, 1, 7, 9), (3, 1, 3, 3), 1, 1, 1, 1, "float32"),
     ((2, 3, 13, 11), (5, 3, 3, 3), 1, 0, 1, 1, "float32"),
@@ -53,6 +56,7 @@ def test_workspace_formula(device):
     assert impl.workspace_bytes(layer, "backward_weight") >= 4 * 16 * (6 * tiles + 4 * tiles + 4 * 3)
 
 
-@pytest.mark.parametrize("case", [CASES[2], CASES[4], CASES[7]], ids=["plain", "grouped", "pad4"])
+@pytest.mark.parametrize("case", [CASES[2], CASES[4], CASES[7], PACKED],
+                         ids=["plain", "grouped", "pad4", "gemm_packs"])
 def test_workspace_is_exact(case, device, monkeypatch):
     check_workspace("winograd", case, device, monkeypatch)

@@ -34,6 +34,7 @@ from ..tensor import Tensor
 from ..tuning import db
 from .conv_common import ConvLayer, register
 from .conv_implicit_gemm import geometry
+from .conv_winograd import gemm_packing_bytes
 from .elementwise import copy_into, fill
 from .gemm import gemm_batched
 
@@ -118,17 +119,34 @@ class MecStrategy:
 
     def workspace_breakdown(self, layer: ConvLayer, pass_: str) -> dict:
         """Every byte a pass allocates besides its result, by purpose:
-          lowering   L (or grad_L): in·ow·ih·kw·ic elements (ih = H + 2·pad_h), every pass
-          filter     forward: the filter as the paper's (kh·kw·ic) × kc matrix; backward_data: its
-                     transpose; backward_weight: the gradient (K·C/groups·R·S elements each)
-          grad_rows  backward_weight with a batch above 1: grad_y regrouped by output row (N·K·P·Q)
-        Solution A reuses L and y's own buffer for its h-n-w-c detour, so it adds nothing. Not counted:
-        netcl.ops.gemm's persistent per-device packing buffer (the GEMM's own, reused by every product)."""
-        cg = layer.c // layer.groups
+          lowering      L (or grad_L): in·ow·ih·kw·ic elements (ih = H + 2·pad_h), every pass
+          filter        forward: the filter as the paper's (kh·kw·ic) × kc matrix; backward_data: its
+                        transpose; backward_weight: the gradient (K·C/groups·R·S elements each)
+          grad_rows     backward_weight with a batch above 1: grad_y regrouped by output row (N·K·P·Q)
+          gemm_packing  the packing buffers netcl.ops.gemm allocates for the products, from an empty
+                        GEMM cache (netcl's convention; GEMM keeps them per device)
+        Solution A reuses L and y's own buffer for its h-n-w-c detour, so it adds nothing."""
+        from ..runtime.device import default_device
+        cg, kg, ih, ld, block, shift, width = _dims(layer)
+        n, k, p, q = layer.output_shape
+        g = layer.groups
         size = layer.itemsize
+        if pass_ == "forward":
+            # (M, N, K, a_batches, b_batches, a_cs, b_cs, b_rs) of every gemm_batched call, in order
+            if uses_solution_a(layer, threshold(default_device())):
+                calls = [(n * q, kg, width, p, 1, 1, 1, k)] * g
+            elif n <= p:
+                calls = [(q, kg, width, p, 1, 1, 1, k)] * (n * g)
+            else:
+                calls = [(q, kg, width, n, 1, 1, 1, k)] * (p * g)
+        elif pass_ == "backward_data":
+            calls = [(q, width, kg, n, 1, p * q, 1, width)] * (p * g)
+        else:
+            calls = [(kg, width, n * q, 1, 1, 1, 1, ld)] * (p * g)
         return {"lowering": lowered_elements(layer) * size,
                 "filter": layer.k * cg * layer.r * layer.s * size,
-                "grad_rows": output_elements(layer) * size if pass_ == "backward_weight" and layer.n > 1 else 0}
+                "grad_rows": output_elements(layer) * size if pass_ == "backward_weight" and n > 1 else 0,
+                "gemm_packing": gemm_packing_bytes(default_device(), layer.dtype, calls)}
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
         """Exact bytes a pass allocates besides its result: the sum of :meth:`workspace_breakdown`."""

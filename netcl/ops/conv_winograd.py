@@ -20,6 +20,38 @@ from .conv_common import ConvLayer, register
 from .gemm import gemm_batched
 
 
+def gemm_packing_bytes(device, dtype, calls) -> int:
+    """Bytes netcl.ops.gemm allocates for its packing buffers over a sequence of gemm_batched calls,
+    starting from none (netcl's workspace convention: GEMM's cached buffers count, from an empty cache).
+    Each call is (M, N, K, a_batches, b_batches, a_cs, b_cs, b_rs) of op(A) (M×K) and op(B) (K×N), strides
+    in elements. It mirrors gemm_batched's packing rule; each of its two buffers grows to the largest
+    need met, and every growth is a new allocation."""
+    from . import gemm as gemm_module
+    size = np.dtype(dtype).itemsize
+    small = gemm_module._SMALL_OPERAND_BYTES
+    held, total = {"a": 0, "b": 0}, 0
+    for M, N, K, a_batches, b_batches, a_cs, b_cs, b_rs in calls:
+        if min(M, N, K) <= 0:
+            continue
+        p = gemm_module.params_for(device, dtype, M, N, K)
+        if p.get("LOCAL"):
+            continue
+        mr, nr = p.get("MR", 4), p.get("VW", 8) * p.get("NV", 2)
+        small_a = M * K * size <= small
+        needs = []
+        if (p.get("PACK_A") and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a):
+            needs.append(("a", a_batches * -(-M // mr) * K * mr * size))
+        direct_ok = b_cs == 1 and (K * N * size <= small
+                                   or not gemm_module._set_conflicts(K, b_rs * size, nr * size))
+        if (p.get("PACK_B") and not direct_ok) or (b_cs != 1 and N > 1):
+            needs.append(("b", b_batches * -(-N // nr) * K * nr * size))
+        for slot, nbytes in needs:
+            if nbytes > held[slot]:
+                total += nbytes
+                held[slot] = nbytes
+    return total
+
+
 def _tile_local(th: int, tw: int) -> tuple[int, int, int]:
     """Work-group shape of the tile kernels: up to 8×8 tiles of one plane, the rest of the 64 work-items
     along the planes, so that small tile grids (7×7 inputs: 3×3 tiles) do not leave most of a work-group
@@ -132,10 +164,21 @@ class WinogradStrategy:
         return None
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
-        """U, V and M (V, Z and Mw for backward_weight), see workspace_elements. The GEMM's operands all
-        have unit stride along K (A) and N (B), so the only other memory is netcl.ops.gemm's own
-        persistent per-device packing buffer, which is the GEMM's and not counted here."""
-        return workspace_elements(layer, pass_) * layer.itemsize
+        """U, V and M (V, Z and Mw for backward_weight), see workspace_elements, plus the packing buffers
+        netcl.ops.gemm allocates for the one batched product (from an empty GEMM cache)."""
+        from ..runtime.device import default_device
+        cg, kg, b = layer.c // layer.groups, layer.k // layer.groups, 16 * layer.groups
+        if pass_ == "forward":
+            t = _tiles(layer.n, layer.out_h, layer.out_w)[2]
+            call = (kg, t, cg, b, b, 1, 1, t)
+        elif pass_ == "backward_data":
+            t = _tiles(layer.n, layer.h, layer.w)[2]
+            call = (cg, t, kg, b, b, 1, 1, t)
+        else:
+            t = _tiles(layer.n, layer.out_h, layer.out_w)[2]
+            call = (kg, cg, t, b, b, 1, 1, cg)
+        packing = gemm_packing_bytes(default_device(), layer.dtype, [call])
+        return workspace_elements(layer, pass_) * layer.itemsize + packing
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
