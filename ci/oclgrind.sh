@@ -67,6 +67,8 @@ if r["never_run"]:
     required = sys.argv[3] == "1"
     print(f"[oclgrind] {'FAILED: ' if required else ''}never ran{'' if required else ' (a narrowed run)'}: "
           + ", ".join(r["never_run"]))
+if r["unreferenced"]:
+    print("[oclgrind] defined but named by no netcl module (dead code, not run): " + ", ".join(r["unreferenced"]))
 PY
 fi
 if [ "$status" = 0 ]; then echo "[oclgrind] passed"; else echo "[oclgrind] FAILED (status $status)" >&2; fi
