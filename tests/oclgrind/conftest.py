@@ -31,6 +31,63 @@ import netcl
 from netcl.runtime import kernels as _kernels_mod
 from netcl.runtime import memory as _memory_mod
 
+# ---- Oclgrind 21.10's blind spots (docs/reliability.md) -------------------------------------------------
+
+_ON_OCLGRIND = False  # set at collection when the default device is Oclgrind
+
+# Oclgrind 21.10's uninitialized-value checker aborts a kernel at LLVM's `freeze` instruction (which the
+# optimizer inserts, e.g. for a division and a remainder by the same value): the kernel then does not run
+# at all. Unoptimized builds have no freeze.
+OCLGRIND_BUILD_OPTIONS = ("-cl-opt-disable",)
+
+
+_original_fill = _memory_mod.fill
+
+
+def _fill_by_upload(device, buffer, value, nbytes, offset_bytes=0):
+    """memory.fill as a host upload. Oclgrind 21.10 does not mark memory written by clEnqueueFillBuffer
+    as initialized, so every kernel reading a zero-filled buffer (col2im's scatter-add target, ...) would
+    be reported; uploads it tracks correctly."""
+    value = np.asarray(value)
+    if nbytes == 0:
+        return None
+    host = np.full(int(nbytes) // value.itemsize, value, dtype=value.dtype)
+    return _memory_mod.upload(device, buffer, host, offset_bytes)
+
+
+_original_allocate = _memory_mod.allocate
+_held_buffers: list = []
+_held_bytes = [0]
+
+
+def _allocate_and_hold(device, nbytes):
+    """memory.allocate, keeping every buffer alive until the session ends. Oclgrind 21.10 reuses the
+    address of a released buffer for the next allocation, and its uninitialized-value tracking then keeps
+    the old buffer's extent: in a larger new buffer everything past the old size reads as uninitialized
+    although it was written (a small layer then a larger one reports thousands of false positives, the
+    reverse order none, and nothing is reported when no buffer is ever released; docs/reliability.md).
+    ci/oclgrind.sh raises the simulator's global memory size to make room."""
+    buffer = _original_allocate(device, nbytes)
+    _held_buffers.append(buffer)
+    _held_bytes[0] += int(nbytes)
+    return buffer
+
+
+def _install_patches() -> None:
+    """Point every netcl module's `launch` at the recorder and, on Oclgrind, `fill` and `allocate` at the
+    forms above (modules import them by name, so each module's reference is replaced)."""
+    swaps = {id(_original_launch): _recording_launch}
+    if _ON_OCLGRIND:
+        swaps[id(_original_fill)] = _fill_by_upload
+        swaps[id(_original_allocate)] = _allocate_and_hold
+    for name, module in list(sys.modules.items()):
+        if name == "netcl" or name.startswith("netcl."):
+            for attr in ("launch", "fill", "allocate"):
+                replacement = swaps.get(id(getattr(module, attr, None)))
+                if replacement is not None:
+                    setattr(module, attr, replacement)
+
+
 # ---- Oclgrind reports ----------------------------------------------------------------------------------
 
 from oclgrind_reports import oclgrind_reports  # noqa: E402  (tests/oclgrind is on sys.path)
@@ -67,7 +124,8 @@ def _source_lines(kernel_name: str, line: int) -> list[str]:
             source = _kernels_mod.render(template, **dict(params)).splitlines()
         except Exception:  # noqa: BLE001
             continue
-        shown = "\n".join(f"        {n:4d}| {source[n - 1]}" for n in range(max(1, line - 2), min(len(source), line + 2) + 1))
+        around = range(max(1, line - 2), min(len(source), line + 2) + 1)
+        shown = "\n".join(f"        {n:4d}| {source[n - 1]}" for n in around)
         out.append(f"    rendered kernels/{template} with {dict(params)}:\n{shown}")
         if len(out) >= 2:
             break
@@ -174,69 +232,14 @@ def on_oclgrind() -> bool:
     return "oclgrind" in netcl.default_device().platform.lower()
 
 
-# Oclgrind 21.10's uninitialized-value checker aborts a kernel at LLVM's `freeze` instruction (which the
-# optimizer inserts, e.g. for a division and a remainder by the same value): the kernel then does not run
-# at all. Unoptimized builds have no freeze.
-OCLGRIND_BUILD_OPTIONS = ("-cl-opt-disable",)
-
-
-_original_fill = _memory_mod.fill
-
-
-def _fill_by_upload(device, buffer, value, nbytes, offset_bytes=0):
-    """memory.fill as a host upload. Oclgrind 21.10 does not mark memory written by clEnqueueFillBuffer
-    as initialized, so every kernel reading a zero-filled buffer (col2im's scatter-add target, ...) would
-    be reported; uploads it tracks correctly."""
-    value = np.asarray(value)
-    if nbytes == 0:
-        return None
-    host = np.full(int(nbytes) // value.itemsize, value, dtype=value.dtype)
-    return _memory_mod.upload(device, buffer, host, offset_bytes)
-
-
-_original_allocate = _memory_mod.allocate
-_held_buffers: list = []
-_held_bytes = [0]
-
-
-def _allocate_and_hold(device, nbytes):
-    """memory.allocate, keeping every buffer alive until the session ends. Oclgrind 21.10 reuses the
-    address of a released buffer for the next allocation, and its uninitialized-value tracking then keeps
-    the old buffer's extent: in a larger new buffer everything past the old size reads as uninitialized
-    although it was written (a small layer then a larger one reports thousands of false positives, the
-    reverse order none, and nothing is reported when no buffer is ever released; docs/reliability.md).
-    ci/oclgrind.sh raises the simulator's global memory size to make room."""
-    buffer = _original_allocate(device, nbytes)
-    _held_buffers.append(buffer)
-    _held_bytes[0] += int(nbytes)
-    return buffer
-
-
-def _install_patches() -> None:
-    """Point every netcl module's `launch` at the recorder and, on Oclgrind, `fill` and `allocate` at the
-    forms above (modules import them by name, so each module's reference is replaced)."""
-    swaps = {id(_original_launch): _recording_launch}
-    if _ON_OCLGRIND:
-        swaps[id(_original_fill)] = _fill_by_upload
-        swaps[id(_original_allocate)] = _allocate_and_hold
-    for name, module in list(sys.modules.items()):
-        if name == "netcl" or name.startswith("netcl."):
-            for attr in ("launch", "fill", "allocate"):
-                replacement = swaps.get(id(getattr(module, attr, None)))
-                if replacement is not None:
-                    setattr(module, attr, replacement)
-
-
-_ON_OCLGRIND = False
-
-
 def pytest_collection_finish(session):
     global _ON_OCLGRIND
     if _active(session):
         session.config._netcl_oclgrind = True
         _ON_OCLGRIND = on_oclgrind()
         if _ON_OCLGRIND:
-            _kernels_mod.DEFAULT_BUILD_OPTIONS = tuple(_kernels_mod.DEFAULT_BUILD_OPTIONS) + OCLGRIND_BUILD_OPTIONS
+            _kernels_mod.DEFAULT_BUILD_OPTIONS = (tuple(_kernels_mod.DEFAULT_BUILD_OPTIONS)
+                                                  + OCLGRIND_BUILD_OPTIONS)
         _import_all_netcl()
         _install_patches()
 
@@ -256,7 +259,8 @@ def pytest_sessionfinish(session, exitstatus):
     if path:
         with open(path, "w") as f:
             json.dump(report, f, indent=1)
-    if report["never_run"] and os.environ.get("NETCL_OCLGRIND_REQUIRE_COVERAGE") == "1" and session.exitstatus == 0:
+    required = os.environ.get("NETCL_OCLGRIND_REQUIRE_COVERAGE") == "1"
+    if report["never_run"] and required and session.exitstatus == 0:
         session.exitstatus = 1
 
 
