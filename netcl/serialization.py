@@ -66,7 +66,10 @@ def save(obj, path) -> None:
     blob = b"".join([_PREFIX.pack(MAGIC, VERSION, len(header), digest.digest()), header] +
                     [a.tobytes() for a in arrays])
     path = Path(os.fspath(path))
-    atomic_write_bytes(path, blob)
+    try:
+        atomic_write_bytes(path, blob)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write the checkpoint {path}: {exc.strerror or exc}") from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o666 & ~umask)  # the temporary file was private; a checkpoint is an ordinary file

@@ -32,7 +32,7 @@ def test_overwrite_is_atomic_when_the_write_fails(device, tmp_path, monkeypatch)
     def crash(*args, **kwargs):
         raise OSError("disk full")
     monkeypatch.setattr(serialization.os, "replace", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(nc.CheckpointError, match="disk full"):
         nc.save({"version": 2}, path)
     monkeypatch.undo()
     assert nc.load(path) == {"version": 1}

@@ -11,12 +11,23 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import dtypes
-from ..errors import ShapeError
+from ..errors import DeviceMemoryError, ShapeError
 from ..ops.conv_common import pair
 from ..tensor import Tensor
 from . import functional as F
 from . import init
 from .module import Module
+
+
+def _check_fits(shape, dtype, device, what: str) -> None:
+    """Refuse a parameter the device cannot hold before its initial values are drawn on the host."""
+    from ..runtime.device import resolve_device
+    dev = resolve_device(device)
+    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if nbytes > dev.max_alloc_bytes:
+        raise DeviceMemoryError(f"{what} of shape {tuple(shape)} needs {nbytes:,} bytes; {dev.describe()} allows "
+                                f"at most {dev.max_alloc_bytes:,} bytes in one allocation",
+                                requested_bytes=nbytes, available_bytes=dev.max_alloc_bytes)
 
 
 def _positive_int(value, name: str) -> int:
@@ -49,6 +60,7 @@ class Conv2d(Module):
         dt = dtypes.as_dtype(dtype)
         fan_in = self.in_channels // self.groups * self.kernel_size[0] * self.kernel_size[1]
         shape = (self.out_channels, self.in_channels // self.groups) + self.kernel_size
+        _check_fits(shape, dt, device, "Conv2d weight")
         self.weight = Tensor.from_host(init.kaiming_uniform(shape, fan_in, dtype=dt), device, requires_grad=True)
         if bias:
             self.bias = Tensor.from_host(init.bias_uniform((self.out_channels,), fan_in, dt), device,
@@ -74,6 +86,7 @@ class Linear(Module):
         self.in_features = _positive_int(in_features, "Linear in_features")
         self.out_features = _positive_int(out_features, "Linear out_features")
         dt = dtypes.as_dtype(dtype)
+        _check_fits((self.out_features, self.in_features), dt, device, "Linear weight")
         self.weight = Tensor.from_host(init.kaiming_uniform((self.out_features, self.in_features), self.in_features,
                                                             dtype=dt), device, requires_grad=True)
         if bias:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 import os
 import threading
 import time
@@ -533,9 +534,9 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
     if mode not in MODES:
         raise ShapeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     device = resolve_device(device)
+    if budget_bytes is not None and not (isinstance(budget_bytes, numbers.Real) and 0 <= budget_bytes < math.inf):
+        raise ShapeError(f"budget_bytes must be a finite number of bytes ≥ 0, got {budget_bytes!r}")
     budget = default_budget(device) if budget_bytes is None else int(budget_bytes)
-    if budget < 0:
-        raise ShapeError(f"budget_bytes must be ≥ 0, got {budget_bytes}")
     names = tuple(strategies())
     forced = strategy if strategy not in (None, "auto") else None
     how = "the caller" if forced else None

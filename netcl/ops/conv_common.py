@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import DTypeError, ShapeError
 
 PASSES = ("forward", "backward_data", "backward_weight")
 
@@ -78,7 +78,13 @@ class ConvLayer:
         if cg * groups != c:
             raise ShapeError(f"input of shape {input_shape} has {c} channels but weight of shape {weight_shape} "
                              f"expects {cg * groups} (= {cg} per group × {groups} groups)")
-        dtype = np.dtype(dtype).name
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            raise DTypeError(f"conv2d: not a dtype: {dtype!r}") from None
+        if dt not in (np.float32, np.float64):
+            raise DTypeError(f"conv2d works on float32 or float64, not {dt}")
+        dtype = dt.name
         layer = cls(n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, int(groups), dtype)
         if layer.out_h <= 0 or layer.out_w <= 0:
             raise ShapeError(f"kernel {r}×{s} (dilation {dh}×{dw}) is larger than the padded input "

@@ -17,7 +17,9 @@ class Adam(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         b1, b2 = betas
-        if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= b1 < 1 and 0 <= b2 < 1):
+        # written as positive range checks so that NaN (which fails every comparison) is rejected too
+        if not (0 <= lr < math.inf and 0 <= eps < math.inf and 0 <= weight_decay < math.inf
+                and 0 <= b1 < 1 and 0 <= b2 < 1):
             raise ShapeError(f"Adam needs lr ≥ 0, eps ≥ 0, weight_decay ≥ 0 and betas in [0, 1): got lr={lr}, "
                              f"betas={betas}, eps={eps}, weight_decay={weight_decay}")
         super().__init__(params, dict(lr=float(lr), betas=(float(b1), float(b2)), eps=float(eps),

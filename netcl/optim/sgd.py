@@ -1,6 +1,8 @@
 """Stochastic gradient descent with momentum, dampening, weight decay and Nesterov (torch.optim.SGD)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import ShapeError
@@ -15,7 +17,7 @@ class SGD(Optimizer):
     def __init__(self, params, lr, momentum=0.0, weight_decay=0.0, nesterov=False, dampening=0.0):
         for name, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay),
                             ("dampening", dampening)):
-            if not isinstance(value, (int, float)) or value < 0:
+            if not isinstance(value, (int, float)) or not 0 <= value < math.inf:  # also rejects NaN
                 raise ShapeError(f"SGD {name} must be a non-negative number, got {value!r}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ShapeError("SGD with nesterov=True needs momentum > 0 and dampening = 0")
