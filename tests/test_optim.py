@@ -128,10 +128,10 @@ def test_fused_launch_over_many_tensors(device, rng, canaries, kind):
         seq = [step[k] for step in grads]
         if k == 3:
             assert np.array_equal(p.to_host(), h), "a parameter without a gradient is left alone"
-        elif kind == "sgd":
-            assert_close(p.to_host(), _sgd_ref(h, seq, 0.05, 0.9, 0.01, True)[0], 1e-6, f"tensor {k}")
+        elif kind == "sgd":  # float32 over three steps: a one-element tensor can exceed 1e-6 by rounding
+            assert_close(p.to_host(), _sgd_ref(h, seq, 0.05, 0.9, 0.01, True)[0], 1e-5, f"tensor {k}")
         else:
-            assert_close(p.to_host(), _adam_ref(h, seq, 0.01, 0.9, 0.999, 1e-8, 0.01), 1e-5, f"tensor {k}")  # float32 Adam: sqrt and division round
+            assert_close(p.to_host(), _adam_ref(h, seq, 0.01, 0.9, 0.999, 1e-8, 0.01), 1e-5, f"tensor {k}")
     expected = (_sgd_ref(np.ones(4), [np.ones(4)] * 3, 0.5, 0.9, 0.01, True)[0] if kind == "sgd"
                 else _adam_ref(np.ones(4), [np.ones(4)] * 3, 0.5, 0.9, 0.999, 1e-8, 0.01))
     assert_close(extra.to_host(), expected, 1e-4, "second group with its own lr (near-cancelling values)")
