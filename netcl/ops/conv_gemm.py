@@ -15,26 +15,11 @@ from .gemm import gemm_batched, params_for
 
 
 def gemm_pack_bytes(dtype, M: int, N: int, K: int, a_batches: int, b_batches: int, a_cs: int, b_cs: int,
-                    device=None) -> int:
+                    device=None, b_rs: int | None = None) -> int:
     """Bytes of the packing buffers gemm_batched needs for op(A) (M, K) times op(B) (K, N) with column
-    strides a_cs, b_cs (after the transposes): the panel rules of netcl.ops.gemm, mirrored so that the
-    strategies' workspace_bytes stay exact. GEMM keeps those buffers per device and reuses them, so a
-    pass of equal-shaped calls needs them once."""
-    device = resolve_device(device)
-    p = params_for(device, dtype, M, N, K)
-    if p.get("LOCAL") or K == 0 or M == 0 or N == 0:
-        return 0
-    small = getattr(gemm_module, "_SMALL_OPERAND_BYTES", 0)
-    itemsize = np.dtype(dtype).itemsize
-    mr, nr = p.get("MR", 4), p.get("VW", 8) * p.get("NV", 2)
-    small_a = M * K * itemsize <= small
-    small_b = K * N * itemsize <= small and b_cs == 1
-    elems = 0
-    if (p.get("PACK_A") and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a):
-        elems += a_batches * -(-M // mr) * K * mr
-    if (p.get("PACK_B") and not small_b) or (b_cs != 1 and N > 1):
-        elems += b_batches * -(-N // nr) * K * nr
-    return elems * itemsize
+    strides a_cs, b_cs (and row stride b_rs of op(B), default N: row-major) — netcl.ops.gemm's rule."""
+    return sum(gemm_module.packing_bytes(device, dtype, M, N, K, a_batches, b_batches, a_cs,
+                                         N if b_rs is None else b_rs, b_cs))
 
 
 def _view(t: Tensor, shape, strides, offset: int = 0) -> Tensor:

@@ -24,28 +24,12 @@ def gemm_packing_bytes(device, dtype, calls) -> int:
     """Bytes netcl.ops.gemm allocates for its packing buffers over a sequence of gemm_batched calls,
     starting from none (netcl's workspace convention: GEMM's cached buffers count, from an empty cache).
     Each call is (M, N, K, a_batches, b_batches, a_cs, b_cs, b_rs) of op(A) (M×K) and op(B) (K×N), strides
-    in elements. It mirrors gemm_batched's packing rule; each of its two buffers grows to the largest
+    in elements. The rule is netcl.ops.gemm.packing_bytes; each of its two buffers grows to the largest
     need met, and every growth is a new allocation."""
-    from . import gemm as gemm_module
-    size = np.dtype(dtype).itemsize
-    small = gemm_module._SMALL_OPERAND_BYTES
+    from .gemm import packing_bytes
     held, total = {"a": 0, "b": 0}, 0
     for M, N, K, a_batches, b_batches, a_cs, b_cs, b_rs in calls:
-        if min(M, N, K) <= 0:
-            continue
-        p = gemm_module.params_for(device, dtype, M, N, K)
-        if p.get("LOCAL"):
-            continue
-        mr, nr = p.get("MR", 4), p.get("VW", 8) * p.get("NV", 2)
-        small_a = M * K * size <= small
-        needs = []
-        if (p.get("PACK_A") and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a):
-            needs.append(("a", a_batches * -(-M // mr) * K * mr * size))
-        direct_ok = b_cs == 1 and (K * N * size <= small
-                                   or not gemm_module._set_conflicts(K, b_rs * size, nr * size))
-        if (p.get("PACK_B") and not direct_ok) or (b_cs != 1 and N > 1):
-            needs.append(("b", b_batches * -(-N // nr) * K * nr * size))
-        for slot, nbytes in needs:
+        for slot, nbytes in zip("ab", packing_bytes(device, dtype, M, N, K, a_batches, b_batches, a_cs, b_rs, b_cs)):
             if nbytes > held[slot]:
                 total += nbytes
                 held[slot] = nbytes

@@ -22,6 +22,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import DTypeError, ShapeError
 from ..runtime import memory
+from ..runtime.device import resolve_device
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from ..tuning import db
@@ -115,6 +116,36 @@ def release_workspaces() -> None:
         _workspaces.clear()
 
 
+def _packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int, b_cs: int):
+    """(pack A?, pack B?) for one product: the single statement of the packing rules (docs/gemm.md)."""
+    # A read down its columns (a transposed operand) touches one cache line per k: pack it, unless it
+    # fits in L1 anyway; then one launch fewer matters more (PoCL's launch latency, docs/gemm.md).
+    small_a = M * K * itemsize <= _SMALL_OPERAND_BYTES
+    pack_a = (bool(p["PACK_A"]) and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a)
+    direct_ok = b_cs == 1 and (K * N * itemsize <= _SMALL_OPERAND_BYTES
+                               or not _set_conflicts(K, b_rs * itemsize, p["VW"] * p["NV"] * itemsize))
+    pack_b = (bool(p["PACK_B"]) and not direct_ok) or (b_cs != 1 and N > 1)
+    return int(pack_a), int(pack_b)
+
+
+def packing_bytes(device, dtype, M: int, N: int, K: int, a_batches: int, b_batches: int, a_cs: int, b_rs: int,
+                  b_cs: int) -> tuple[int, int]:
+    """Bytes of the A and B packing buffers that gemm_batched needs for op(A) (M×K) times op(B) (K×N)
+    with the given batch counts and element strides of op(A) and op(B). The buffers are kept per device
+    and grown on demand, so callers that report workspace (the conv strategies) add up growths."""
+    if min(M, N, K) <= 0:
+        return 0, 0
+    p = params_for(resolve_device(device), dtype, M, N, K)
+    if p["LOCAL"]:
+        return 0, 0
+    itemsize = np.dtype(dtype).itemsize
+    pack_a, pack_b = _packing(p, itemsize, M, N, K, a_cs, b_rs, b_cs)
+    a_bytes = a_batches * -(-M // p["MR"]) * K * p["MR"] * itemsize if pack_a else 0
+    nr = p["VW"] * p["NV"]
+    b_bytes = b_batches * -(-N // nr) * K * nr * itemsize if pack_b else 0
+    return a_bytes, b_bytes
+
+
 def _check_operands(a: Tensor, b: Tensor, c: Tensor | None, rank: int, what: str):
     for name, t in (("a", a), ("b", b)) + ((("c", c),) if c is not None else ()):
         if not isinstance(t, Tensor):
@@ -168,10 +199,7 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
     a_buf, a_off = a.buffer, a.offset
     b_buf, b_off = b.buffer, b.offset
     if not p["LOCAL"]:
-        # A read down its columns (a transposed operand) touches one cache line per k: pack it, unless
-        # it fits in L1 anyway; then one launch fewer matters more (PoCL's launch latency, docs/gemm.md).
-        small_a = M * K * a.dtype.itemsize <= _SMALL_OPERAND_BYTES
-        p["PACK_A"] = int((bool(p["PACK_A"]) and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a))
+        p["PACK_A"], p["PACK_B"] = _packing(p, a.dtype.itemsize, M, N, K, a_cs, b_rs, b_cs)
         if p["PACK_A"] and K > 0:
             a_batches = a.shape[0]
             panels = -(-M // MR)
@@ -181,9 +209,6 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
                    a.buffer, np.int64(a.offset), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs), a_buf)
             a_off, a_rs, a_cs = 0, 0, MR
             a_bs = panels * K * MR if a_batches > 1 else 0
-        direct_ok = b_cs == 1 and (K * N * a.dtype.itemsize <= _SMALL_OPERAND_BYTES
-                                   or not _set_conflicts(K, b_rs * a.dtype.itemsize, NR * a.dtype.itemsize))
-        p["PACK_B"] = int((bool(p["PACK_B"]) and not direct_ok) or (b_cs != 1 and N > 1))
         if p["PACK_B"] and K > 0:
             b_batches = b.shape[0]
             panels = -(-N // NR)
