@@ -218,35 +218,6 @@ __kernel void wino_filter_transform(
     }
 }
 
-__kernel void wino_output_transform(
-    __global const ${T}* M, const long m_off,
-    const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
-    __global ${T}* dst, const long dst_off)
-{
-    const int tx = get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
-    if (tx >= TW || ty >= TH || pl >= NB * CH) return;
-    const int n = pl / CH, o = pl - n * CH;
-    const long tiles = (long)NB * TH * TW;
-    const long t = ((long)n * TH + ty) * TW + tx;
-    const long stride = (long)CH * tiles;
-    __global const ${T}* in = M + m_off + o * tiles + t;
-    ${T} m[4][4];
-    for (int e = 0; e < 16; ++e) m[e / 4][e % 4] = in[e * stride];
-    ${T} a[2][4];
-    for (int j = 0; j < 4; ++j) {
-        a[0][j] = m[0][j] + m[1][j] + m[2][j];
-        a[1][j] = m[1][j] - m[2][j] - m[3][j];
-    }
-    __global ${T}* plane = dst + dst_off + ((long)n * CH + o) * OH * OW;
-    for (int i = 0; i < 2; ++i) {
-        const int h = 2 * ty + i;
-        if (h >= OH) break;
-        const int w = 2 * tx;
-        plane[(long)h * OW + w] = a[i][0] + a[i][1] + a[i][2];
-        if (w + 1 < OW) plane[(long)h * OW + w + 1] = a[i][1] - a[i][2] - a[i][3];
-    }
-}
-
 __kernel void wino_grad_transform(
     __global const ${T}* gy, const long gy_off,
     const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
