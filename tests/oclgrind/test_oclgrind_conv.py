@@ -118,3 +118,41 @@ def _col2im_ref(cols, shape, r, s, stride, padding, dilation):
             xp[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw] += \
                 c6[:, :, :, :, i, j].transpose(0, 3, 1, 2)
     return xp[:, :, ph:ph + h, pw:pw + w]
+
+
+def test_implicit_gemm_every_row_tile(rng, device):
+    """implicit_gemm picks its row tile (TM) from ROW_TILES by the GEMM's row count (K/G forward and
+    backward weight, C/G backward data): one layer per tile, with as many channels as the tile has rows."""
+    import importlib
+    module = importlib.import_module("netcl.ops.conv_implicit_gemm")
+    if "implicit_gemm" not in strategies() or not hasattr(module, "ROW_TILES"):
+        pytest.skip("no implicit_gemm strategy with a ROW_TILES table in this build")
+    tiles = set()
+    for tm in module.ROW_TILES:
+        spec = ((1, tm, 2, 3), (tm, tm, 1, 1), 1, 0, 1, 1)
+        ran = run_layer("implicit_gemm", spec, "float32", rng, device)
+        assert ran == ["forward", "backward_data", "backward_weight"]
+        tiles.add(module.choose_tile(ConvLayer.from_shapes(spec[0], spec[1]), "forward")[0])
+    assert tiles == set(module.ROW_TILES)
+
+
+def test_strategy_solutions(rng, device):
+    """A strategy whose forward takes a `solution` argument (MEC: Algorithm 2's solutions A and B; B in
+    both of its batch/row orders) runs each solution, whatever its own threshold would pick."""
+    import inspect
+    found = False
+    for name, impl in sorted(strategies().items()):
+        if "solution" not in inspect.signature(impl.forward).parameters:
+            continue
+        found = True
+        for dtype in dtypes_of(device):
+            for xs, ws in (((1, 2, 6, 5), (3, 2, 3, 3)), ((3, 2, 3, 5), (3, 2, 3, 3))):  # N ≤ P and N > P
+                layer = ConvLayer.from_shapes(xs, ws, dtype=dtype)
+                x = rng.uniform(-1, 1, xs).astype(dtype)
+                w = rng.uniform(-1, 1, ws).astype(dtype)
+                for solution in ("A", "B"):
+                    y = impl.forward(nc.Tensor.from_host(x, device), nc.Tensor.from_host(w, device), layer,
+                                     solution=solution)
+                    assert_close(y.to_host(), conv2d_ref(x, w), 1e-5, f"{name} solution {solution}")
+    if not found:
+        pytest.skip("no strategy with selectable solutions in this build")
