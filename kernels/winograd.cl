@@ -11,9 +11,9 @@ matrix, and a group g is simply a contiguous block of rows/columns inside it.
   wino_filter_transform   U[e][o][i]   = (G g G^T)[e]; FLIP=0: g = w[o][i] (forward, o = output channel,
                                          i = input channel of its group); FLIP=1: g = rot180(w[g*KG+i][o - g*CG])
                                          (backward data: o = input channel, i = output channel of its group)
-  wino_output_transform   dst[n][o][2ty+i][2tx+j] = (A^T m A)[i][j] for the positions inside dst
-  wino_input_transform4, wino_output_transform4: the same for four horizontally adjacent tiles per
-                          work-item (${T}4 lanes; shared input columns read once, vector stores);
+  wino_output_transform4  dst[n][o][2ty+i][2tx+j] = (A^T m A)[i][j] for the positions inside dst, four
+                          horizontally adjacent tiles per work-item (${T}4 lanes, vector stores)
+  wino_input_transform4   wino_input_transform for four adjacent tiles (shared input columns read once);
                           the [16][channels][tiles] layout only
   wino_grad_transform     Z[e][k][t]   = (A dy A^T)[e], dy = the 2x2 tile of the output gradient (zero outside)
   wino_filter_grad        gw[k][c]     = G^T Mw[.][k][c] G   (3x3 from the 16 accumulated products)
