@@ -207,7 +207,9 @@ def make_pool(rng, device) -> dict:
 
 
 def pool_ref(x, case):
-    """(output, d sum(output) / d x) in float64; max ties go to the first tap in row-major order."""
+    """(output, d sum(output) / d x) in float64; max ties go to the first tap in row-major order. A window
+    lying entirely in the padding (possible with dilation) gives max -inf (PyTorch's value: the padding is
+    -inf), fused-ReLU max 0, and average 0, with no gradient."""
     (kh, kw), (ph, pw), (dh, dw) = case["kernel"], case["padding"], case["dilation"]
     sh, sw = case["stride"] or case["kernel"]
     n, c, h, w = x.shape
@@ -222,9 +224,10 @@ def pool_ref(x, case):
             cols = [j * sw - pw + b * dw for b in range(kw)]
             taps = [(r, q) for r in rows for q in cols if 0 <= r < h and 0 <= q < w]
             if op.startswith("max"):
-                vals = np.stack([src[:, :, r, q] for r, q in taps], -1) if taps else None
-                if vals is None:
+                if not taps:
+                    y[:, :, i, j] = 0.0 if op == "max_relu" else -np.inf
                     continue
+                vals = np.stack([src[:, :, r, q] for r, q in taps], -1)
                 best = vals.argmax(-1)
                 y[:, :, i, j] = vals.max(-1)
                 for t, (r, q) in enumerate(taps):
@@ -251,6 +254,9 @@ def check_pool(case, rng, device):
         y = F.avg_pool2d(X, *args, count_include_pad=case["op"] == "avg")
     y_ref, g_ref = pool_ref(x, case)
     got = y.to_host()
+    empty = np.isneginf(y_ref)  # max over a window entirely in the padding
+    assert np.array_equal(np.isneginf(got), empty), f"{case['op']} pool forward: -inf outside all-padding windows"
+    got, y_ref = np.where(empty, 0.0, got), np.where(empty, 0.0, y_ref)
     check_finite_nonzero(got, y_ref, f"{case['op']} pool forward")
     assert_close(got, y_ref, TOL[dt], f"{case['op']} pool forward")
     y.sum().backward()
