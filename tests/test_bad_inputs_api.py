@@ -2,8 +2,8 @@
 losses, optimizers, conv2d and its strategies, gemm, im2col/col2im, the planner, checkpoints, MNIST files,
 cached files and the command line. Each raises the documented nc.*Error with a message naming the problem;
 none may crash the process, hang (each call runs under an alarm), or leave the device unusable (a small op
-runs after each). Rows marked `bug_*` are regression tests for bugs this table found; those not yet fixed
-by their owners are expected failures (xfail, not strict) whose reason says what is wrong.
+runs after each). Rows named `bug_*` are regression tests for bugs this table found (all fixed in
+62f0a1c); BUGS says what each bug was, and a failure of such a row quotes it.
 """
 from __future__ import annotations
 
@@ -256,8 +256,7 @@ def _corrupt_gzip(directory: Path) -> Path:
 
 def _params():
     for case in CASES:
-        marks = [pytest.mark.xfail(reason=BUGS[case[0]], strict=False)] if case[0] in BUGS else []
-        yield pytest.param(*case, id=case[0], marks=marks)
+        yield pytest.param(*case, id=case[0])
 
 
 def device_still_works(device) -> None:
@@ -273,11 +272,14 @@ def env(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("what,call,error,text", list(_params()))
 def test_bad_call(what, call, error, text, env):
+    regression = f" (regression of: {BUGS[what]})" if what in BUGS else ""
     with no_hang(what), pytest.raises(nc.NetclError) as info:
         call(env)
-    assert isinstance(info.value, error), f"{what}: raised {type(info.value).__name__}, expected {error.__name__}"
+    assert isinstance(info.value, error), \
+        f"{what}: raised {type(info.value).__name__}, expected {error.__name__}{regression}"
     text = text(env) if callable(text) else text
-    assert text in str(info.value), f"{what}: the message does not name the problem ({text!r}): {info.value}"
+    assert text in str(info.value), \
+        f"{what}: the message does not name the problem ({text!r}): {info.value}{regression}"
     device_still_works(env.device)
 
 
@@ -376,19 +378,14 @@ CLI_BUGS = {
 }
 
 
-def _cli_params():
-    for case in CLI_CASES:
-        marks = [pytest.mark.xfail(reason=CLI_BUGS[case[0]], strict=False)] if case[0] in CLI_BUGS else []
-        yield pytest.param(*case, id=case[0], marks=marks)
-
-
-@pytest.mark.parametrize("what,argv,text", list(_cli_params()))
+@pytest.mark.parametrize("what,argv,text", CLI_CASES, ids=[c[0] for c in CLI_CASES])
 def test_cli_bad_arguments_exit_2(what, argv, text, env, capsys):
     from netcl.cli.main import main
     with no_hang(f"netcl {' '.join(argv)}"):
         code = main(argv + ["--data-dir", str(MNIST)] if argv[0] == "train" else argv)
     err = capsys.readouterr().err.strip()
-    assert code == 2, f"netcl {' '.join(argv)} exited {code}: {err}"
+    regression = f" (regression of: {CLI_BUGS[what]})" if what in CLI_BUGS else ""
+    assert code == 2, f"netcl {' '.join(argv)} exited {code}: {err}{regression}"
     assert len(err.splitlines()) == 1 and "Traceback" not in err, f"not one line: {err}"
     assert text in err, f"the message does not name the problem ({text!r}): {err}"
     device_still_works(env.device)
