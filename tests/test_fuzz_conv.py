@@ -6,7 +6,8 @@ NaN/Inf, or all zeros where the reference is not, fail.
 
 200 layers run in the default suite, 5,000 more behind the `slow` marker. The layers are a pure function of
 the seed (NETCL_FUZZ_SEED, default below) and the layer's index, so a failure names the layer and the
-command that replays exactly it. Strategies registered later join automatically (netcl.ops.conv_common).
+command that replays exactly it. Every tensor sits between canary elements (tests/conftest.py), so a write
+past a tensor's end fails the case even where it stays inside one buffer. Strategies registered later join automatically (netcl.ops.conv_common).
 """
 from __future__ import annotations
 
@@ -131,13 +132,13 @@ def run_case(test: str, index: int, device) -> None:
 
 
 @pytest.mark.parametrize("index", range(DEFAULT_LAYERS))
-def test_conv_fuzz(index, device):
+def test_conv_fuzz(index, device, canaries):
     run_case("test_conv_fuzz", index, device)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(DEFAULT_LAYERS, DEFAULT_LAYERS + SLOW_LAYERS))
-def test_conv_fuzz_slow(index, device):
+def test_conv_fuzz_slow(index, device, canaries):
     run_case("test_conv_fuzz_slow", index, device)
 
 

@@ -1,7 +1,7 @@
 """Fuzzed sweeps of gemm, im2col, col2im and pooling, in the manner of tests/test_fuzz_conv.py: seeded
 random cases (a pure function of NETCL_FUZZ_SEED and the case index) checked against float64 NumPy, 200 of
 each in the default suite and 5,000 behind `slow`; a failure prints the case and the command that replays
-it; NaN/Inf and all-zero results fail.
+it; NaN/Inf and all-zero results fail; every tensor sits between canary elements (tests/conftest.py).
 
 gemm cases draw sizes (1..70), transposes, alpha/beta, operands that are offset views into larger
 matrices, batches with a broadcast operand, and, for some of them, a parameter set from the GEMM
@@ -102,13 +102,13 @@ def check_gemm(case, rng, device):
 
 
 @pytest.mark.parametrize("index", range(DEFAULT_LAYERS))
-def test_gemm_fuzz(index, device):
+def test_gemm_fuzz(index, device, canaries):
     _run("gemm", "test_gemm_fuzz", index, make_gemm, check_gemm, device)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(DEFAULT_LAYERS, DEFAULT_LAYERS + SLOW_LAYERS))
-def test_gemm_fuzz_slow(index, device):
+def test_gemm_fuzz_slow(index, device, canaries):
     _run("gemm", "test_gemm_fuzz_slow", index, make_gemm, check_gemm, device)
 
 
@@ -179,13 +179,13 @@ def check_lowering(case, rng, device):
 
 
 @pytest.mark.parametrize("index", range(DEFAULT_LAYERS))
-def test_im2col_col2im_fuzz(index, device):
+def test_im2col_col2im_fuzz(index, device, canaries):
     _run("lowering", "test_im2col_col2im_fuzz", index, make_lowering, check_lowering, device)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(DEFAULT_LAYERS, DEFAULT_LAYERS + SLOW_LAYERS))
-def test_im2col_col2im_fuzz_slow(index, device):
+def test_im2col_col2im_fuzz_slow(index, device, canaries):
     _run("lowering", "test_im2col_col2im_fuzz_slow", index, make_lowering, check_lowering, device)
 
 
@@ -266,11 +266,11 @@ def check_pool(case, rng, device):
 
 
 @pytest.mark.parametrize("index", range(DEFAULT_LAYERS))
-def test_pool_fuzz(index, device):
+def test_pool_fuzz(index, device, canaries):
     _run("pool", "test_pool_fuzz", index, make_pool, check_pool, device)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(DEFAULT_LAYERS, DEFAULT_LAYERS + SLOW_LAYERS))
-def test_pool_fuzz_slow(index, device):
+def test_pool_fuzz_slow(index, device, canaries):
     _run("pool", "test_pool_fuzz_slow", index, make_pool, check_pool, device)
