@@ -4,6 +4,8 @@ im2col / col2im in both layouts and both col2im forms. Results are checked again
 tests are meaningful on any device; under Oclgrind they also check every memory access."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -156,3 +158,14 @@ def test_strategy_solutions(rng, device):
                     assert_close(y.to_host(), conv2d_ref(x, w), 1e-5, f"{name} solution {solution}")
     if not found:
         pytest.skip("no strategy with selectable solutions in this build")
+
+
+FUZZED_LAYERS = int(os.environ.get("NETCL_OCLGRIND_FUZZED_LAYERS", "12"))
+
+
+@pytest.mark.parametrize("index", range(FUZZED_LAYERS))
+def test_fuzzed_layer_every_strategy(index, device):
+    """The first layers of the default fuzzed sweep (tests/test_fuzz_conv.py), every strategy and pass:
+    geometry the hand-picked LAYERS above do not think of, under the simulator's checks."""
+    from test_fuzz_conv import run_case
+    run_case("test_conv_fuzz", index, device)
