@@ -73,8 +73,9 @@ class Optimizer:
                     self._update_many(group, items[start:start + MAX_FUSED])
 
     def _update_many(self, group, items) -> None:
-        """Update [(param, contiguous grad, state dict)] of one group, dtype and device."""
-        raise NotImplementedError
+        """Update [(param, contiguous grad, state dict)] of one group, dtype and device (each optimizer
+        class defines its own update; the base class only groups and batches the parameters)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define its parameter update")
 
     def _launch(self, items, name: str, args, **params) -> None:
         p = items[0][0]
