@@ -3,22 +3,8 @@ import numpy as np
 import pytest
 
 import netcl as nc
+from nn_reference import finite_difference
 from util import assert_close
-
-
-def numeric_grad(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    it = np.nditer(x, flags=["multi_index"])
-    for _ in it:
-        i = it.multi_index
-        old = x[i]
-        x[i] = old + eps
-        hi = f(x)
-        x[i] = old - eps
-        lo = f(x)
-        x[i] = old
-        g[i] = (hi - lo) / (2 * eps)
-    return g
 
 
 def check(fn, *arrays, tol=1e-6):
@@ -32,7 +18,7 @@ def check(fn, *arrays, tol=1e-6):
             args = [nc.tensor(v if j == k else arrays[j]) for j in range(len(arrays))]
             return float((fn(*args).to_host() * w).sum())
         assert t.grad is not None, f"no gradient for input {k}"
-        assert_close(t.grad.to_host(), numeric_grad(scalar, a.copy()), tol, f"input {k}")
+        assert_close(t.grad.to_host(), finite_difference(scalar, a), tol, f"input {k}")
 
 
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "pow"])
