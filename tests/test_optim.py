@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import netcl as nc
-from util import assert_close
+from util import assert_close, assert_close_to_scale
 
 
 def _sgd_ref(p, grads, lr, momentum=0.0, weight_decay=0.0, nesterov=False, dampening=0.0):
@@ -47,9 +47,13 @@ def test_sgd_matches_pytorch_semantics(device, rng, canaries, settings, shape):
         p.grad = nc.tensor(g, device=device)
         opt.step()
     ref, buf = _sgd_ref(p0, grads, **settings)
-    assert_close(p.to_host(), ref, 1e-6, f"SGD {settings}")
+    # The same recurrence on magnitudes (every term positive) bounds what float32 rounding can lose to
+    # cancellation, so a result that is small by cancellation is not held to 1e-6 of itself.
+    p_scale, buf_scale = _sgd_ref(np.abs(p0), [np.abs(g) for g in grads], **{**settings, "lr": -settings["lr"]})
+    assert_close_to_scale(p.to_host(), ref, p_scale, 1e-6, f"SGD {settings}")
     if buf is not None:
-        assert_close(opt.state_dict()["state"][0]["momentum_buffer"], buf, 1e-6, "momentum buffer")
+        assert_close_to_scale(opt.state_dict()["state"][0]["momentum_buffer"], buf, buf_scale, 1e-6,
+                              "momentum buffer")
 
 
 @pytest.mark.parametrize("settings", [dict(lr=1e-3), dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)])

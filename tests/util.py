@@ -24,6 +24,18 @@ def assert_close(actual, expected, tol: float, what: str = "") -> None:
     assert err <= tol, f"{what}: relative L2 error {err:.3e} > {tol:.1e}"
 
 
+def assert_close_to_scale(actual, expected, scale, tol: float, what: str = "") -> None:
+    """||actual - expected|| <= tol * ||scale||, where scale holds the magnitudes of the summed terms."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    if a.shape != e.shape:
+        raise AssertionError(f"{what}: shape {a.shape} != expected {e.shape}")
+    if not np.all(np.isfinite(a)):
+        raise AssertionError(f"{what}: result contains NaN or Inf")
+    err = float(np.linalg.norm(a - e) / np.linalg.norm(np.asarray(scale, dtype=np.float64)))
+    assert err <= tol, f"{what}: error {err:.3e} of the terms' magnitude > {tol:.1e}"
+
+
 def conv2d_ref(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     """float64 NCHW cross-correlation by summing shifted slices (one per kernel tap)."""
     x = np.asarray(x, np.float64)
