@@ -83,7 +83,9 @@ class Optimizer:
         if total == 0:
             return
         kernel = get_kernel(p.device, "optim.cl", name, T=dtypes.c_type(p.dtype), N=len(items), **params)
-        launch(p.device, kernel, (total,), local_size_1d(p.device, total), *args[:-1], np.int64(total), *args[-1])
+        (local,) = local_size_1d(p.device, total)
+        group_ends = np.cumsum([-(-q.size // local) for q, _, _ in items]).astype(np.int64)
+        launch(p.device, kernel, (int(group_ends[-1]) * local,), (local,), *args[:-1], *group_ends, *args[-1])
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:
