@@ -112,9 +112,12 @@ def test_bad_hyperparameters(device):
         nc.optim.SGD([], lr=0.1)
 
 
+@pytest.mark.parametrize("width", [1, 8])
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
-def test_fused_launch_over_many_tensors(device, rng, canaries, kind):
-    """Ten tensors of odd sizes (two launches: 8 + 2), one without a gradient, a second group."""
+def test_fused_launch_over_many_tensors(device, rng, canaries, monkeypatch, kind, width):
+    """Ten tensors of odd sizes (width 8: two launches, 8 + 2), one without a gradient, a second group."""
+    import netcl.optim.optimizer as optimizer_module
+    monkeypatch.setattr(optimizer_module, "fused_tensors_per_launch", lambda device: width)
     shapes = [(1,), (7,), (13, 3), (31,), (2, 5, 3), (33,), (1, 1), (17,), (9,), (5, 7)]
     hosts = [rng.uniform(-2, 2, size=s).astype(np.float32) for s in shapes]
     params = [nc.tensor(h, device=device, requires_grad=True) for h in hosts]
