@@ -6,7 +6,6 @@ log-sum-exp of the loss, the dropout mask) so backward never recomputes forward.
 from __future__ import annotations
 
 from ..ops import elementwise as ew
-from ..ops import reduce as red
 from .function import Function
 
 
@@ -17,8 +16,9 @@ class LinearFunction(Function):
     def forward(ctx, x, w, b):
         from ..ops.gemm import gemm
         ctx.x, ctx.w, ctx.has_bias = x, w, b is not None
+        from ..ops.bias import add_bias_
         y = gemm(x, w, trans_b=True)
-        return ew.binary("add", y, b.reshape((1, b.shape[0]))) if b is not None else y
+        return add_bias_(y, b) if b is not None else y
 
     @staticmethod
     def backward(ctx, g):
@@ -28,7 +28,8 @@ class LinearFunction(Function):
         gw = gemm(g, ctx.x, trans_a=True) if ctx.needs_input_grad[1] else None
         gb = None
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            gb = red.reduce(g, "sum", (0,), keepdims=False)
+            from ..ops.bias import bias_grad
+            gb = bias_grad(g)
         return gx, gw, gb
 
 

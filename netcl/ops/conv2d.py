@@ -73,7 +73,4 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0
     if strategy in (None, CONV2D_AUTO):
         strategy = os.environ.get("NETCL_CONV_STRATEGY", CONV2D_AUTO).strip() or CONV2D_AUTO
     from ..autograd.rules_conv import Conv2dFunction
-    y = Conv2dFunction.apply(x, w, layer, strategy)
-    if bias is not None:
-        y = y + bias.reshape((1, layer.k, 1, 1))
-    return y
+    return Conv2dFunction.apply(x, w, bias, layer, strategy)

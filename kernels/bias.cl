@@ -1,0 +1,65 @@
+<%doc>
+Per-channel bias of a contiguous tensor viewed as (OUTER, CH, INNER): a convolution's (N, K, P*Q) output
+or a linear layer's (rows, out, 1).
+
+bias_add, in place:  y[(o*CH + c)*INNER + i] += bias[c]
+  Launch 2-D. INNER > 1: global (INNER rounded up, OUTER*CH), dimension 0 runs along INNER, so a
+  work-group reads one bias value and streams one contiguous row (PoCL vectorizes it; the generic
+  broadcasting add spent 64-bit divisions on every element). INNER == 1 (ALONG_CH): global (CH rounded
+  up, OUTER), dimension 0 runs along the channels.
+bias_grad:  grad[c] = sum over o, i of gy[(o*CH + c)*INNER + i]
+  Launch 1-D: one work-group of L work-items per channel, global (CH*L), local (L). Work-item l sums a
+  fixed subset of the channel's OUTER*INNER elements, then the group adds the L partial sums in a fixed
+  tree, so the result is deterministic. One launch replaces the two chunked reductions it used to take.
+
+Template parameters (all have defaults):
+  T         element type                                         (default "float")
+  ALONG_CH  bias_add: dimension 0 runs along the channels (INNER == 1)  (default False)
+  L         bias_grad: work-items per channel, a power of two    (default 64)
+</%doc>
+<%page args="T='float', ALONG_CH=False, L=64"/>
+% if T == 'double':
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+% endif
+
+__kernel void bias_add(__global ${T}* y, const long y_off, __global const ${T}* bias, const long bias_off,
+                       const int OUTER, const int CH, const int INNER)
+{
+% if ALONG_CH:
+    const int c = get_global_id(0), o = get_global_id(1);
+    if (c >= CH) return;
+    y[y_off + (long) o * CH + c] += bias[bias_off + c];
+% else:
+    const int i = get_global_id(0), row = get_global_id(1);
+    if (i >= INNER) return;
+    y[y_off + (long) row * INNER + i] += bias[bias_off + row % CH];
+% endif
+}
+
+__kernel __attribute__((reqd_work_group_size(${L}, 1, 1)))
+void bias_grad(__global ${T}* grad, const long grad_off, __global const ${T}* gy, const long gy_off,
+               const int OUTER, const int CH, const int INNER)
+{
+    __local ${T} partial[${L}];
+    const int c = get_group_id(0), l = get_local_id(0);
+    ${T} acc = (${T}) 0;
+    if (INNER >= ${L}) {
+        for (int o = 0; o < OUTER; ++o) {
+            __global const ${T}* row = gy + gy_off + ((long) o * CH + c) * INNER;
+            for (int i = l; i < INNER; i += ${L}) acc += row[i];
+        }
+    } else {
+        const int total = OUTER * INNER;
+        for (int t = l; t < total; t += ${L}) {
+            const int o = t / INNER, i = t - o * INNER;
+            acc += gy[gy_off + ((long) o * CH + c) * INNER + i];
+        }
+    }
+    partial[l] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+% for half in [2 ** e for e in reversed(range(L.bit_length() - 1))]:
+    if (l < ${half}) partial[l] += partial[l + ${half}];
+    barrier(CLK_LOCAL_MEM_FENCE);
+% endfor
+    if (l == 0) grad[grad_off + c] = partial[0];
+}
