@@ -59,9 +59,23 @@ def shape_class(M: int, N: int, K: int) -> str:
     return "large"
 
 
+_params_memo: dict[tuple, dict] = {}
+
+
 def params_for(device, dtype, M: int, N: int, K: int) -> dict:
-    """Kernel parameters for one product: the tuned entry for (dtype, shape class), else for the dtype."""
+    """Kernel parameters for one product: the tuned entry for (dtype, shape class), else for the dtype
+    (a fresh dict; lookups are memoized until the tuning database changes)."""
     name = np.dtype(dtype).name
+    memo_key = (device.identity, name, shape_class(M, N, K), db.generation())
+    p = _params_memo.get(memo_key)
+    if p is None:
+        if len(_params_memo) > 1024:
+            _params_memo.clear()
+        p = _params_memo[memo_key] = _lookup_params(device, name, M, N, K)
+    return dict(p)
+
+
+def _lookup_params(device, name: str, M: int, N: int, K: int) -> dict:
     p = db.lookup(device, "gemm", f"{name}/{shape_class(M, N, K)}") or db.lookup(device, "gemm", name) or {}
     try:
         return normalize(p)

@@ -155,6 +155,8 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
     """Enqueue one kernel. ``global_size`` is rounded up to a multiple of ``local_size``; the kernel
     itself must guard the tail. Driver failures become DeviceMemoryError / DeviceError."""
     global_size = tuple(int(g) for g in global_size)
+    if not getattr(kernel, "_netcl_typed", False):
+        _declare_scalar_types(kernel, args)
     if local_size is not None:
         local_size = tuple(int(x) for x in local_size)
         global_size = tuple(round_up(max(g, 1), l) for g, l in zip(global_size, local_size))
@@ -170,6 +172,15 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
             raise DeviceMemoryError(f"{device.describe()} ran out of memory launching "
                                     f"{kernel.function_name}: {exc}", available_bytes=device.max_alloc_bytes) from None
         raise DeviceError(f"launching {kernel.function_name} on {device.describe()} failed: {exc}") from None
+
+
+def _declare_scalar_types(kernel: cl.Kernel, args) -> None:
+    """Tell pyopencl the scalar argument types from the first launch's NumPy scalars: it then packs the
+    arguments in one generated call (6 µs a launch on PoCL) instead of setting each through the generic
+    path (60 µs with eight arguments). Our launches always pass the same types for a given kernel."""
+    if all(isinstance(a, np.generic) or not isinstance(a, (int, float, complex)) for a in args):
+        kernel.set_scalar_arg_dtypes([a.dtype if isinstance(a, np.generic) else None for a in args])
+    kernel._netcl_typed = True
 
 
 def local_size_1d(device: Device, n: int) -> tuple[int]:

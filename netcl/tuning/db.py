@@ -62,6 +62,7 @@ BUILTIN: dict[str, dict[str, dict[str, dict]]] = {
 _lock = threading.Lock()
 _memo: dict = {"stamp": None, "data": {}}
 _overlay: dict = {}  # entries stored while the on-disk cache is off
+_overlay_edits = [0]  # bumped on every change to _overlay, so generation() sees it
 
 
 def db_path():
@@ -110,6 +111,13 @@ def _user_devices() -> dict:
         return devices
 
 
+def generation() -> tuple:
+    """A token that changes whenever what :func:`lookup` answers may change (the user file was edited,
+    replaced or removed, or an entry stored), so callers can memoize lookups on it."""
+    devices = _user_devices()
+    return (cache_enabled(), _memo["stamp"] if devices is _memo["data"] else None, _overlay_edits[0], id(devices))
+
+
 def _identity_of(device) -> str:
     return device if isinstance(device, str) else device.identity
 
@@ -152,6 +160,7 @@ def store(device, family: str, params: dict, key=None) -> None:
 
     if not cache_enabled():
         _overlay.setdefault(ident, {}).setdefault(family, {})[_key(key)] = params
+        _overlay_edits[0] += 1
         return
     update_json(db_path(), "tuning database", mutate)
     with _lock:
@@ -171,6 +180,7 @@ def forget(device, family: str | None = None) -> None:
 
     if not cache_enabled():
         (_overlay.get(ident, {}).pop(family, None) if family else _overlay.pop(ident, None))
+        _overlay_edits[0] += 1
         return
     update_json(db_path(), "tuning database", mutate)
     with _lock:
