@@ -6,6 +6,8 @@ Device, so every operation knows exactly where it runs; the process-wide default
 """
 from __future__ import annotations
 
+import collections
+
 import os
 import threading
 from dataclasses import dataclass, field
@@ -20,6 +22,10 @@ INSTALL_HINT = (
     "No OpenCL device found. Install a driver: on Debian/Ubuntu `apt-get install pocl-opencl-icd` "
     "(a CPU device), or your GPU vendor's OpenCL driver; `bash ci/setup.sh` does this for you."
 )
+
+
+# How many kernels the host may queue ahead of the device (several LeNet steps' worth).
+MAX_KERNELS_IN_FLIGHT = 128
 
 
 @dataclass(eq=False)
@@ -50,6 +56,7 @@ class Device:
         self._lock = threading.Lock()
         self._context: cl.Context | None = None
         self._queue: cl.CommandQueue | None = None
+        self._in_flight: collections.deque = collections.deque()
 
     # The context is created lazily so that listing devices never allocates driver resources.
     @property
@@ -67,6 +74,15 @@ class Device:
     def queue(self) -> cl.CommandQueue:
         self.context
         return self._queue
+
+    def throttle(self, event: cl.Event) -> None:
+        """Record a launched kernel; once MAX_KERNELS_IN_FLIGHT are queued, wait for the oldest. Without
+        this a loop that never reads a result runs arbitrarily far ahead of the device, and every queued
+        step keeps its intermediate buffers alive (a LeNet benchmark loop reached 24 GiB)."""
+        pending = self._in_flight
+        pending.append(event)
+        if len(pending) > MAX_KERNELS_IN_FLIGHT:
+            pending.popleft().wait()
 
     @property
     def identity(self) -> str:

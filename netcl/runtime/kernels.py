@@ -161,7 +161,9 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
         local_size = tuple(int(x) for x in local_size)
         global_size = tuple(round_up(max(g, 1), l) for g, l in zip(global_size, local_size))
     try:
-        return kernel(device.queue, global_size, local_size, *args, wait_for=wait_for)
+        event = kernel(device.queue, global_size, local_size, *args, wait_for=wait_for)
+        device.throttle(event)
+        return event
     except cl.MemoryError as exc:
         raise DeviceMemoryError(f"{device.describe()} ran out of memory launching {kernel.function_name}: {exc}",
                                 available_bytes=device.max_alloc_bytes) from None
