@@ -16,12 +16,15 @@ Template parameters (all have defaults):
   T         element type                                         (default "float")
   ALONG_CH  bias_add: dimension 0 runs along the channels (INNER == 1)  (default False)
   L         bias_grad: work-items per channel, a power of two    (default 64)
+KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
+  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="T='float', ALONG_CH=False, L=64"/>
+<%page args="KERNEL=None, T='float', ALONG_CH=False, L=64"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 
+% if KERNEL in (None, 'bias_add'):
 __kernel void bias_add(__global ${T}* y, const long y_off, __global const ${T}* bias, const long bias_off,
                        const int OUTER, const int CH, const int INNER)
 {
@@ -35,7 +38,9 @@ __kernel void bias_add(__global ${T}* y, const long y_off, __global const ${T}* 
     y[y_off + (long) row * INNER + i] += bias[bias_off + row % CH];
 % endif
 }
+% endif
 
+% if KERNEL in (None, 'bias_grad'):
 __kernel __attribute__((reqd_work_group_size(${L}, 1, 1)))
 void bias_grad(__global ${T}* grad, const long grad_off, __global const ${T}* gy, const long gy_off,
                const int OUTER, const int CH, const int INNER)
@@ -63,3 +68,4 @@ void bias_grad(__global ${T}* grad, const long grad_off, __global const ${T}* gy
 % endfor
     if (l == 0) grad[grad_off + c] = partial[0];
 }
+% endif

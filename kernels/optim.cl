@@ -23,8 +23,10 @@ Template parameters (all have defaults):
   MOMENTUM  sgd: keep a momentum buffer            (default False)
   NESTEROV  sgd: Nesterov momentum                 (default False)
 Launch: 1-D, gend_{N-1} work-groups of any local size; each tensor's tail is guarded.
+KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
+  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="T='float', N=1, WD=False, MOMENTUM=False, NESTEROV=False"/>
+<%page args="KERNEL=None, T='float', N=1, WD=False, MOMENTUM=False, NESTEROV=False"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -53,6 +55,7 @@ inline void sgd_one(__global ${T}* p, __global const ${T}* grad, __global ${T}* 
     p[i] = w - lr * g;
 }
 
+% if KERNEL in (None, 'sgd_step'):
 __kernel void sgd_step(
 % for k in range(N):
     __global ${T}* p${k}, const long p${k}_off, __global const ${T}* g${k}, const long g${k}_off,
@@ -70,6 +73,7 @@ __kernel void sgd_step(
     }
 % endfor
 }
+% endif
 
 inline void adam_one(__global ${T}* p, __global const ${T}* grad, __global ${T}* m, __global ${T}* v, const long i,
                      const ${T} step_size, const ${T} sqrt_bc2, const ${T} b1, const ${T} b2, const ${T} eps,
@@ -87,6 +91,7 @@ inline void adam_one(__global ${T}* p, __global const ${T}* grad, __global ${T}*
     p[i] = w - step_size * mi / (sqrt(vi) / sqrt_bc2 + eps);
 }
 
+% if KERNEL in (None, 'adam_step'):
 __kernel void adam_step(
 % for k in range(N):
     __global ${T}* p${k}, const long p${k}_off, __global const ${T}* g${k}, const long g${k}_off,
@@ -105,3 +110,4 @@ __kernel void adam_step(
     }
 % endfor
 }
+% endif

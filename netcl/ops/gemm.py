@@ -242,7 +242,8 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
     blocks_n, blocks_m = -(-N // NR), -(-M // MR)
     if not p["LOCAL"]:
         _spread(p, blocks_m, blocks_n, batch, dev.compute_units)
-    kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **p)
+    template_params = p if p["LOCAL"] else {**p, "WG_M": 1, "WG_N": 1}  # see kernels/gemm.cl, WG_M
+    kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **template_params)
     wg_n, wg_m = p["WG_N"], p["WG_M"]
     if p["ORDER"] == "nm":
         grid, local = (blocks_n, blocks_m, batch), (wg_n, wg_m, 1)

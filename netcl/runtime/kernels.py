@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 import time
 import warnings
@@ -53,6 +54,22 @@ def render(template_name: str, **params) -> str:
     except Exception as exc:  # mako raises its own TopLevelLookupException
         raise KernelBuildError(f"cannot load kernel template {template_name!r}: {exc}") from exc
     return template.render(**params)
+
+
+_selecting: dict[str, bool] = {}
+
+
+def _selects_kernels(template_name: str) -> bool:
+    """Whether a template takes the KERNEL parameter (holds several kernels and can render just one)."""
+    known = _selecting.get(template_name)
+    if known is None:
+        try:
+            head = (kernels_dir() / template_name).read_text()
+        except OSError:
+            head = ""
+        page = re.search(r'<%page\s+args="([^"]*)"', head)
+        known = _selecting[template_name] = bool(page and re.search(r"\bKERNEL\s*=", page.group(1)))
+    return known
 
 
 def _cache_key(device: Device, source: str, options: tuple[str, ...]) -> str:
@@ -136,10 +153,12 @@ def get_kernel(device: Device, template_name: str, kernel_name: str, options: tu
     memo = (id(device.context), template_name, kernel_name, options, tuple(sorted(params.items())))
     kernel = _kernels.get(memo)
     if kernel is None:
+        if _selects_kernels(template_name):  # compile only the kernel asked for: half the build time
+            params = {**params, "KERNEL": kernel_name}
         source = render(template_name, **params)
         program = build_program(device, source, DEFAULT_BUILD_OPTIONS + tuple(options))
         try:
-            kernel = getattr(program, kernel_name)
+            kernel = cl.Kernel(program, kernel_name)  # programs are shared across keys: no getattr cache
         except (AttributeError, cl.Error) as exc:
             raise KernelBuildError(f"template {template_name} has no kernel {kernel_name!r}: {exc}") from None
         with _lock:
