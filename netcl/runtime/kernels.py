@@ -41,7 +41,12 @@ def kernels_dir() -> Path:
 _lookup: TemplateLookup | None = None
 _programs: dict[tuple, cl.Program] = {}
 _kernels: dict[tuple, cl.Kernel] = {}
+_building: dict[tuple, threading.Event] = {}
 _lock = threading.RLock()
+
+# Compiler chatter (PoCL prints vectorizer remarks) is not the user's business; real failures raise
+# KernelBuildError with the full log. A filter, not catch_warnings: builds run on several threads.
+warnings.filterwarnings("ignore", category=cl.CompilerWarning)
 build_stats = {"source_builds": 0, "binary_loads": 0, "seconds": 0.0}
 
 
@@ -112,39 +117,54 @@ def _save_failed_source(key: str, source: str) -> str:
 
 
 def build_program(device: Device, source: str, options: tuple[str, ...] = DEFAULT_BUILD_OPTIONS) -> cl.Program:
-    """Build (or fetch from memory or disk) a program for one device."""
-    key = _cache_key(device, source, options)
-    with _lock:
-        memo_key = (id(device.context), key)
-        program = _programs.get(memo_key)
-        if program is not None:
-            return program
-        start = time.perf_counter()
-        binary_path = cache_path("kernels", key[:2], f"{key}.bin") if cache_enabled() else None
-        program = _load_binary(device, binary_path, options) if binary_path is not None else None
-        if program is not None:
-            build_stats["binary_loads"] += 1
-        else:
-            try:
-                with warnings.catch_warnings():
-                    # compiler chatter (PoCL prints vectorizer remarks) is not the user's business;
-                    # real failures raise and carry the full log
-                    warnings.simplefilter("ignore", cl.CompilerWarning)
-                    program = cl.Program(device.context, source).build(options=list(options))
-            except cl.Error as exc:
-                log = str(exc)
-                raise KernelBuildError(f"OpenCL build failed on {device.describe()}", log=log, options=options,
-                                       source_path=_save_failed_source(key, source)) from None
-            build_stats["source_builds"] += 1
-            if binary_path is not None:
-                try:
-                    payload = program.get_info(cl.program_info.BINARIES)[0]
-                    atomic_write_bytes(binary_path, _BINARY_MAGIC + hashlib.sha256(payload).digest() + payload)
-                except (cl.Error, OSError):
-                    pass  # a cache we cannot write only costs the next process a rebuild
-        build_stats["seconds"] += time.perf_counter() - start
-        _programs[memo_key] = program
+    """Build (or fetch from memory or disk) a program for one device. Threads build different programs
+    at the same time (the background prefetch does); a thread asking for a program that another is
+    building waits for that build instead of repeating it."""
+    memo_key = (id(device.context), _cache_key(device, source, options))
+    while True:
+        with _lock:
+            program = _programs.get(memo_key)
+            if program is not None:
+                return program
+            in_flight = _building.get(memo_key)
+            if in_flight is None:
+                in_flight = _building[memo_key] = threading.Event()
+                break
+        in_flight.wait()  # then look again: built, or the builder failed and this thread tries itself
+    try:
+        program = _load_or_build(device, source, options, memo_key[1])
+        with _lock:
+            _programs[memo_key] = program
         return program
+    finally:
+        with _lock:
+            _building.pop(memo_key, None)
+        in_flight.set()
+
+
+def _load_or_build(device: Device, source: str, options: tuple[str, ...], key: str) -> cl.Program:
+    start = time.perf_counter()
+    binary_path = cache_path("kernels", key[:2], f"{key}.bin") if cache_enabled() else None
+    program = _load_binary(device, binary_path, options) if binary_path is not None else None
+    if program is not None:
+        counter = "binary_loads"
+    else:
+        try:
+            program = cl.Program(device.context, source).build(options=list(options))
+        except cl.Error as exc:
+            raise KernelBuildError(f"OpenCL build failed on {device.describe()}", log=str(exc), options=options,
+                                   source_path=_save_failed_source(key, source)) from None
+        counter = "source_builds"
+        if binary_path is not None:
+            try:
+                payload = program.get_info(cl.program_info.BINARIES)[0]
+                atomic_write_bytes(binary_path, _BINARY_MAGIC + hashlib.sha256(payload).digest() + payload)
+            except (cl.Error, OSError):
+                pass  # a cache we cannot write only costs the next process a rebuild
+    with _lock:
+        build_stats[counter] += 1
+        build_stats["seconds"] += time.perf_counter() - start
+    return program
 
 
 def get_kernel(device: Device, template_name: str, kernel_name: str, options: tuple[str, ...] = (),
