@@ -135,11 +135,11 @@ def devices() -> list[Device]:
 
 
 def _select(selector) -> Device:
+    if isinstance(selector, Device):
+        return selector
     all_devices = devices()
     if not all_devices:
         raise DeviceError(INSTALL_HINT)
-    if isinstance(selector, Device):
-        return selector
     text = str(selector).strip()
     if text.isdigit():
         index = int(text)
