@@ -31,6 +31,8 @@ Template parameters (all have defaults):
   TM     rows of C per work-group tile, a multiple of 4               (default 64)
   TN     columns of C per tile, held as one vector T<TN>: 4, 8 or 16  (default 16)
   TK     inner-dimension slice staged in local memory per step: 4, 8 or 16 (default 16)
+  BIAS   forward: add bias[k] to every output of channel k as it is stored, which saves the
+         separate pass over the output (kernels/bias.cl) (default False)
 
 Launch: global (ceil(cols/TN), ceil(rows/TM), G), local (1, 1, 1). A work-group is one work-item: on
 PoCL's CPU driver a work-group of several work-items with barriers keeps every value that lives
@@ -39,7 +41,7 @@ work-item keeps its accumulators in registers (four rows at a time) and is vecto
 T<TN> vectors. The local tiles are its staging area: per step of TK inner indices it gathers B
 (TK x TN) and A (TM x TK) into them, then streams the TM rows past the B tile.
 </%doc>
-<%page args="T='float', MODE='forward', TM=64, TN=16, TK=16"/>
+<%page args="T='float', MODE='forward', TM=64, TN=16, TK=16, BIAS=False"/>
 <%
     VT = T + str(TN)
 %>
@@ -54,7 +56,8 @@ void igemm_${MODE}(
     __global const ${T}* A, const long a_off,
     __global const ${T}* B, const long b_off,
     __global ${T}* Cout, const long c_off,
-    __constant const long* geom)
+    __constant const long* geom,
+    __global const ${T}* bias, const long bias_off)
 {
     const int N = geom[0], C = geom[1], H = geom[2], W = geom[3], K = geom[4], R = geom[5], S = geom[6];
     const int P = geom[7], Q = geom[8], SH = geom[9], SW = geom[10], PH = geom[11], PW = geom[12];
@@ -218,7 +221,11 @@ void igemm_${MODE}(
 
     for (int m = 0; m < rows; ++m) {
         ${T} vals[${TN}];
+% if BIAS and MODE == 'forward':
+        vstore${TN}(acc[m] + (${VT})(bias[bias_off + g * KG + m0 + m]), 0, vals);
+% else:
         vstore${TN}(acc[m], 0, vals);
+% endif
         for (int b = 0; b < ${TN}; ++b) {
             const int st = col_store[b];
             if (st >= 0) Cout[c_off + st + (m0 + m) * s_m] = vals[b];

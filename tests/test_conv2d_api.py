@@ -20,6 +20,22 @@ def test_strategy_constants():
     assert {"direct", "im2col", "gemm"} <= set(strategies())
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("n,k", [(1, 2), (3, 66), (2, 6)])
+def test_bias_fused_into_implicit_gemm(n, k, groups, rng, device, canaries):
+    """implicit_gemm adds the bias as it stores (several row tiles when k > 64; per group)."""
+    x = rng.uniform(-1, 1, (n, 4, 7, 13)).astype(np.float32)
+    w = rng.uniform(-1, 1, (k, 4 // groups, 3, 3)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k,)).astype(np.float32)
+    X, W, B = (nc.Tensor.from_host(a, device, requires_grad=True) for a in (x, w, b))
+    y = conv2d(X, W, B, padding=1, groups=groups, strategy="implicit_gemm")
+    ref = conv2d_ref(x, w, (1, 1), (1, 1), groups=groups) + b.reshape(1, k, 1, 1)
+    assert_close(y.to_host(), ref, 1e-5, "implicit_gemm conv2d with bias")
+    gy = rng.uniform(-1, 1, ref.shape).astype(np.float32)
+    y.backward(nc.Tensor.from_host(gy, device))
+    assert_close(B.grad.to_host(), gy.sum(axis=(0, 2, 3)), 1e-5, "grad bias")
+
+
 @pytest.mark.parametrize("strategy", ["direct", "im2col"])
 def test_bias_and_pair_arguments(strategy, rng, device, canaries):
     x = rng.uniform(-1, 1, (2, 3, 10, 9)).astype(np.float32)

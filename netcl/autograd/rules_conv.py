@@ -11,7 +11,10 @@ class Conv2dFunction(Function):
         from ..ops.bias import add_bias_
         from ..ops.conv2d import strategy_for
         ctx.x, ctx.w, ctx.layer, ctx.strategy = x, w, layer, strategy
-        y = strategy_for(layer, "forward", strategy).forward(x.contiguous(), w.contiguous(), layer)
+        impl = strategy_for(layer, "forward", strategy)
+        if bias is not None and getattr(impl, "fuses_bias", False):
+            return impl.forward(x.contiguous(), w.contiguous(), layer, bias=bias.contiguous())
+        y = impl.forward(x.contiguous(), w.contiguous(), layer)
         return add_bias_(y, bias) if bias is not None else y
 
     @staticmethod

@@ -45,18 +45,21 @@ def choose_tile(layer: ConvLayer, pass_: str) -> tuple[int, int, int]:
     return tm, 16 if layer.dtype == "float32" else 8, TILE_K
 
 
-def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, tile=None) -> Tensor:
-    """out = the pass's GEMM of a (weight or grad_y) and b (x or grad_y) for every group."""
+def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, tile=None,
+             bias: Tensor | None = None) -> Tensor:
+    """out = the pass's GEMM of a (weight or grad_y) and b (x or grad_y) for every group (+ bias[k] for
+    every output of channel k: forward only)."""
     if out.size == 0:
         return out
     tm, tn, tk = tile or choose_tile(layer, pass_)
     rows, cols, _ = gemm_dims(layer, pass_)
     kernel = get_kernel(a.device, "implicit_gemm.cl", f"igemm_{pass_}", T=dtypes.c_type(a.dtype), MODE=pass_,
-                        TM=tm, TN=tn, TK=tk)
+                        TM=tm, TN=tn, TK=tk, BIAS=bias is not None)
     slices = layer.groups * (layer.stride_h * layer.stride_w if pass_ == "backward_data" else 1)
+    bias_arg = bias if bias is not None else out  # not read without BIAS
     launch(a.device, kernel, (-(-cols // tn), -(-rows // tm), slices), (1, 1, 1),
            a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
-           geometry(a.device, layer))
+           geometry(a.device, layer), bias_arg.buffer, np.int64(bias_arg.offset))
     return out
 
 
@@ -75,8 +78,10 @@ class ImplicitGemmStrategy:
     def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
         return 0
 
-    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
-        return run_pass("forward", w, x, Tensor.empty(layer.output_shape, x.dtype, x.device), layer)
+    fuses_bias = True  # forward(..., bias=) adds the bias as it stores the output
+
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None) -> Tensor:
+        return run_pass("forward", w, x, Tensor.empty(layer.output_shape, x.dtype, x.device), layer, bias=bias)
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         return run_pass("backward_data", w, grad_y, Tensor.empty(layer.input_shape, w.dtype, w.device), layer)
