@@ -3,7 +3,9 @@ the (K, C·R·S) weight with GEMM (one batch entry per group), then transform (K
 
   forward          Y(K, NPQ)      = W(K, CRS) · cols(CRS, NPQ), then the (K, N, PQ) -> (N, K, PQ) transform
   backward_data    gcols(CRS, NPQ) = Wᵀ · gY(K, NPQ), then col2im (gather when deterministic or on CPUs,
-                   else atomic scatter; see netcl.ops.im2col.prefers_gather)
+                   else atomic scatter; see netcl.ops.im2col.prefers_gather); with one group instead
+                   gcols[n](PQ, CRS) = gY[n]ᵀ · W per image, straight from the (N, K, PQ) gradient, folded
+                   from the (NPQ, CRS) layout
   backward_weight  gW(K, CRS)     = gY(K, NPQ) · colsᵀ
 For N = 1 the (K, PQ) product already is the output layout: no transform and no buffer for it.
 Why this layout and not the API's (NPQ, CRS): docs/ops/im2col.md.
@@ -71,6 +73,10 @@ class Im2colStrategy:
         kg, crs_g = layer.k // g, layer.c // g * layer.r * layer.s
         if pass_ == "forward":
             packs = gemm_pack_bytes(layer.dtype, kg, npq, crs_g, g, g, 1, 1)
+        elif pass_ == "backward_data" and g == 1:  # _backward_data_per_image: no (K, NPQ) matrix
+            pq = layer.out_h * layer.out_w
+            return _cols_elems(layer) * layer.itemsize + gemm_pack_bytes(layer.dtype, pq, crs_g, kg, layer.n, 1,
+                                                                         pq, 1)
         elif pass_ == "backward_data":
             packs = gemm_pack_bytes(layer.dtype, crs_g, npq, kg, g, g, crs_g, 1)
         else:
@@ -98,12 +104,27 @@ class Im2colStrategy:
         return y
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        if layer.groups == 1:
+            return self._backward_data_per_image(grad_y, w, layer)
         kmat = self._grad_kmat(grad_y, layer)
         cols = Tensor.empty((layer.c * layer.r * layer.s, layer.n * layer.out_h * layer.out_w), w.dtype, w.device)
         wg, cg, kg = _grouped(layer, w, cols, kmat)
         gemm_batched(wg, kg, cg, trans_a=True)
         grad_x = Tensor.empty(layer.input_shape, w.dtype, w.device)
         return col2im_into(cols, layer, grad_x, transposed=True)
+
+    @staticmethod
+    def _backward_data_per_image(grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        """cols[n] (PQ, CRS) = gY[n]ᵀ (PQ, K) · W (K, CRS), one batched GEMM straight from the (N, K, PQ)
+        gradient, into the (NPQ, CRS) layout col2im also folds: no (K, N, PQ) copy of the gradient
+        (LeNet conv2 at batch 64: 3.7 ms instead of 4.4)."""
+        pq, crs = layer.out_h * layer.out_w, layer.c * layer.r * layer.s
+        cols = Tensor.empty((layer.n * pq, crs), w.dtype, w.device)
+        gemm_batched(_view(grad_y, (layer.n, layer.k, pq), (layer.k * pq, pq, 1)),
+                     _view(w, (1, layer.k, crs), (layer.k * crs, crs, 1)),
+                     _view(cols, (layer.n, pq, crs), (pq * crs, crs, 1)), trans_a=True)
+        grad_x = Tensor.empty(layer.input_shape, w.dtype, w.device)
+        return col2im_into(cols, layer, grad_x, transposed=False)
 
     def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
         kmat = self._grad_kmat(grad_y, layer)
