@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 import warnings
 
 from ..runtime.cache import cache_enabled, cache_path, update_json
@@ -111,11 +112,29 @@ def _user_devices() -> dict:
         return devices
 
 
+# generation() looks at the user file at most this often for one location (every GEMM call asks, and a
+# stat per call cost more than the launch it configures); store() and forget() are seen at once.
+GENERATION_RECHECK_SECONDS = 0.5
+_generation_memo: dict = {"where": None, "at": -1e300, "token": None}
+
+
 def generation() -> tuple:
     """A token that changes whenever what :func:`lookup` answers may change (the user file was edited,
-    replaced or removed, or an entry stored), so callers can memoize lookups on it."""
+    replaced or removed, or an entry stored), so callers can memoize lookups on it. An edit made to the
+    file by another program is seen within GENERATION_RECHECK_SECONDS."""
+    where = (cache_enabled(), str(db_path()), _overlay_edits[0])
+    now = time.monotonic()
+    memo = _generation_memo
+    if memo["where"] == where and now - memo["at"] < GENERATION_RECHECK_SECONDS:
+        return memo["token"]
     devices = _user_devices()
-    return (cache_enabled(), _memo["stamp"] if devices is _memo["data"] else None, _overlay_edits[0], id(devices))
+    token = (where, _memo["stamp"] if devices is _memo["data"] else None, id(devices))
+    memo.update(where=where, at=now, token=token)
+    return token
+
+
+def _forget_generation() -> None:
+    _generation_memo["where"] = None
 
 
 def _identity_of(device) -> str:
@@ -165,6 +184,7 @@ def store(device, family: str, params: dict, key=None) -> None:
     update_json(db_path(), "tuning database", mutate)
     with _lock:
         _memo["stamp"] = None
+    _forget_generation()
 
 
 def forget(device, family: str | None = None) -> None:
@@ -185,6 +205,7 @@ def forget(device, family: str | None = None) -> None:
     update_json(db_path(), "tuning database", mutate)
     with _lock:
         _memo["stamp"] = None
+    _forget_generation()
 
 
 def entries(device) -> dict:
