@@ -40,6 +40,8 @@ MEASURE_MIN_RUNS = 5
 MEASURE_MAX_RUNS = 40
 MEASURE_TIME_S = 3.0         # per layer and pass, after warm-up: no further rounds past this
 CONTENTION = 1.3             # candidates this close to the best get the extra rounds
+WARMUP_RUNS = 2              # untimed runs per candidate: PoCL finishes code generation and the GEMM
+                             # workspaces reach their size over the first runs, not only the first
 CORRECTION_BOUNDS = (0.05, 20.0)
 CORRECTION_PRIOR = 8         # measurements' worth of trust in the fitted model before corrections take over
 
@@ -398,7 +400,8 @@ def time_strategies(impls: dict, layer: ConvLayer, pass_: str, device, rng=None)
         return time.perf_counter() - start
     for name in impls:  # warm-up: kernel builds and first-touch allocations are not the layer's cost
         try:
-            once(name)
+            for _ in range(WARMUP_RUNS):
+                once(name)
             samples[name] = []
         except NetclError as exc:
             results[name] = exc
