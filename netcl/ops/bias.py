@@ -18,7 +18,7 @@ from ..tensor import Tensor
 GRAD_LANES = 64
 
 
-def _view(y: Tensor, bias_len: int, channel_axis: int, what: str) -> tuple[int, int, int]:
+def _outer_channels_inner(y: Tensor, bias_len: int, channel_axis: int, what: str) -> tuple[int, int, int]:
     if not y.is_contiguous():
         raise ShapeError(f"{what}: needs a contiguous tensor, got shape {y.shape} strides {y.strides}")
     if not 0 <= channel_axis < y.ndim or y.shape[channel_axis] != bias_len:
@@ -31,7 +31,7 @@ def _view(y: Tensor, bias_len: int, channel_axis: int, what: str) -> tuple[int, 
 
 def add_bias_(y: Tensor, bias: Tensor, channel_axis: int = 1) -> Tensor:
     """y += bias broadcast along ``channel_axis``, in place; returns y."""
-    outer, ch, inner = _view(y, bias.size, channel_axis, "add_bias_")
+    outer, ch, inner = _outer_channels_inner(y, bias.size, channel_axis, "add_bias_")
     if y.size == 0:
         return y
     along_ch = inner == 1
@@ -46,7 +46,7 @@ def add_bias_(y: Tensor, bias: Tensor, channel_axis: int = 1) -> Tensor:
 def bias_grad(grad_y: Tensor, channel_axis: int = 1) -> Tensor:
     """The bias gradient: grad_y summed over every axis but ``channel_axis`` (a 1-D tensor)."""
     ch = grad_y.shape[channel_axis] if 0 <= channel_axis < grad_y.ndim else -1
-    outer, ch, inner = _view(grad_y, ch, channel_axis, "bias_grad")
+    outer, ch, inner = _outer_channels_inner(grad_y, ch, channel_axis, "bias_grad")
     out = Tensor.empty((ch,), grad_y.dtype, grad_y.device)
     if ch == 0:
         return out
