@@ -3,10 +3,11 @@ Per-channel bias of a contiguous tensor viewed as (OUTER, CH, INNER): a convolut
 or a linear layer's (rows, out, 1).
 
 bias_add, in place:  y[(o*CH + c)*INNER + i] += bias[c]
-  Launch 2-D. INNER > 1: global (INNER rounded up, OUTER*CH), dimension 0 runs along INNER, so a
-  work-group reads one bias value and streams one contiguous row (PoCL vectorizes it; the generic
-  broadcasting add spent 64-bit divisions on every element). INNER == 1 (ALONG_CH): global (CH rounded
-  up, OUTER), dimension 0 runs along the channels.
+  Launch 2-D: global (INNER rounded up, OUTER*CH), dimension 0 runs along INNER, so a work-group reads
+  one bias value and streams one contiguous row (PoCL vectorizes it; the generic broadcasting add spent
+  64-bit divisions on every element).
+bias_add_last_axis: the same for INNER == 1 (a linear layer): global (CH rounded up, OUTER), dimension 0
+  runs along the channels.
 bias_grad:  grad[c] = sum over o, i of gy[(o*CH + c)*INNER + i]
   Launch 1-D: one work-group of L work-items per channel, global (CH*L), local (L). Work-item l sums a
   fixed subset of the channel's OUTER*INNER elements, then the group adds the L partial sums in a fixed
@@ -14,33 +15,29 @@ bias_grad:  grad[c] = sum over o, i of gy[(o*CH + c)*INNER + i]
 
 Template parameters (all have defaults):
   T         element type                                         (default "float")
-  ALONG_CH  bias_add: dimension 0 runs along the channels (INNER == 1)  (default False)
   L         bias_grad: work-items per channel, a power of two    (default 64)
-KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
-  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="KERNEL=None, T='float', ALONG_CH=False, L=64"/>
+<%page args="T='float', L=64"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 
-% if KERNEL in (None, 'bias_add'):
 __kernel void bias_add(__global ${T}* y, const long y_off, __global const ${T}* bias, const long bias_off,
                        const int OUTER, const int CH, const int INNER)
 {
-% if ALONG_CH:
-    const int c = get_global_id(0), o = get_global_id(1);
-    if (c >= CH) return;
-    y[y_off + (long) o * CH + c] += bias[bias_off + c];
-% else:
     const int i = get_global_id(0), row = get_global_id(1);
     if (i >= INNER) return;
     y[y_off + (long) row * INNER + i] += bias[bias_off + row % CH];
-% endif
 }
-% endif
 
-% if KERNEL in (None, 'bias_grad'):
+__kernel void bias_add_last_axis(__global ${T}* y, const long y_off, __global const ${T}* bias,
+                                 const long bias_off, const int OUTER, const int CH, const int INNER)
+{
+    const int c = get_global_id(0), o = get_global_id(1);
+    if (c >= CH) return;
+    y[y_off + (long) o * CH + c] += bias[bias_off + c];
+}
+
 __kernel __attribute__((reqd_work_group_size(${L}, 1, 1)))
 void bias_grad(__global ${T}* grad, const long grad_off, __global const ${T}* gy, const long gy_off,
                const int OUTER, const int CH, const int INNER)
@@ -68,4 +65,3 @@ void bias_grad(__global ${T}* grad, const long grad_off, __global const ${T}* gy
 % endfor
     if (l == 0) grad[grad_off + c] = partial[0];
 }
-% endif

@@ -19,10 +19,8 @@ N C H W R S P Q SH SW PH PW DH DW, exactly as in kernels/im2col.cl.
 
 Launch: col2im_scatter: 1-D, global = ceil(N*P*Q*C*R*S / (LOCAL*VEC)) * LOCAL, local = LOCAL.
         col2im_gather: 1-D over N*C*H*W, any local size.
-KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
-  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="KERNEL=None, T='float', IDX='long', TRANSPOSED=1, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
+<%page args="T='float', IDX='long', TRANSPOSED=1, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
@@ -60,7 +58,6 @@ inline void atomic_add_T(volatile __global float* p, const float v)
 }
 % endif
 
-% if KERNEL in (None, 'col2im_scatter'):
 __kernel __attribute__((reqd_work_group_size(${LOCAL}, 1, 1)))
 void col2im_scatter(__global const ${T}* cols, const long cols_off, __global ${T}* gx, const long gx_off)
 {
@@ -82,9 +79,7 @@ void col2im_scatter(__global const ${T}* cols, const long cols_off, __global ${T
             atomic_add_T(gx + ((n * ${C} + c) * ${H} + h) * ${W} + w, cols[i]);
     }
 }
-% endif
 
-% if KERNEL in (None, 'col2im_gather'):
 __kernel void col2im_gather(__global const ${T}* restrict cols, const long cols_off,
                             __global ${T}* restrict gx, const long gx_off)
 {
@@ -121,4 +116,3 @@ __kernel void col2im_gather(__global const ${T}* restrict cols, const long cols_
     }
     gx[gx_off + j] = acc;
 }
-% endif

@@ -14,10 +14,8 @@ Template parameters (all have defaults):
   T   element type, "float" or "double"   (default "float")
 
 Launch: 1-D, global size = number of produced elements (rounded up; tails are guarded), any local size.
-KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
-  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="KERNEL=None, T='float'"/>
+<%page args="T='float'"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -37,7 +35,6 @@ inline void tap_range(const long o, const long D, const long L, const long T, lo
     if (*hi < *lo) *hi = *lo;
 }
 
-% if KERNEL in (None, 'conv_direct_forward'):
 __kernel void conv_direct_forward(
     __global const ${T}* x, const long x_off,
     __global const ${T}* w, const long w_off,
@@ -65,9 +62,7 @@ __kernel void conv_direct_forward(
     }
     y[y_off + i] = acc;
 }
-% endif
 
-% if KERNEL in (None, 'conv_direct_backward_data'):
 __kernel void conv_direct_backward_data(
     __global const ${T}* gy, const long gy_off,
     __global const ${T}* w, const long w_off,
@@ -99,9 +94,7 @@ __kernel void conv_direct_backward_data(
     }
     gx[gx_off + i] = acc;
 }
-% endif
 
-% if KERNEL in (None, 'conv_direct_backward_weight'):
 __kernel void conv_direct_backward_weight(
     __global const ${T}* x, const long x_off,
     __global const ${T}* gy, const long gy_off,
@@ -129,4 +122,3 @@ __kernel void conv_direct_backward_weight(
     }
     gw[gw_off + i] = acc;
 }
-% endif

@@ -35,10 +35,8 @@ Template parameters (defaults in the page tag):
 
 gemm_pack_a / gemm_pack_b / gemm_pack_bt (LOCAL=0 only) write the panels PACK_A / PACK_B read; the
 host picks gemm_pack_bt for a B whose unit stride runs along K.
-KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
-  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="KERNEL=None, T='float', MR=4, VW=8, NV=2, WG_M=1, WG_N=1, KU=1, LOCAL=0, KC=16, PACK_B=0, PACK_A=0, ORDER='nm'"/>
+<%page args="T='float', MR=4, VW=8, NV=2, WG_M=1, WG_N=1, KU=1, LOCAL=0, KC=16, PACK_B=0, PACK_A=0, ORDER='nm'"/>
 <%
     NR = VW * NV
     V = T if VW == 1 else '%s%d' % (T, VW)
@@ -70,7 +68,6 @@ KERNEL (every template with several kernels): compile only this one; None compil
 <% DN, DM = (0, 1) if ORDER == 'nm' else (1, 0) %>
 % if not LOCAL:
 // One work-item per k of one MR-row panel: Ap[b][panel][k][0..MR) = A[b][panel*MR + i][k], zero past M.
-% if KERNEL in (None, 'gemm_pack_a'):
 __kernel void gemm_pack_a(const int M, const int K, const int batch,
     __global const ${T}* A, const long a_off, const long a_rs, const long a_cs, const long a_bs,
     __global ${T}* Ap)
@@ -85,10 +82,8 @@ __kernel void gemm_pack_a(const int M, const int K, const int batch,
     dst[${i}] = (m0 + ${i} < M) ? src[(long)(m0 + ${i}) * a_rs] : (${T})0;
 % endfor
 }
-% endif
 
 // One work-item per row of NR packed columns: Bp[b][panel][k][0..NR) = B[b][k][panel*NR + c], zero past N.
-% if KERNEL in (None, 'gemm_pack_b'):
 __kernel void gemm_pack_b(const int K, const int N, const int batch,
     __global const ${T}* B, const long b_off, const long b_rs, const long b_cs, const long b_bs,
     __global ${T}* Bp)
@@ -112,11 +107,9 @@ __kernel void gemm_pack_b(const int K, const int N, const int batch,
             dst[c] = (n0 + c < N) ? src[(long)(n0 + c) * b_cs] : (${T})0;
     }
 }
-% endif
 
 // B with unit stride along K (a transposed B): one work-item per 16 k of one panel reads 16-element runs
 // of NR rows and writes 16 rows of NR packed columns, so both sides touch whole cache lines.
-% if KERNEL in (None, 'gemm_pack_bt'):
 __kernel void gemm_pack_bt(const int K, const int N, const int batch,
     __global const ${T}* B, const long b_off, const long b_cs, const long b_bs, __global ${T}* Bp)
 {
@@ -139,9 +132,7 @@ __kernel void gemm_pack_bt(const int K, const int N, const int batch,
             dst[kk * ${NR} + c] = tile[kk][c];
 }
 % endif
-% endif
 
-% if KERNEL in (None, 'gemm_tiled'):
 __kernel
 % if LOCAL:
 __attribute__((reqd_work_group_size(${(WG_N, WG_M)[DN]}, ${(WG_N, WG_M)[DM]}, 1)))
@@ -272,4 +263,3 @@ ${fma_step(lambda i: 'As[kk][ly * %d + %d]' % (MR, i), lambda j: vload('&Bs[kk][
     }
 % endfor
 }
-% endif

@@ -39,10 +39,8 @@ Template parameters (all have defaults):
 Launch: im2col: 1-D, global = ceil(N*P*Q*C*R*S / (LOCAL*VEC)) * LOCAL, local = LOCAL.
         im2col_caffe: 1-D over N*C*P*Q, any local size.
         copy_bandwidth: 1-D over ceil(n / VEC), any local size.
-KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
-  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="KERNEL=None, T='float', IDX='long', TRANSPOSED=1, RUNS=0, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
+<%page args="T='float', IDX='long', TRANSPOSED=1, RUNS=0, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -53,7 +51,6 @@ KERNEL (every template with several kernels): compile only this one; None compil
 #define NPQ  ((${IDX})${N * P * Q})
 #define TOTAL ((${IDX})${N * P * Q * C * R * S})
 
-% if KERNEL in (None, 'im2col'):
 __kernel __attribute__((reqd_work_group_size(${LOCAL}, 1, 1)))
 void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* restrict cols, const long cols_off)
 {
@@ -139,9 +136,7 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
     }
 % endif
 }
-% endif
 
-% if KERNEL in (None, 'im2col_caffe'):
 __kernel void im2col_caffe(__global const ${T}* restrict x, const long x_off, __global ${T}* restrict cols,
                            const long cols_off)
 {
@@ -160,13 +155,10 @@ __kernel void im2col_caffe(__global const ${T}* restrict x, const long x_off, __
         }
     }
 }
-% endif
 
-% if KERNEL in (None, 'copy_bandwidth'):
 __kernel void copy_bandwidth(__global const ${T}* restrict src, __global ${T}* restrict dst, const long n)
 {
     const long first = get_global_id(0) * ${VEC};
     const long end = min(first + ${VEC}, n);
     for (long i = first; i < end; ++i) dst[i] = src[i];
 }
-% endif

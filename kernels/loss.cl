@@ -15,15 +15,12 @@ Kernels:
                backward and reduces the row losses in local memory in a fixed order (deterministic).
   ce_backward  one work-item per logit: gx[n, c] = g * SCALE * (exp(x[n, c] - lse_n) - [c == t_n]),
                with g the upstream gradient read from device memory.
-KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
-  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="KERNEL=None, T='float', TI='long', LOCAL=64"/>
+<%page args="T='float', TI='long', LOCAL=64"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 
-% if KERNEL in (None, 'ce_forward'):
 __kernel __attribute__((reqd_work_group_size(${LOCAL}, 1, 1)))
 void ce_forward(
     __global const ${T}* x, const long x_off,
@@ -54,9 +51,7 @@ void ce_forward(
     }
     if (l == 0) loss[loss_off] = partial[0] * scale;
 }
-% endif
 
-% if KERNEL in (None, 'ce_backward'):
 __kernel void ce_backward(
     __global const ${T}* x, const long x_off,
     __global const ${TI}* t, const long t_off,
@@ -72,4 +67,3 @@ __kernel void ce_backward(
     const ${T} hot = ((long) t[t_off + n] == (long) c) ? (${T}) 1 : (${T}) 0;
     gx[gx_off + e] = g[g_off] * scale * (p - hot);
 }
-% endif

@@ -26,10 +26,8 @@ Template parameters (all have defaults):
 
 Launch: one work-item per produced element (tails guarded), any local size; mec_lower is 3-D
 (CG, IH*S, N*Q*G), the others 1-D.
-KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
-  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="KERNEL=None, T='float'"/>
+<%page args="T='float'"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -40,7 +38,6 @@ KERNEL (every template with several kernels): compile only this one; None compil
     const long DW = geom[14], G = geom[15]; \
     const long CG = C / G, KG = K / G, IH = H + 2 * PH;
 
-% if KERNEL in (None, 'mec_lower'):
 __kernel void mec_lower(
     __global const ${T}* x, const long x_off,
     __global ${T}* L, const long l_off,
@@ -57,9 +54,7 @@ __kernel void mec_lower(
     L[l_off + ((long)nqg * IH * S + hs) * CG + c] = (hh >= 0 && hh < H && ww >= 0 && ww < W)
         ? x[x_off + (((long)n * C + g * CG + c) * H + hh) * W + ww] : (${T})0;
 }
-% endif
 
-% if KERNEL in (None, 'mec_scatter'):
 __kernel void mec_scatter(
     __global const ${T}* gL, const long gl_off,
     __global ${T}* gx, const long gx_off,
@@ -83,9 +78,7 @@ __kernel void mec_scatter(
     }
     gx[gx_off + i] = acc;
 }
-% endif
 
-% if KERNEL in (None, 'mec_pack_weight'):
 __kernel void mec_pack_weight(
     __global const ${T}* w, const long w_off,
     __global ${T}* Wt, const long wt_off,
@@ -98,9 +91,7 @@ __kernel void mec_pack_weight(
     const long c = j % CG, rs = j / CG;
     Wt[wt_off + i] = w[w_off + (k * CG + c) * R * S + rs];
 }
-% endif
 
-% if KERNEL in (None, 'mec_pack_weight_rows'):
 __kernel void mec_pack_weight_rows(
     __global const ${T}* w, const long w_off,
     __global ${T}* W2, const long w2_off,
@@ -113,9 +104,7 @@ __kernel void mec_pack_weight_rows(
     const long c = j % CG, rs = j / CG;
     W2[w2_off + i] = w[w_off + (k * CG + c) * R * S + rs];
 }
-% endif
 
-% if KERNEL in (None, 'mec_unpack_grad'):
 __kernel void mec_unpack_grad(
     __global const ${T}* gW2, const long g_off,
     __global ${T}* gw, const long gw_off,
@@ -127,4 +116,3 @@ __kernel void mec_unpack_grad(
     const long rs = i % (R * S), c = (i / (R * S)) % CG, k = i / (R * S * CG);
     gw[gw_off + i] = gW2[g_off + k * R * S * CG + rs * CG + c];
 }
-% endif

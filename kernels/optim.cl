@@ -15,6 +15,8 @@ adam_step (torch.optim.Adam, amsgrad off), per element:
   m = b1 * m + (1 - b1) * g;   v = b2 * v + (1 - b2) * g*g
   p -= step_size_k * m / (sqrt(v) / sqrt_bc2_k + eps)   with step_size_k = lr / (1 - b1^t_k) and
   sqrt_bc2_k = sqrt(1 - b2^t_k), computed on the host in double precision per tensor (its own step t_k).
+Every "1 - x" arrives from the host, computed in double as PyTorch does: 1 - (float) 0.999 in float32 is off
+by 1.3e-5 relative, which shows in every Adam step.
 
 Template parameters (all have defaults):
   T         C element type                         (default "float")
@@ -23,10 +25,8 @@ Template parameters (all have defaults):
   MOMENTUM  sgd: keep a momentum buffer            (default False)
   NESTEROV  sgd: Nesterov momentum                 (default False)
 Launch: 1-D, gend_{N-1} work-groups of any local size; each tensor's tail is guarded.
-KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
-  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="KERNEL=None, T='float', N=1, WD=False, MOMENTUM=False, NESTEROV=False"/>
+<%page args="T='float', N=1, WD=False, MOMENTUM=False, NESTEROV=False"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -36,7 +36,7 @@ KERNEL (every template with several kernels): compile only this one; None compil
 (get_group_id(0) - ${"0" if k == 0 else "gend%d" % (k - 1)}) * (long) get_local_size(0) + get_local_id(0)</%def>
 
 inline void sgd_one(__global ${T}* p, __global const ${T}* grad, __global ${T}* buf, const long i,
-                    const ${T} lr, const ${T} momentum, const ${T} dampening, const ${T} wd, const int first)
+                    const ${T} lr, const ${T} momentum, const ${T} undamped, const ${T} wd, const int first)
 {
     const ${T} w = p[i];
     ${T} g = grad[i];
@@ -44,7 +44,7 @@ inline void sgd_one(__global ${T}* p, __global const ${T}* grad, __global ${T}* 
     g += wd * w;
 % endif
 % if MOMENTUM:
-    const ${T} b = first ? g : momentum * buf[i] + ((${T}) 1 - dampening) * g;
+    const ${T} b = first ? g : momentum * buf[i] + undamped * g;
     buf[i] = b;
   % if NESTEROV:
     g = g + momentum * b;
@@ -55,59 +55,56 @@ inline void sgd_one(__global ${T}* p, __global const ${T}* grad, __global ${T}* 
     p[i] = w - lr * g;
 }
 
-% if KERNEL in (None, 'sgd_step'):
 __kernel void sgd_step(
 % for k in range(N):
     __global ${T}* p${k}, const long p${k}_off, __global const ${T}* g${k}, const long g${k}_off,
     __global ${T}* b${k}, const long b${k}_off, const long n${k}, const int first${k},
 % endfor
-    ${group_ends()}, const ${T} lr, const ${T} momentum, const ${T} dampening, const ${T} wd)
+    ${group_ends()}, const ${T} lr, const ${T} momentum, const ${T} undamped, const ${T} wd)
 {
 % for k in range(N):
     if (get_group_id(0) < gend${k}) {
         const long i = ${element_index(k)};
         if (i < n${k})
-            sgd_one(p${k} + p${k}_off, g${k} + g${k}_off, b${k} + b${k}_off, i, lr, momentum, dampening, wd,
+            sgd_one(p${k} + p${k}_off, g${k} + g${k}_off, b${k} + b${k}_off, i, lr, momentum, undamped, wd,
                     first${k});
         return;
     }
 % endfor
 }
-% endif
 
 inline void adam_one(__global ${T}* p, __global const ${T}* grad, __global ${T}* m, __global ${T}* v, const long i,
-                     const ${T} step_size, const ${T} sqrt_bc2, const ${T} b1, const ${T} b2, const ${T} eps,
-                     const ${T} wd)
+                     const ${T} step_size, const ${T} sqrt_bc2, const ${T} b1, const ${T} one_minus_b1,
+                     const ${T} b2, const ${T} one_minus_b2, const ${T} eps, const ${T} wd)
 {
     const ${T} w = p[i];
     ${T} g = grad[i];
 % if WD:
     g += wd * w;
 % endif
-    const ${T} mi = b1 * m[i] + ((${T}) 1 - b1) * g;
-    const ${T} vi = b2 * v[i] + ((${T}) 1 - b2) * g * g;
+    const ${T} mi = b1 * m[i] + one_minus_b1 * g;
+    const ${T} vi = b2 * v[i] + one_minus_b2 * g * g;
     m[i] = mi;
     v[i] = vi;
     p[i] = w - step_size * mi / (sqrt(vi) / sqrt_bc2 + eps);
 }
 
-% if KERNEL in (None, 'adam_step'):
 __kernel void adam_step(
 % for k in range(N):
     __global ${T}* p${k}, const long p${k}_off, __global const ${T}* g${k}, const long g${k}_off,
     __global ${T}* m${k}, const long m${k}_off, __global ${T}* v${k}, const long v${k}_off, const long n${k},
     const ${T} step_size${k}, const ${T} sqrt_bc2_${k},
 % endfor
-    ${group_ends()}, const ${T} b1, const ${T} b2, const ${T} eps, const ${T} wd)
+    ${group_ends()}, const ${T} b1, const ${T} one_minus_b1, const ${T} b2, const ${T} one_minus_b2,
+    const ${T} eps, const ${T} wd)
 {
 % for k in range(N):
     if (get_group_id(0) < gend${k}) {
         const long i = ${element_index(k)};
         if (i < n${k})
             adam_one(p${k} + p${k}_off, g${k} + g${k}_off, m${k} + m${k}_off, v${k} + v${k}_off, i, step_size${k},
-                     sqrt_bc2_${k}, b1, b2, eps, wd);
+                     sqrt_bc2_${k}, b1, one_minus_b1, b2, one_minus_b2, eps, wd);
         return;
     }
 % endfor
 }
-% endif

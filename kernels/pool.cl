@@ -34,10 +34,8 @@ Kernels (one work-item per row; it walks the row's pixels, so neighbouring taps 
   pool_backward           global (H, N*C), for overlapping windows: each input element gathers from
                           every window that covers it.
 Both backward kernels are deterministic (no atomics). Row tails are guarded.
-KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
-  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="KERNEL=None, T='float', KH=2, KW=2, SH=2, SW=2, PH=0, PW=0, DH=1, DW=1, OP='max', COUNT_PAD=True, RELU=False"/>
+<%page args="T='float', KH=2, KW=2, SH=2, SW=2, PH=0, PW=0, DH=1, DW=1, OP='max', COUNT_PAD=True, RELU=False"/>
 <%
     PADDED = PH > 0 or PW > 0
     UNROLL = KH * KW <= 64
@@ -121,7 +119,6 @@ inline int window_cols(const int ow, const int W) {
 }
 % endif
 
-% if KERNEL in (None, 'pool_forward'):
 __kernel void pool_forward(
     __global const ${T}* x, const long x_off,
     __global ${T}* y, const long y_off,
@@ -162,7 +159,6 @@ __kernel void pool_forward(
 % endif
     }
 }
-% endif
 
 <%def name="scatter_tap(i, j, first)">
             const int ih = h0 + ${i} * ${DH}, iw = w0 + ${j} * ${DW};
@@ -176,7 +172,6 @@ __kernel void pool_forward(
   % endif
 </%def>
 
-% if KERNEL in (None, 'pool_backward_disjoint'):
 __kernel void pool_backward_disjoint(
     __global const ${T}* gy, const long gy_off,
     __global const int* arg, const long arg_off,
@@ -201,7 +196,6 @@ __kernel void pool_backward_disjoint(
         ${taps(scatter_tap)}
     }
 }
-% endif
 
 <%def name="gather_tap(i, j, first)">
             const int th = ih + ${PH} - ${i} * ${DH}, tw = iw + ${PW} - ${j} * ${DW};
@@ -222,7 +216,6 @@ __kernel void pool_backward_disjoint(
   % endif
 </%def>
 
-% if KERNEL in (None, 'pool_backward'):
 __kernel void pool_backward(
     __global const ${T}* gy, const long gy_off,
     __global const int* arg, const long arg_off,
@@ -241,4 +234,3 @@ __kernel void pool_backward(
         gx[gx_off + row + iw] = acc;
     }
 }
-% endif

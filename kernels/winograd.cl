@@ -31,15 +31,12 @@ Launch: the tile kernels (input, output, grad) are 3-D: (tx < TW, ty < TH, n * c
 a work-item finds its tile without 64-bit divisions and neighbours along dimension 0 write neighbouring
 tiles; the filter kernels are 2-D (inner channel, outer channel). Every kernel guards its tail; any
 local size works (netcl.ops.conv_winograd uses (8, 8, 1) / (8, 8)).
-KERNEL (every template with several kernels): compile only this one; None compiles all (default None).
-  netcl.runtime.kernels.get_kernel passes the kernel it wants, so a program holds one kernel.
 </%doc>
-<%page args="KERNEL=None, T='float', FLIP=0, TILE_MAJOR=0"/>
+<%page args="T='float', FLIP=0, TILE_MAJOR=0"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 
-% if KERNEL in (None, 'wino_input_transform'):
 __kernel void wino_input_transform(
     __global const ${T}* src, const long src_off,
     const int NB, const int CH, const int IH, const int IW, const int PAD_H, const int PAD_W,
@@ -82,12 +79,10 @@ __kernel void wino_input_transform(
         out[(4 * i + 3) * stride] = b[i][1] - b[i][3];
     }
 }
-% endif
 
 // Four horizontally adjacent tiles per work-item, as the lanes of ${T}4 vectors: the 4 x 10 input strip
 // is read once (the tiles overlap by two columns) and each transformed element of the four tiles is
 // one vstore4 (they are consecutive in t). Layout [16][CH][tiles] only.
-% if KERNEL in (None, 'wino_input_transform4'):
 __kernel void wino_input_transform4(
     __global const ${T}* src, const long src_off,
     const int NB, const int CH, const int IH, const int IW, const int PAD_H, const int PAD_W,
@@ -144,10 +139,8 @@ __kernel void wino_input_transform4(
         }
     }
 }
-% endif
 
 // Four adjacent tiles per work-item (the lanes of ${T}4 vectors), M in the [16][CH][tiles] layout.
-% if KERNEL in (None, 'wino_output_transform4'):
 __kernel void wino_output_transform4(
     __global const ${T}* M, const long m_off,
     const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
@@ -187,10 +180,8 @@ __kernel void wino_output_transform4(
         }
     }
 }
-% endif
 
 // Rows o in [0, ROWS), columns i in [0, COLS); FLIP=0: ROWS = K, COLS = CG; FLIP=1: ROWS = C, COLS = KG.
-% if KERNEL in (None, 'wino_filter_transform'):
 __kernel void wino_filter_transform(
     __global const ${T}* w, const long w_off,
     const int ROWS, const int COLS, const int CG, const int KG,
@@ -226,9 +217,7 @@ __kernel void wino_filter_transform(
         out[(4 * r + 3) * stride] = a[r][2];
     }
 }
-% endif
 
-% if KERNEL in (None, 'wino_grad_transform'):
 __kernel void wino_grad_transform(
     __global const ${T}* gy, const long gy_off,
     const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
@@ -262,10 +251,8 @@ __kernel void wino_grad_transform(
         out[(4 * i + 3) * stride] = -a[i][1];
     }
 }
-% endif
 
 // Mw is [16][K][CG]; gw is the (K, CG, 3, 3) weight gradient.
-% if KERNEL in (None, 'wino_filter_grad'):
 __kernel void wino_filter_grad(
     __global const ${T}* Mw, const long m_off, const int K, const int CG,
     __global ${T}* gw, const long gw_off)
@@ -290,4 +277,3 @@ __kernel void wino_filter_grad(
         out[i * 3 + 2] = hf * (a[i][1] + a[i][2]) + a[i][3];
     }
 }
-% endif

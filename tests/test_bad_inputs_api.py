@@ -348,7 +348,8 @@ def test_damaged_plan_caches_are_ignored_with_a_warning(env):
 def test_damaged_kernel_binaries_are_rebuilt(env, rng):
     from netcl.runtime import kernels
     source = "__kernel void twice(__global float* x) { x[get_global_id(0)] *= 2.0f; }\n// damaged-cache test"
-    kernels.build_program(env.other, source)  # writes the binary (a fresh context: nothing memoized)
+    kernels.build_program(env.other, source)  # a fresh context: nothing memoized
+    kernels.save_binaries()
     bins = list(Path(os.environ["NETCL_CACHE_DIR"]).rglob("*.bin"))
     assert bins, "the kernel cache wrote no binary"
     for p in bins:

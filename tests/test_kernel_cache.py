@@ -93,3 +93,18 @@ def test_memoized_per_context(device):
     a = kernels.get_kernel(device, "elementwise.cl", "elementwise", EXPR="a0 * 2")
     b = kernels.get_kernel(device, "elementwise.cl", "elementwise", EXPR="a0 * 2")
     assert a is b
+
+
+def test_binaries_are_written_after_the_builds_not_during_them(tmp_path, monkeypatch, device):
+    import time
+    from netcl.runtime import binaries as binary_cache
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(binary_cache, "IDLE_SECONDS", 1.0)
+    source = f"__kernel void idle_saver(__global float* x) {{ x[0] = 1.0f; }}\n// {time.time_ns()}"
+    kernels.build_program(device, source)
+    assert not binaries(tmp_path), "the binary was fetched during the build (PoCL compiles it all again)"
+    deadline = time.monotonic() + 30
+    while not binaries(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(binaries(tmp_path)) == 1, "the idle saver wrote nothing"
+    assert kernels.save_binaries() == 0, "nothing should be left to write"

@@ -38,7 +38,7 @@ def _finish(proc, what):
 
 def check_cache_intact(root: Path) -> dict:
     """Counts of the files checked; raises on anything half-written or damaged."""
-    from netcl.runtime.kernels import _BINARY_MAGIC
+    from netcl.runtime.binaries import MAGIC as _BINARY_MAGIC
     leftovers = [p for p in root.rglob("*") if p.is_file() and p.name.endswith(".tmp")]
     assert not leftovers, f"temporary files left in the cache: {leftovers}"
     counts = {"json": 0, "bin": 0}

@@ -29,13 +29,19 @@ def _outer_channels_inner(y: Tensor, bias_len: int, channel_axis: int, what: str
     return outer, bias_len, inner
 
 
+def _grad_lanes(device) -> int:
+    """bias_grad's work-group size; every bias kernel is rendered with it, so they share one program."""
+    return min(GRAD_LANES, 1 << (device.max_work_group_size.bit_length() - 1))
+
+
 def add_bias_(y: Tensor, bias: Tensor, channel_axis: int = 1) -> Tensor:
     """y += bias broadcast along ``channel_axis``, in place; returns y."""
     outer, ch, inner = _outer_channels_inner(y, bias.size, channel_axis, "add_bias_")
     if y.size == 0:
         return y
     along_ch = inner == 1
-    kernel = get_kernel(y.device, "bias.cl", "bias_add", T=dtypes.c_type(y.dtype), ALONG_CH=along_ch)
+    kernel = get_kernel(y.device, "bias.cl", "bias_add_last_axis" if along_ch else "bias_add",
+                        T=dtypes.c_type(y.dtype), L=_grad_lanes(y.device))
     (local,) = local_size_1d(y.device, ch if along_ch else inner)
     global_size = (ch, outer) if along_ch else (inner, outer * ch)
     launch(y.device, kernel, global_size, (local, 1), y.buffer, np.int64(y.offset), bias.buffer,
@@ -50,7 +56,7 @@ def bias_grad(grad_y: Tensor, channel_axis: int = 1) -> Tensor:
     out = Tensor.empty((ch,), grad_y.dtype, grad_y.device)
     if ch == 0:
         return out
-    lanes = min(GRAD_LANES, 1 << (grad_y.device.max_work_group_size.bit_length() - 1))
+    lanes = _grad_lanes(grad_y.device)
     kernel = get_kernel(grad_y.device, "bias.cl", "bias_grad", T=dtypes.c_type(grad_y.dtype), L=lanes)
     launch(grad_y.device, kernel, (ch * lanes,), (lanes,), out.buffer, np.int64(out.offset), grad_y.buffer,
            np.int64(grad_y.offset), np.int32(outer), np.int32(ch), np.int32(inner))

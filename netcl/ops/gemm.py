@@ -212,13 +212,17 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
     b_bs = b.strides[0] if b.shape[0] > 1 else 0
     a_buf, a_off = a.buffer, a.offset
     b_buf, b_off = b.buffer, b.offset
+    template_params = p
     if not p["LOCAL"]:
         p["PACK_A"], p["PACK_B"] = _packing(p, a.dtype.itemsize, M, N, K, a_cs, b_rs, b_cs)
+        # One render for the product and its packs (one program to build): the work-group shape is a
+        # launch setting here (see kernels/gemm.cl, WG_M), and the pack kernels do not read it.
+        template_params = {**p, "WG_M": 1, "WG_N": 1}
         if p["PACK_A"] and K > 0:
             a_batches = a.shape[0]
             panels = -(-M // MR)
             a_buf = _workspace(dev, "a", a_batches * panels * K * MR * a.dtype.itemsize)
-            pack = get_kernel(dev, "gemm.cl", "gemm_pack_a", T=T, **p)
+            pack = get_kernel(dev, "gemm.cl", "gemm_pack_a", T=T, **template_params)
             launch(dev, pack, (K, panels, a_batches), None, np.int32(M), np.int32(K), np.int32(a_batches),
                    a.buffer, np.int64(a.offset), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs), a_buf)
             a_off, a_rs, a_cs = 0, 0, MR
@@ -228,11 +232,11 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
             panels = -(-N // NR)
             b_buf = _workspace(dev, "b", b_batches * panels * K * NR * a.dtype.itemsize)
             if b_rs == 1 and b_cs != 1:  # K is the unit-stride direction: transpose in 16 x NR blocks
-                pack = get_kernel(dev, "gemm.cl", "gemm_pack_bt", T=T, **p)
+                pack = get_kernel(dev, "gemm.cl", "gemm_pack_bt", T=T, **template_params)
                 launch(dev, pack, (-(-K // 16), panels, b_batches), None, np.int32(K), np.int32(N),
                        np.int32(b_batches), b.buffer, np.int64(b.offset), np.int64(b_cs), np.int64(b_bs), b_buf)
             else:
-                pack = get_kernel(dev, "gemm.cl", "gemm_pack_b", T=T, **p)
+                pack = get_kernel(dev, "gemm.cl", "gemm_pack_b", T=T, **template_params)
                 launch(dev, pack, (K, panels, b_batches), None, np.int32(K), np.int32(N), np.int32(b_batches),
                        b.buffer, np.int64(b.offset), np.int64(b_rs), np.int64(b_cs), np.int64(b_bs), b_buf)
             b_off, b_rs, b_cs = 0, NR, 1
@@ -242,7 +246,6 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
     blocks_n, blocks_m = -(-N // NR), -(-M // MR)
     if not p["LOCAL"]:
         _spread(p, blocks_m, blocks_n, batch, dev.compute_units)
-    template_params = p if p["LOCAL"] else {**p, "WG_M": 1, "WG_N": 1}  # see kernels/gemm.cl, WG_M
     kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **template_params)
     wg_n, wg_m = p["WG_N"], p["WG_M"]
     if p["ORDER"] == "nm":

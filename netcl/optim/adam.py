@@ -40,5 +40,5 @@ class Adam(Optimizer):
             per_tensor += [p.buffer, np.int64(p.offset), g.buffer, np.int64(g.offset), m.buffer, np.int64(m.offset),
                            v.buffer, np.int64(v.offset), np.int64(p.size), T(group["lr"] / (1.0 - b1 ** t)),
                            T(math.sqrt(1.0 - b2 ** t))]
-        scalars = (T(b1), T(b2), T(group["eps"]), T(group["weight_decay"]))
+        scalars = (T(b1), T(1.0 - b1), T(b2), T(1.0 - b2), T(group["eps"]), T(group["weight_decay"]))
         self._launch(items, "adam_step", per_tensor + [scalars], WD=group["weight_decay"] != 0)

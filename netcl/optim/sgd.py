@@ -39,6 +39,6 @@ class SGD(Optimizer):
             per_tensor += [p.buffer, np.int64(p.offset), g.buffer, np.int64(g.offset), buf.buffer,
                            np.int64(buf.offset), np.int64(p.size), np.int32(first)]
         T = items[0][0].dtype.type
-        scalars = (T(group["lr"]), T(momentum), T(group["dampening"]), T(group["weight_decay"]))
+        scalars = (T(group["lr"]), T(momentum), T(1.0 - group["dampening"]), T(group["weight_decay"]))
         self._launch(items, "sgd_step", per_tensor + [scalars], WD=group["weight_decay"] != 0,
                      MOMENTUM=momentum != 0, NESTEROV=bool(group["nesterov"]))
