@@ -56,6 +56,7 @@ class Device:
         self._lock = threading.Lock()
         self._context: cl.Context | None = None
         self._queue: cl.CommandQueue | None = None
+        self._memory_pool = None  # netcl.runtime.memory's buffer pool, made at the first allocation
         self._in_flight: collections.deque = collections.deque()
 
     # The context is created lazily so that listing devices never allocates driver resources.
