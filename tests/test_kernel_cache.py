@@ -108,3 +108,18 @@ def test_binaries_are_written_after_the_builds_not_during_them(tmp_path, monkeyp
         time.sleep(0.05)
     assert len(binaries(tmp_path)) == 1, "the idle saver wrote nothing"
     assert kernels.save_binaries() == 0, "nothing should be left to write"
+
+
+def test_no_background_writes_while_held_back(tmp_path, monkeypatch, device):
+    import time
+    from netcl.runtime import binaries as binary_cache
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(binary_cache, "IDLE_SECONDS", 0.05)
+    with binary_cache.held_back():
+        kernels.build_program(device, f"__kernel void held(__global float* x) {{ x[0] = 2.0f; }}\n// {time.time_ns()}")
+        time.sleep(0.5)
+        assert not binaries(tmp_path), "a binary was written while held back"
+    deadline = time.monotonic() + 30
+    while not binaries(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(binaries(tmp_path)) == 1, "the saver did not resume after the hold"

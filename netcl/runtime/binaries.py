@@ -13,6 +13,7 @@ fails the check or the driver's load is a miss.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import threading
 import time
@@ -32,6 +33,8 @@ _wake = threading.Condition(_lock)  # the saver sleeps on it; exit wakes it
 _last_build = 0.0
 _saver: threading.Thread | None = None
 _stopping = False
+_holds = 0  # timings in progress (held_back): the saver waits
+_writing = False  # the saver is fetching a binary (held_back waits for it to finish)
 
 
 def load(context: cl.Context, cl_device: cl.Device, path: Path, options: tuple[str, ...]) -> cl.Program | None:
@@ -83,7 +86,7 @@ def _write(path: Path, program: cl.Program) -> bool:
 
 
 def _save_when_idle() -> None:
-    global _saver
+    global _saver, _writing
     while True:
         with _lock:
             while True:
@@ -91,11 +94,34 @@ def _save_when_idle() -> None:
                     _saver = None
                     return
                 wait = _last_build + IDLE_SECONDS - time.monotonic()
-                if wait <= 0:
+                if wait <= 0 and not _holds:
                     break
-                _wake.wait(wait)
+                _wake.wait(wait if wait > 0 else None)
             item = _unsaved.popitem()
-        _write(*item)
+            _writing = True
+        try:
+            _write(*item)
+        finally:
+            with _lock:
+                _writing = False
+                _wake.notify_all()
+
+
+@contextlib.contextmanager
+def held_back():
+    """No background writes inside this block (it is timing something: a write takes a core for up to
+    a second); they resume after it, and exit still writes whatever is left."""
+    global _holds
+    with _lock:
+        _holds += 1
+        while _writing:  # the binary in hand takes up to a second of a core: let it finish first
+            _wake.wait()
+    try:
+        yield
+    finally:
+        with _lock:
+            _holds -= 1
+            _wake.notify_all()
 
 
 def save_binaries() -> int:
