@@ -36,7 +36,7 @@ from .conv_common import PASSES, ConvLayer, strategies
 
 MODES = ("heuristic", "measure", "exhaustive")
 MEASURE_MARGIN = 10.0        # measure mode skips candidates predicted this many times slower than the best
-MEASURE_MIN_RUNS = 5
+MEASURE_MIN_RUNS = 7           # a median of 7 interleaved runs: a hiccup must span 4 of them to move it
 MEASURE_MAX_RUNS = 40
 MEASURE_TIME_S = 3.0         # per layer and pass, after warm-up: no further rounds past this
 CONTENTION = 1.3             # candidates this close to the best get the extra rounds
