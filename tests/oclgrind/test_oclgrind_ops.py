@@ -240,3 +240,18 @@ def test_benchmark_only_kernels(device, rng):
         copy = get_kernel(device, "im2col.cl", "copy_bandwidth", VEC=per_item)
         launch(device, copy, (-(-n // per_item),), None, src.buffer, dst.buffer, np.int64(n))
         assert np.array_equal(dst.to_host(), src.to_host())
+
+
+def test_bias_kernels(device, rng):
+    """Both bias_add forms (channels in the middle: a conv output; channels last: a linear output) and
+    the bias gradient."""
+    from netcl.ops.bias import add_bias_, bias_grad
+    for shape, axis in (((2, 3, 5), 1), ((3, 7), 1)):
+        y = rng.standard_normal(shape).astype(np.float32)
+        b = rng.standard_normal(shape[axis]).astype(np.float32)
+        bshape = [1] * len(shape)
+        bshape[axis] = shape[axis]
+        assert_close(add_bias_(_t(y, device), _t(b, device), axis).to_host(), y + b.reshape(bshape), 1e-6, "bias_add")
+        others = tuple(i for i in range(len(shape)) if i != axis)
+        assert_close(bias_grad(_t(y, device), axis).to_host(), y.astype(np.float64).sum(axis=others), 1e-5,
+                     "bias_grad")
