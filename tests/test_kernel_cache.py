@@ -107,7 +107,6 @@ def test_binaries_are_written_after_the_builds_not_during_them(tmp_path, monkeyp
     while not binaries(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(binaries(tmp_path)) == 1, "the idle saver wrote nothing"
-    assert kernels.save_binaries() == 0, "nothing should be left to write"
 
 
 def test_no_background_writes_while_held_back(tmp_path, monkeypatch, device):
