@@ -158,6 +158,7 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
     global_size = tuple(int(g) for g in global_size)
     if not getattr(kernel, "_netcl_typed", False):
         _declare_scalar_types(kernel, args)
+        kernel._netcl_local_sizes = set()  # work-group sizes launched so far (see the first-launch rule)
     if local_size is not None:
         local_size = tuple(int(x) for x in local_size)
         global_size = tuple(round_up(max(g, 1), l) for g, l in zip(global_size, local_size))
@@ -193,7 +194,6 @@ def _declare_scalar_types(kernel: cl.Kernel, args) -> None:
     if all(isinstance(a, np.generic) or not isinstance(a, (int, float, complex)) for a in args):
         kernel.set_scalar_arg_dtypes([a.dtype if isinstance(a, np.generic) else None for a in args])
     kernel._netcl_typed = True
-    kernel._netcl_local_sizes = set()
 
 
 def local_size_1d(device: Device, n: int) -> tuple[int]:
