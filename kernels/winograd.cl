@@ -26,11 +26,16 @@ Template parameters (all have defaults):
   FLIP        wino_filter_transform reads rotated, channel-swapped filters   (default 0)
   TILE_MAJOR  wino_input_transform writes the [16][groups][tiles][channels/groups] layout (default 0)
 
-Launch: the tile kernels (input, output, grad) are 3-D: (tx < TW, ty < TH, n * channels + channel) (the
-*4 kernels: (ceil(TW / 4), TH, n * channels)), so
-a work-item finds its tile without 64-bit divisions and neighbours along dimension 0 write neighbouring
-tiles; the filter kernels are 2-D (inner channel, outer channel). Every kernel guards its tail; any
-local size works (netcl.ops.conv_winograd uses (8, 8, 1) / (8, 8)).
+Launch: the tile kernels (input, output, grad) are 3-D: (tx < TW, ty < TH, plane) (the *4 kernels:
+(ceil(TW / 4), TH, plane)), so a work-item finds its tile without 64-bit divisions and neighbours along
+dimension 0 write neighbouring tiles. The plane index is n * channels + channel, or with CMAJOR = 1
+channel * NB + n: for small images (a few tiles per plane) that makes neighbouring planes write (read)
+neighbouring tiles of the transformed matrix, instead of lines shared with planes far away in the grid.
+The filter kernels are 2-D (inner channel, outer channel). Every kernel guards its tail; any local size
+works (netcl.ops.conv_winograd picks them: _tile_local, _filter_local).
+
+Every kernel that reads or writes the 16 transformed matrices takes estride, the elements from one
+matrix to the next (netcl.ops.conv_winograd.matrix_stride pads it off multiples of 4 KiB).
 </%doc>
 <%page args="T='float', FLIP=0, TILE_MAJOR=0"/>
 % if T == 'double':
@@ -40,12 +45,12 @@ local size works (netcl.ops.conv_winograd uses (8, 8, 1) / (8, 8)).
 __kernel void wino_input_transform(
     __global const ${T}* src, const long src_off,
     const int NB, const int CH, const int IH, const int IW, const int PAD_H, const int PAD_W,
-    const int TH, const int TW, const int GROUPS,
-    __global ${T}* V, const long v_off)
+    const int TH, const int TW, const int CMAJOR, const int GROUPS,
+    __global ${T}* V, const long v_off, const long estride)
 {
     const int tx = get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
     if (tx >= TW || ty >= TH || pl >= NB * CH) return;
-    const int n = pl / CH, c = pl - n * CH;
+    const int n = CMAJOR ? pl % NB : pl / CH, c = CMAJOR ? pl / NB : pl - n * CH;
     const long tiles = (long)NB * TH * TW;
     const long t = ((long)n * TH + ty) * TW + tx;
     const int h0 = 2 * ty - PAD_H, w0 = 2 * tx - PAD_W;
@@ -65,7 +70,6 @@ __kernel void wino_input_transform(
         b[2][j] = d[2][j] - d[1][j];
         b[3][j] = d[1][j] - d[3][j];
     }
-    const long stride = (long)CH * tiles;
 % if TILE_MAJOR:
     const int cpg = CH / GROUPS, grp = c / cpg;
     __global ${T}* out = V + v_off + ((long)grp * tiles + t) * cpg + (c - grp * cpg);
@@ -73,10 +77,10 @@ __kernel void wino_input_transform(
     __global ${T}* out = V + v_off + c * tiles + t;
 % endif
     for (int i = 0; i < 4; ++i) {
-        out[(4 * i + 0) * stride] = b[i][0] - b[i][2];
-        out[(4 * i + 1) * stride] = b[i][1] + b[i][2];
-        out[(4 * i + 2) * stride] = b[i][2] - b[i][1];
-        out[(4 * i + 3) * stride] = b[i][1] - b[i][3];
+        out[(4 * i + 0) * estride] = b[i][0] - b[i][2];
+        out[(4 * i + 1) * estride] = b[i][1] + b[i][2];
+        out[(4 * i + 2) * estride] = b[i][2] - b[i][1];
+        out[(4 * i + 3) * estride] = b[i][1] - b[i][3];
     }
 }
 
@@ -86,12 +90,12 @@ __kernel void wino_input_transform(
 __kernel void wino_input_transform4(
     __global const ${T}* src, const long src_off,
     const int NB, const int CH, const int IH, const int IW, const int PAD_H, const int PAD_W,
-    const int TH, const int TW,
-    __global ${T}* V, const long v_off)
+    const int TH, const int TW, const int CMAJOR,
+    __global ${T}* V, const long v_off, const long estride)
 {
     const int tx0 = 4 * get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
     if (tx0 >= TW || ty >= TH || pl >= NB * CH) return;
-    const int n = pl / CH, c = pl - n * CH;
+    const int n = CMAJOR ? pl % NB : pl / CH, c = CMAJOR ? pl / NB : pl - n * CH;
     const int nt = min(4, TW - tx0);
     const long tiles = (long)NB * TH * TW;
     const long t0 = ((long)n * TH + ty) * TW + tx0;
@@ -119,7 +123,6 @@ __kernel void wino_input_transform4(
         b[2][j] = d[2][j] - d[1][j];
         b[3][j] = d[1][j] - d[3][j];
     }
-    const long stride = (long)CH * tiles;
     __global ${T}* out = V + v_off + c * tiles + t0;
     for (int i = 0; i < 4; ++i) {
         ${T}4 v[4];
@@ -128,7 +131,7 @@ __kernel void wino_input_transform4(
         v[2] = b[i][2] - b[i][1];
         v[3] = b[i][1] - b[i][3];
         for (int j = 0; j < 4; ++j) {
-            __global ${T}* dst = out + (4 * i + j) * stride;
+            __global ${T}* dst = out + (4 * i + j) * estride;
             if (nt == 4) {
                 vstore4(v[j], 0, dst);
             } else {
@@ -142,21 +145,20 @@ __kernel void wino_input_transform4(
 
 // Four adjacent tiles per work-item (the lanes of ${T}4 vectors), M in the [16][CH][tiles] layout.
 __kernel void wino_output_transform4(
-    __global const ${T}* M, const long m_off,
-    const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
+    __global const ${T}* M, const long m_off, const long estride,
+    const int NB, const int CH, const int OH, const int OW, const int TH, const int TW, const int CMAJOR,
     __global ${T}* dst, const long dst_off)
 {
     const int tx0 = 4 * get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
     if (tx0 >= TW || ty >= TH || pl >= NB * CH) return;
-    const int n = pl / CH, o = pl - n * CH;
+    const int n = CMAJOR ? pl % NB : pl / CH, o = CMAJOR ? pl / NB : pl - n * CH;
     const int nt = min(4, TW - tx0);
     const long tiles = (long)NB * TH * TW;
     const long t0 = ((long)n * TH + ty) * TW + tx0;
-    const long stride = (long)CH * tiles;
     __global const ${T}* in = M + m_off + o * tiles + t0;
     ${T}4 m[4][4];
     for (int e = 0; e < 16; ++e) {
-        __global const ${T}* src = in + e * stride;
+        __global const ${T}* src = in + e * estride;
         m[e / 4][e % 4] = nt == 4 ? vload4(0, src)
             : (${T}4)(src[0], nt > 1 ? src[1] : (${T})0, nt > 2 ? src[2] : (${T})0, (${T})0);
     }
@@ -185,7 +187,7 @@ __kernel void wino_output_transform4(
 __kernel void wino_filter_transform(
     __global const ${T}* w, const long w_off,
     const int ROWS, const int COLS, const int CG, const int KG,
-    __global ${T}* U, const long u_off)
+    __global ${T}* U, const long u_off, const long estride)
 {
     const int i = get_global_id(0), o = get_global_id(1);
     if (i >= COLS || o >= ROWS) return;
@@ -208,24 +210,23 @@ __kernel void wino_filter_transform(
         a[2][j] = hf * (g[0][j] - g[1][j] + g[2][j]);
         a[3][j] = g[2][j];
     }
-    const long stride = (long)ROWS * COLS;
     __global ${T}* out = U + u_off + (long)o * COLS + i;
     for (int r = 0; r < 4; ++r) {
-        out[(4 * r + 0) * stride] = a[r][0];
-        out[(4 * r + 1) * stride] = hf * (a[r][0] + a[r][1] + a[r][2]);
-        out[(4 * r + 2) * stride] = hf * (a[r][0] - a[r][1] + a[r][2]);
-        out[(4 * r + 3) * stride] = a[r][2];
+        out[(4 * r + 0) * estride] = a[r][0];
+        out[(4 * r + 1) * estride] = hf * (a[r][0] + a[r][1] + a[r][2]);
+        out[(4 * r + 2) * estride] = hf * (a[r][0] - a[r][1] + a[r][2]);
+        out[(4 * r + 3) * estride] = a[r][2];
     }
 }
 
 __kernel void wino_grad_transform(
     __global const ${T}* gy, const long gy_off,
-    const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
-    __global ${T}* Z, const long z_off)
+    const int NB, const int CH, const int OH, const int OW, const int TH, const int TW, const int CMAJOR,
+    __global ${T}* Z, const long z_off, const long estride)
 {
     const int tx = get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
     if (tx >= TW || ty >= TH || pl >= NB * CH) return;
-    const int n = pl / CH, k = pl - n * CH;
+    const int n = CMAJOR ? pl % NB : pl / CH, k = CMAJOR ? pl / NB : pl - n * CH;
     const long tiles = (long)NB * TH * TW;
     const long t = ((long)n * TH + ty) * TW + tx;
     __global const ${T}* plane = gy + gy_off + ((long)n * CH + k) * OH * OW;
@@ -242,27 +243,25 @@ __kernel void wino_grad_transform(
         a[2][j] = d[0][j] - d[1][j];
         a[3][j] = -d[1][j];
     }
-    const long stride = (long)CH * tiles;
     __global ${T}* out = Z + z_off + k * tiles + t;
     for (int i = 0; i < 4; ++i) {
-        out[(4 * i + 0) * stride] = a[i][0];
-        out[(4 * i + 1) * stride] = a[i][0] + a[i][1];
-        out[(4 * i + 2) * stride] = a[i][0] - a[i][1];
-        out[(4 * i + 3) * stride] = -a[i][1];
+        out[(4 * i + 0) * estride] = a[i][0];
+        out[(4 * i + 1) * estride] = a[i][0] + a[i][1];
+        out[(4 * i + 2) * estride] = a[i][0] - a[i][1];
+        out[(4 * i + 3) * estride] = -a[i][1];
     }
 }
 
 // Mw is [16][K][CG]; gw is the (K, CG, 3, 3) weight gradient.
 __kernel void wino_filter_grad(
-    __global const ${T}* Mw, const long m_off, const int K, const int CG,
+    __global const ${T}* Mw, const long m_off, const long estride, const int K, const int CG,
     __global ${T}* gw, const long gw_off)
 {
     const int c = get_global_id(0), k = get_global_id(1);
     if (c >= CG || k >= K) return;
-    const long stride = (long)K * CG;
     __global const ${T}* in = Mw + m_off + (long)k * CG + c;
     ${T} m[4][4];
-    for (int e = 0; e < 16; ++e) m[e / 4][e % 4] = in[e * stride];
+    for (int e = 0; e < 16; ++e) m[e / 4][e % 4] = in[e * estride];
     const ${T} hf = (${T})0.5;
     ${T} a[3][4];
     for (int j = 0; j < 4; ++j) {

@@ -24,6 +24,10 @@ CASES = [
     ((1, 4, 2, 2), (3, 4, 3, 3), 1, 2, 1, 1, "float32"),                    # smaller than one tile
     ((1, 2, 5, 4), (3, 2, 3, 3), 1, 4, 1, 1, "float32"),                    # padding > 2: negative in backward
     ((1, 3, 9, 7), (5, 3, 3, 3), 1, 1, 1, 1, "float64"),
+    # 17×16 = 272 tiles per plane: the tile kernels walk planes image-major (CMAJOR = 0), the rest above
+    # channel-major; two groups keep the 16 matrices unpadded (matrix_stride)
+    ((2, 3, 35, 33), (5, 3, 3, 3), 1, 0, 1, 1, "float32"),
+    ((1, 4, 33, 35), (6, 2, 3, 3), 1, 1, 1, 2, "float32"),
 ]
 
 
@@ -60,3 +64,12 @@ def test_workspace_formula(device):
                          ids=["plain", "grouped", "pad4", "gemm_packs"])
 def test_workspace_is_exact(case, device, monkeypatch):
     check_workspace("winograd", case, device, monkeypatch)
+
+
+def test_transformed_matrices_are_padded_off_cache_set_multiples():
+    from netcl.ops.conv_winograd import matrix_stride
+    # 512 × 288 floats is a multiple of 4 KiB: padded to an odd number of 64-byte lines
+    stride = matrix_stride(512, 288, 1, 4)
+    assert stride >= 512 * 288 and stride % 16 == 0 and (stride // 16) % 2 == 1
+    assert matrix_stride(512, 288, 2, 4) == 512 * 288  # groups: one uniform batch, no padding
+    assert matrix_stride(3, 5, 1, 8) % 8 == 0 and (matrix_stride(3, 5, 1, 8) // 8) % 2 == 1

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import NetclError, ShapeError
-from ..runtime import binaries, cache
+from ..runtime import cache
 from . import conv_cost
 from .conv_common import PASSES, ConvLayer, strategies
 
@@ -389,11 +389,6 @@ def time_strategies(impls: dict, layer: ConvLayer, pass_: str, device, rng=None)
     takes over a second and three times the best; those within CONTENTION of the best get more rounds,
     up to MEASURE_MAX_RUNS, while the rounds stay within MEASURE_TIME_S.
     """
-    with binaries.held_back():  # a background binary write would take a core from the timings
-        return _time_strategies(impls, layer, pass_, device, rng)
-
-
-def _time_strategies(impls: dict, layer: ConvLayer, pass_: str, device, rng) -> dict:
     run = _pass_runner(layer, pass_, device, rng or np.random.default_rng(0))
     results: dict[str, object] = {}
     samples: dict[str, list[float]] = {}

@@ -114,7 +114,6 @@ def _load_or_build(device: Device, source: str, options: tuple[str, ...], key: s
     if program is not None:
         counter = "binary_loads"
     else:
-        binaries.note_build()
         try:
             program = cl.Program(device.context, source).build(options=list(options))
         except cl.Error as exc:
@@ -122,7 +121,7 @@ def _load_or_build(device: Device, source: str, options: tuple[str, ...], key: s
                                    source_path=_save_failed_source(key, source)) from None
         counter = "source_builds"
     if counter == "source_builds" and binary_path is not None:
-        binaries.remember(binary_path, program)
+        binaries.remember(binary_path, program, device)
     with _lock:
         build_stats[counter] += 1
         build_stats["seconds"] += time.perf_counter() - start

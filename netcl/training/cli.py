@@ -18,6 +18,7 @@ from .. import serialization
 from ..data.mnist import MEAN, STD, load_mnist
 from ..errors import CheckpointError, ShapeError
 from ..runtime.cache import atomic_write_json
+from ..runtime.binaries import save_binaries
 from . import loop
 
 CHECKPOINT = "checkpoint.ncl"
@@ -128,6 +129,7 @@ def train(model_name: str = "lenet", epochs: int = 3, batch_size: int = 64, lr: 
                             "normalization": {"mean": MEAN, "std": STD}}, checkpoint_path)
         atomic_write_json(out / METRICS, {"model": model_name, "epochs": history, "batch_size": batch_size,
                                           "lr": base_lr, "seed": seed, "recipe": recipe})
+        save_binaries()  # the kernels built so far reach the disk cache even if a later epoch is killed
     plot = _plot(history, out / "curves.png") if history else None
     if last is None:
         raise CheckpointError(f"nothing to report: no epoch was trained and {checkpoint_path} has no history")

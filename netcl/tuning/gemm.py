@@ -22,12 +22,12 @@ from . import db
 
 SHAPES = {
     "large": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)],
-    "small_k": [(20, 36864, 25), (500, 4096, 50), (500, 800, 64)],
+    "small_k": [(20, 36864, 25), (500, 4096, 50), (500, 800, 64), (64, 16384, 64)],
     "small_mn": [(50, 4096, 500), (50, 500, 4096), (64, 500, 800)],
 }
 QUICK_SHAPES = {
     "large": [(512, 512, 512), (1536, 1536, 1536)],  # a big one: grid order matters once B leaves L2
-    "small_k": [(20, 36864, 25), (500, 4096, 50)],
+    "small_k": [(20, 36864, 25), (500, 4096, 50), (64, 16384, 64)],  # the last: a Winograd product
     "small_mn": [(50, 4096, 500), (64, 500, 800)],
 }
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
@@ -42,9 +42,10 @@ def _tiles(dtype: str, quick: bool):
 
 
 def _groups(quick: bool):
-    groups = [(1, 1, "mn"), (8, 1, "mn"), (1, 8, "nm"), (4, 4, "mn"), (32, 1, "mn"), (128, 1, "mn"), (1, 32, "nm")]
+    groups = [(1, 1, "mn"), (8, 1, "mn"), (1, 8, "nm"), (1, 8, "mn"), (4, 4, "mn"), (32, 1, "mn"), (128, 1, "mn"),
+              (1, 32, "nm")]
     if not quick:
-        groups += [(1, 1, "nm"), (4, 4, "nm"), (2, 8, "nm"), (16, 1, "mn"), (64, 1, "mn"), (1, 128, "nm")]
+        groups += [(1, 1, "nm"), (4, 4, "nm"), (2, 8, "nm"), (2, 8, "mn"), (16, 1, "mn"), (64, 1, "mn"), (1, 128, "nm")]
     return [{"WG_M": m, "WG_N": n, "ORDER": o} for m, n, o in groups]
 
 
