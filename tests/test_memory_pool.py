@@ -50,3 +50,14 @@ def test_ops_ignore_what_a_reused_buffer_held(device, rng):
     poisoned = _lenet_step(device, x, y)
     for a, b in zip(clean, poisoned):
         assert np.all(np.isfinite(b)) and np.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_pool_releases_what_it_holds_past_its_limit(device, monkeypatch):
+    memory.release_cached(device)
+    monkeypatch.setattr(memory, "held_limit", lambda device: 1 << 20)
+    tensors = [nc.Tensor.empty((n,), np.float32, device) for n in (100_000, 200_000, 300_000)]  # > 1 MiB
+    del tensors
+    gc.collect()
+    assert memory.pool_stats(device)["held_bytes"] > 1 << 20
+    kept = nc.Tensor.empty((10,), np.float32, device)  # the next allocation finds too much held
+    assert memory.pool_stats(device)["held_bytes"] < 1 << 20 and kept.size == 10

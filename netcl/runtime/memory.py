@@ -6,7 +6,10 @@ faults on first touch: conv1 of LeNet (batch 64) took 4-6 ms instead of 1.2 ms f
 after any other layer had run, which misled the planner's measurements. Reuse is safe because every
 kernel goes to the device's one in-order queue: a buffer handed out again is only written by commands
 queued after the ones that read it. A new buffer therefore holds arbitrary old data; every op writes
-its whole output. ``release_cached`` hands the held buffers back to the driver.
+its whole output. ``release_cached`` hands the held buffers back to the driver, and so does an allocation
+that finds more than ``held_limit`` bytes held: a run over many differently sized large tensors (`netcl
+bench conv` at batch 32) would otherwise keep one buffer of every size class it ever used, and on a CPU
+device that is host memory (19 GB of a 24 GB machine in one such run).
 """
 from __future__ import annotations
 
@@ -21,6 +24,12 @@ from .device import Device
 
 _meta_cache: dict[tuple, cl.Buffer] = {}
 _pools_lock = threading.Lock()
+
+
+def held_limit(device: Device) -> int:
+    """Bytes the pool may hold for reuse before an allocation releases them: 1/8 of the device's global
+    memory, at least 256 MiB (a training loop reuses a fixed set of sizes far below that)."""
+    return max(256 << 20, device.global_mem_bytes // 8)
 
 
 def _pool(device: Device) -> cl_tools.MemoryPool:
@@ -42,6 +51,8 @@ def allocate(device: Device, nbytes: int):
             f"allows is {device.max_alloc_bytes:,} bytes (global memory {device.global_mem_bytes:,})",
             requested_bytes=nbytes, available_bytes=device.max_alloc_bytes)
     pool = _pool(device)
+    if pool.managed_bytes - pool.active_bytes > held_limit(device):
+        pool.free_held()
     if pool.alloc_size(pool.bin_number(nbytes)) > device.max_alloc_bytes:
         pool = None  # its size class would round past the largest allocation: ask the driver directly
     for attempt in range(2):
@@ -70,7 +81,9 @@ def release_cached(device: Device) -> int:
 def pool_stats(device: Device) -> dict:
     """Buffers in use and held for reuse by the device's pool."""
     pool = device._memory_pool
-    return {"active_blocks": pool.active_blocks if pool else 0, "held_blocks": pool.held_blocks if pool else 0}
+    return {"active_blocks": pool.active_blocks if pool else 0, "held_blocks": pool.held_blocks if pool else 0,
+            "active_bytes": pool.active_bytes if pool else 0,
+            "held_bytes": pool.managed_bytes - pool.active_bytes if pool else 0}
 
 
 def upload(device: Device, buffer: cl.Buffer, array: np.ndarray, offset_bytes: int = 0, wait: bool = True):
