@@ -83,13 +83,17 @@ def save_binaries() -> int:
     with _lock:
         items = list(_unsaved.items())
         _unsaved.clear()
-    drained: set[int] = set()
+    drained: dict[int, bool] = {}
     written = 0
     for path, (program, device) in items:
         if id(device) not in drained:
-            device.queue.finish()
-            drained.add(id(device))
-        written += _write(path, program)
+            try:
+                device.queue.finish()
+                drained[id(device)] = True
+            except cl.Error:  # a device in a failed state: skip its binaries (the next process rebuilds)
+                drained[id(device)] = False
+        if drained[id(device)]:
+            written += _write(path, program)
     return written
 
 
