@@ -42,6 +42,12 @@ matrix to the next (netcl.ops.conv_winograd.matrix_stride pads it off multiples 
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 
+// (image, channel) of a plane index: n * CH + c, or with CMAJOR c * NB + n (see Launch above)
+inline int2 plane_of(const int pl, const int NB, const int CH, const int CMAJOR)
+{
+    return CMAJOR ? (int2)(pl % NB, pl / NB) : (int2)(pl / CH, pl % CH);
+}
+
 __kernel void wino_input_transform(
     __global const ${T}* src, const long src_off,
     const int NB, const int CH, const int IH, const int IW, const int PAD_H, const int PAD_W,
@@ -50,7 +56,8 @@ __kernel void wino_input_transform(
 {
     const int tx = get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
     if (tx >= TW || ty >= TH || pl >= NB * CH) return;
-    const int n = CMAJOR ? pl % NB : pl / CH, c = CMAJOR ? pl / NB : pl - n * CH;
+    const int2 nc = plane_of(pl, NB, CH, CMAJOR);
+    const int n = nc.x, c = nc.y;
     const long tiles = (long)NB * TH * TW;
     const long t = ((long)n * TH + ty) * TW + tx;
     const int h0 = 2 * ty - PAD_H, w0 = 2 * tx - PAD_W;
@@ -95,7 +102,8 @@ __kernel void wino_input_transform4(
 {
     const int tx0 = 4 * get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
     if (tx0 >= TW || ty >= TH || pl >= NB * CH) return;
-    const int n = CMAJOR ? pl % NB : pl / CH, c = CMAJOR ? pl / NB : pl - n * CH;
+    const int2 nc = plane_of(pl, NB, CH, CMAJOR);
+    const int n = nc.x, c = nc.y;
     const int nt = min(4, TW - tx0);
     const long tiles = (long)NB * TH * TW;
     const long t0 = ((long)n * TH + ty) * TW + tx0;
@@ -151,7 +159,8 @@ __kernel void wino_output_transform4(
 {
     const int tx0 = 4 * get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
     if (tx0 >= TW || ty >= TH || pl >= NB * CH) return;
-    const int n = CMAJOR ? pl % NB : pl / CH, o = CMAJOR ? pl / NB : pl - n * CH;
+    const int2 nc = plane_of(pl, NB, CH, CMAJOR);
+    const int n = nc.x, o = nc.y;
     const int nt = min(4, TW - tx0);
     const long tiles = (long)NB * TH * TW;
     const long t0 = ((long)n * TH + ty) * TW + tx0;
@@ -226,7 +235,8 @@ __kernel void wino_grad_transform(
 {
     const int tx = get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
     if (tx >= TW || ty >= TH || pl >= NB * CH) return;
-    const int n = CMAJOR ? pl % NB : pl / CH, k = CMAJOR ? pl / NB : pl - n * CH;
+    const int2 nc = plane_of(pl, NB, CH, CMAJOR);
+    const int n = nc.x, k = nc.y;
     const long tiles = (long)NB * TH * TW;
     const long t = ((long)n * TH + ty) * TW + tx;
     __global const ${T}* plane = gy + gy_off + ((long)n * CH + k) * OH * OW;

@@ -32,6 +32,10 @@ def held_limit(device: Device) -> int:
     return max(256 << 20, device.global_mem_bytes // 8)
 
 
+def _held_bytes(pool: cl_tools.MemoryPool) -> int:
+    return pool.managed_bytes - pool.active_bytes
+
+
 def _pool(device: Device) -> cl_tools.MemoryPool:
     pool = device._memory_pool
     if pool is None:
@@ -51,7 +55,7 @@ def allocate(device: Device, nbytes: int):
             f"allows is {device.max_alloc_bytes:,} bytes (global memory {device.global_mem_bytes:,})",
             requested_bytes=nbytes, available_bytes=device.max_alloc_bytes)
     pool = _pool(device)
-    if pool.managed_bytes - pool.active_bytes > held_limit(device):
+    if _held_bytes(pool) > held_limit(device):
         pool.free_held()
     if pool.alloc_size(pool.bin_number(nbytes)) > device.max_alloc_bytes:
         pool = None  # its size class would round past the largest allocation: ask the driver directly
@@ -83,7 +87,7 @@ def pool_stats(device: Device) -> dict:
     pool = device._memory_pool
     return {"active_blocks": pool.active_blocks if pool else 0, "held_blocks": pool.held_blocks if pool else 0,
             "active_bytes": pool.active_bytes if pool else 0,
-            "held_bytes": pool.managed_bytes - pool.active_bytes if pool else 0}
+            "held_bytes": _held_bytes(pool) if pool else 0}
 
 
 def upload(device: Device, buffer: cl.Buffer, array: np.ndarray, offset_bytes: int = 0, wait: bool = True):
