@@ -12,10 +12,10 @@ im2col          the one-pass form (Zhang 2017, Alg. 2): the launch is flat over 
                 RUNS=0 (GPUs): VEC entries spaced one work-group apart (entry = group*LOCAL*VEC +
                   v*LOCAL + local id), each decoded in closed form, so neighbouring work-items touch
                   neighbouring entries (coalesced).
-                RUNS=1 (CPUs): VEC consecutive entries; the first is decoded in closed form, then
-                  TRANSPOSED=1: the run is walked one output-row segment at a time, each segment a
-                  zero fill, a strided copy of one input row and a zero fill (vectorizable loops);
-                  TRANSPOSED=0: the run is stepped entry by entry with carries, no division.
+                RUNS=1 (CPUs): a run of consecutive entries; the first is decoded in closed form, then
+                  TRANSPOSED=1: VEC whole output rows (Q entries each), each a zero fill, a strided
+                  copy of one input row and a zero fill (vectorizable loops);
+                  TRANSPOSED=0: VEC entries stepped one by one with carries, no division.
 im2col_caffe    the Caffe-style form, only for `netcl bench im2col`: one work-item per (n, c, p, q) with
                 two loops over the kernel window (writes the TRANSPOSED=1 layout only).
 copy_bandwidth  dst[i] = src[i], VEC consecutive elements per work-item: the device's copy bandwidth,
@@ -29,14 +29,15 @@ Template parameters (all have defaults):
   IDX         index type, "int" when every index fits, else "long" (default "long")
   TRANSPOSED  1 for the (CRS, NPQ) layout, 0 for (NPQ, CRS)        (default 1)
   RUNS        1: the run form, 0: the interleaved form             (default 0)
-  VEC         entries per work-item                                (default 4)
+  VEC         entries per work-item (output rows of Q entries when RUNS=1 and TRANSPOSED=1) (default 4)
   LOCAL       the work-group size the kernel is launched with      (default 64)
   N C H W     input shape                                          (default 1 1 1 1)
   R S         kernel window                                        (default 1 1)
   P Q         output height and width                              (default 1 1)
   SH SW PH PW DH DW   stride, padding, dilation                    (default 1 1 0 0 1 1)
 
-Launch: im2col: 1-D, global = ceil(N*P*Q*C*R*S / (LOCAL*VEC)) * LOCAL, local = LOCAL.
+Launch: im2col: 1-D, global = ceil(units / (LOCAL*VEC)) * LOCAL, local = LOCAL, where units = C*R*S*N*P
+        (output rows) for RUNS=1 TRANSPOSED=1, else N*P*Q*C*R*S (entries).
         im2col_caffe: 1-D over N*C*P*Q, any local size.
         copy_bandwidth: 1-D over ceil(n / VEC), any local size.
 </%doc>
@@ -57,34 +58,53 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
     x += x_off;
     cols += cols_off;
 % if RUNS and TRANSPOSED:
-    /* A run of VEC consecutive entries: decode the first in closed form, then walk the run one output
-       row segment (fixed c, r, s, n, p; q varying) at a time. Within a segment the columns q whose tap
-       falls inside the input form one interval [lo, hi) (closed form), so each segment is a zero fill,
-       a strided copy of one input row and a zero fill: loops the compiler vectorizes. */
-    ${IDX} i = (${IDX})get_global_id(0) * ${VEC};
-    if (i >= TOTAL) return;
-    const ${IDX} end = min(i + ${VEC}, TOTAL);
-    const ${IDX} crs = i / NPQ, npq = i - crs * NPQ;
+<%
+    Q_INSIDE = PW == 0 and (Q - 1) * SW + (S - 1) * DW <= W - 1
+    P_INSIDE = PH == 0 and (P - 1) * SH + (R - 1) * DH <= H - 1
+%>
+    /* VEC consecutive output rows (c, r, s, n, p; q = 0..Q-1) of the matrix: decode the first in closed
+       form, then step p -> n -> s -> r -> c. The columns q whose tap lies inside the input are one interval
+       [lo, hi) that depends on s only, and a whole row is out when its h is: each row is a zero fill, a
+       strided copy of one input row and a zero fill, with the checks the geometry rules out (no padding on
+       that axis, every tap inside) left out at compile time, so the common copy is a loop of Q iterations. */
+    const ${IDX} first = (${IDX})get_global_id(0) * ${VEC};
+    if (first >= (${IDX})${C * R * S * N * P}) return;
+    const ${IDX} end = min(first + ${VEC}, (${IDX})${C * R * S * N * P});
+    ${IDX} plane = first / ${P}, p = first - plane * ${P};
+    const ${IDX} crs = plane / ${N};
+    ${IDX} n = plane - crs * ${N};
     ${IDX} c = crs / RS, rs = crs - c * RS, r = rs / ${S}, s = rs - r * ${S};
-    ${IDX} n = npq / PQ, pq = npq - n * PQ, p = pq / ${Q}, q = pq - p * ${Q};
-    while (i < end) {
-        const ${IDX} q1 = min((${IDX})${Q}, q + (end - i));
-        __global ${T}* out = cols + (i - q);                 /* out[k] is the entry of column k */
-        const ${IDX} h = p * ${SH} - ${PH} + r * ${DH};
-        const ${IDX} w0 = s * ${DW} - ${PW};                  /* column k reads input column k*SW + w0 */
-        ${IDX} k = q;
-        if (h >= 0 && h < ${H}) {
-            const ${IDX} first = w0 >= 0 ? 0 : (-w0 + ${SW - 1}) / ${SW};
-            const ${IDX} last = ${W - 1} - w0 < 0 ? 0 : (${W - 1} - w0) / ${SW} + 1;
-            const ${IDX} lo = clamp(first, q, q1), hi = clamp(last, lo, q1);
-            __global const ${T}* row = x + ((n * ${C} + c) * ${H} + h) * ${W};
-            for (; k < lo; ++k) out[k] = (${T})0;
-            for (; k < hi; ++k) out[k] = row[k * ${SW} + w0];
+    __global ${T}* out = cols + first * ${Q};
+    for (${IDX} row = first; row < end;) {
+        const ${IDX} w0 = s * ${DW} - ${PW};
+% if Q_INSIDE:
+        const ${IDX} lo = 0, hi = ${Q};
+% else:
+        const ${IDX} lo = w0 >= 0 ? 0 : min((${IDX})${Q}, (-w0 + ${SW - 1}) / ${SW});
+        const ${IDX} hi = ${W - 1} - w0 < 0 ? lo : max(lo, min((${IDX})${Q}, (${W - 1} - w0) / ${SW} + 1));
+% endif
+        __global const ${T}* src = x + (n * ${C} + c) * ${H * W};
+        const ${IDX} stop = min((${IDX})${P}, p + (end - row));
+        row += stop - p;
+        for (; p < stop; ++p, out += ${Q}) {
+            const ${IDX} h = p * ${SH} - ${PH} + r * ${DH};
+% if not P_INSIDE:
+            if (h < 0 || h >= ${H}) {
+                for (int q = 0; q < ${Q}; ++q) out[q] = (${T})0;
+                continue;
+            }
+% endif
+            const ${IDX} at = h * ${W} + w0;
+% if not Q_INSIDE:
+            for (${IDX} q = 0; q < lo; ++q) out[q] = (${T})0;
+% endif
+            for (${IDX} q = lo; q < hi; ++q) out[q] = src[at + q * ${SW}];
+% if not Q_INSIDE:
+            for (${IDX} q = hi; q < ${Q}; ++q) out[q] = (${T})0;
+% endif
         }
-        for (; k < q1; ++k) out[k] = (${T})0;
-        i += q1 - q;
-        q = 0;
-        if (++p == ${P}) { p = 0; if (++n == ${N}) { n = 0; if (++s == ${S}) { s = 0; if (++r == ${R}) { r = 0; ++c; } } } }
+        p = 0;
+        if (++n == ${N}) { n = 0; if (++s == ${S}) { s = 0; if (++r == ${R}) { r = 0; ++c; } } }
     }
 % elif RUNS:
     /* The row layout's run: entries (n, p, q, c, r, s) with s fastest. Decode the first in closed form,

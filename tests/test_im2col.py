@@ -70,11 +70,12 @@ def test_im2col_matches_reference(case, transposed, dtype, rng, device, canaries
     np.testing.assert_array_equal(cols.to_host(), expected.astype(dtype))  # a pure copy: exact
 
 
-@pytest.mark.parametrize("runs", [0, 16, 512], ids=["interleaved", "runs16", "runs512"])
+@pytest.mark.parametrize("runs", [0, 1, 3, 16, 512], ids=["interleaved", "runs1", "runs3", "runs16", "runs512"])
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("transposed", [False, True])
 def test_im2col_kernel_forms_agree(case, runs, transposed, rng, device, canaries):
-    """Both forms of the one-pass kernel (the device picks one), whatever the run length."""
+    """Both forms of the one-pass kernel (the device picks one), whatever the run length (output rows for
+    the transposed layout, entries for the row layout: 1 and 3 stop and start runs inside a plane)."""
     shape, kh, kw, st, pd, dl = case
     x = rng.uniform(-2, 2, shape).astype(np.float32)
     layer = _layer(shape, kh, kw, st, pd, dl, "float32")

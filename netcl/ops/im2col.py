@@ -74,31 +74,43 @@ def _flat_launch(device, kernel, total: int, local: int, per_item: int, *args):
     launch(device, kernel, (groups * local,), (local,), *args)
 
 
-def run_length(device, total: int, local: int) -> int:
-    """Entries per work-item for the run form of im2col, or 0 for the interleaved form.
+def run_length(device, layer: ConvLayer, transposed: bool, local: int) -> int:
+    """Work per work-item for the run form of im2col, or 0 for the interleaved form: whole output rows
+    (Q entries each) for the transposed layout, entries for the row layout.
 
     CPUs run a work-group's items one after another, so a work-item that walks a contiguous run of the
     matrix (one closed-form decode, then vectorizable row copies) beats per-entry index arithmetic by 5–10×
     there; GPUs want neighbouring work-items on neighbouring entries (the interleaved form). Runs are as
-    long as possible (up to 2048: longer ones measured no faster) while still leaving two work-groups per
-    compute unit."""
+    long as possible (up to about 2048 entries: longer ones measured no faster) while still leaving two
+    work-groups per compute unit."""
     if device.kind != "cpu":
         return 0
-    fit = total // max(1, device.compute_units * local * 2)
-    return max(16, min(2048, 1 << max(fit, 1).bit_length() - 1))
+    units, entries_per_unit = _run_units(layer, transposed)
+    fit = units // max(1, device.compute_units * local * 2)
+    cap = max(1, 2048 // entries_per_unit)
+    longest = max(1, min(cap, fit))
+    return max(1 if transposed else 16, 1 << longest.bit_length() - 1)
+
+
+def _run_units(layer: ConvLayer, transposed: bool) -> tuple[int, int]:
+    """(how many units the run form's launch covers, entries per unit)."""
+    if transposed:
+        return layer.c * layer.r * layer.s * layer.n * layer.out_h, layer.out_w
+    return layer.c * layer.r * layer.s * layer.n * layer.out_h * layer.out_w, 1
 
 
 def im2col_into(x: Tensor, layer: ConvLayer, out: Tensor, transposed: bool = True, runs: int | None = None) -> Tensor:
     """Write the column matrix of the contiguous input ``x`` (geometry ``layer``; its K and groups do not
     matter) into the contiguous ``out``. The one-pass kernel of kernels/im2col.cl; ``runs`` overrides the
-    run length (0 = interleaved form)."""
+    run length (0 = interleaved form; :func:`run_length` says in what unit)."""
     if out.size == 0:
         return out
     local = local_size_1d(x.device, out.size)[0]
     if runs is None:
-        runs = run_length(x.device, out.size, local)
+        runs = run_length(x.device, layer, transposed, local)
     kernel = _layer_kernel(x.device, "im2col.cl", "im2col", layer, x.dtype, transposed, local, runs)
-    _flat_launch(x.device, kernel, out.size, local, runs or VEC, x.buffer, np.int64(x.offset),
+    units = _run_units(layer, transposed)[0] if runs else out.size
+    _flat_launch(x.device, kernel, units, local, runs or VEC, x.buffer, np.int64(x.offset),
                  out.buffer, np.int64(out.offset))
     return out
 

@@ -78,7 +78,7 @@ def test_strategy_every_pass_and_dtype(name, rng, device):
 
 @pytest.mark.parametrize("transposed", [False, True])
 def test_im2col_col2im_both_forms(transposed, rng, device):
-    from netcl.ops.im2col import col2im, im2col
+    from netcl.ops.im2col import _layer, col2im, im2col, im2col_into
     for dtype in dtypes_of(device):
         for xs, ws, st, pd, dl, _ in LAYERS:
             r, s = ws[2:]
@@ -86,6 +86,10 @@ def test_im2col_col2im_both_forms(transposed, rng, device):
             cols = im2col(nc.Tensor.from_host(x, device), r, s, st, pd, dl, transposed=transposed)
             ref = _im2col_ref(x, r, s, _pair(st), _pair(pd), _pair(dl))
             assert_close(cols.to_host(), ref.T if transposed else ref, 1e-6, "im2col")
+            layer = _layer(xs, r, s, st, pd, dl, dtype)
+            for runs in (1, 3):  # the CPU run forms, which Oclgrind's GPU-like device would not pick
+                im2col_into(nc.Tensor.from_host(x, device), layer, cols, transposed=transposed, runs=runs)
+                assert_close(cols.to_host(), ref.T if transposed else ref, 1e-6, f"im2col runs={runs}")
             c = rng.uniform(-1, 1, cols.shape).astype(dtype)
             expected = _col2im_ref(c.T if transposed else c, xs, r, s, _pair(st), _pair(pd), _pair(dl))
             for deterministic in (False, True):
