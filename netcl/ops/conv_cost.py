@@ -26,12 +26,12 @@ from .conv_common import ConvLayer
 # over the LeNet and MEC layers; "gemm" (1×1) takes im2col's. A measured plan refines them per device
 # (the planner's corrections).
 EFFICIENCY = {
-    "direct": {"forward": 0.023, "backward_data": 0.019, "backward_weight": 0.025},
-    "im2col": {"forward": 1.72, "backward_data": 1.31, "backward_weight": 1.43},
-    "gemm": {"forward": 1.72, "backward_data": 1.31, "backward_weight": 1.43},
-    "implicit_gemm": {"forward": 0.68, "backward_data": 0.54, "backward_weight": 1.07},
-    "winograd": {"forward": 0.45, "backward_data": 0.43, "backward_weight": 0.28},
-    "mec": {"forward": 0.48, "backward_data": 0.16, "backward_weight": 0.22},
+    "direct": {"forward": 0.025, "backward_data": 0.024, "backward_weight": 0.025},
+    "im2col": {"forward": 4.21, "backward_data": 1.82, "backward_weight": 2.18},
+    "gemm": {"forward": 4.21, "backward_data": 1.82, "backward_weight": 2.18},
+    "implicit_gemm": {"forward": 1.07, "backward_data": 0.63, "backward_weight": 0.91},
+    "winograd": {"forward": 6.29, "backward_data": 7.77, "backward_weight": 6.32},
+    "mec": {"forward": 0.96, "backward_data": 0.77, "backward_weight": 1.08},
 }
 DEFAULT_EFFICIENCY = 0.3  # a strategy this model does not know
 
