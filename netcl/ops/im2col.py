@@ -105,14 +105,21 @@ def im2col_into(x: Tensor, layer: ConvLayer, out: Tensor, transposed: bool = Tru
     run length (0 = interleaved form; :func:`run_length` says in what unit)."""
     if out.size == 0:
         return out
-    local = local_size_1d(x.device, out.size)[0]
-    if runs is None:
-        runs = run_length(x.device, layer, transposed, local)
-    kernel = _layer_kernel(x.device, "im2col.cl", "im2col", layer, x.dtype, transposed, local, runs)
-    units = _run_units(layer, transposed)[0] if runs else out.size
-    _flat_launch(x.device, kernel, units, local, runs or VEC, x.buffer, np.int64(x.offset),
-                 out.buffer, np.int64(out.offset))
+    kernel, global_size, local = im2col_launch(x.device, layer, x.dtype, transposed, runs)
+    launch(x.device, kernel, global_size, local, x.buffer, np.int64(x.offset), out.buffer, np.int64(out.offset))
     return out
+
+
+def im2col_launch(device, layer: ConvLayer, dtype, transposed: bool, runs: int | None = None):
+    """(kernel, global size, local size) of the one-pass im2col for a layer: what :func:`im2col_into`
+    launches with (x, x offset, cols, cols offset); `netcl bench im2col` launches it the same way."""
+    total = layer.n * layer.out_h * layer.out_w * layer.c * layer.r * layer.s
+    local = local_size_1d(device, total)[0]
+    if runs is None:
+        runs = run_length(device, layer, transposed, local)
+    kernel = _layer_kernel(device, "im2col.cl", "im2col", layer, dtype, transposed, local, runs)
+    units = _run_units(layer, transposed)[0] if runs else total
+    return kernel, (-(-units // (local * (runs or VEC))) * local,), (local,)
 
 
 def prefers_gather(device) -> bool:
