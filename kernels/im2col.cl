@@ -67,9 +67,10 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
        [lo, hi) that depends on s only, and a whole row is out when its h is: each row is a zero fill, a
        strided copy of one input row and a zero fill, with the checks the geometry rules out (no padding on
        that axis, every tap inside) left out at compile time, so the common copy is a loop of Q iterations. */
+    const ${IDX} rows = ${C * R * S * N * P};
     const ${IDX} first = (${IDX})get_global_id(0) * ${VEC};
-    if (first >= (${IDX})${C * R * S * N * P}) return;
-    const ${IDX} end = min(first + ${VEC}, (${IDX})${C * R * S * N * P});
+    if (first >= rows) return;
+    const ${IDX} end = min(first + ${VEC}, rows);
     ${IDX} plane = first / ${P}, p = first - plane * ${P};
     const ${IDX} crs = plane / ${N};
     ${IDX} n = plane - crs * ${N};

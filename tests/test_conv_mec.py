@@ -12,7 +12,7 @@ from netcl.ops import conv_mec
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer, strategies
 from netcl.tuning import db
-from test_conv_implicit_gemm import check_workspace, run_case
+from test_conv_implicit_gemm import check_workspace, strategy_errors
 from util import assert_close, conv2d_ref
 
 # operands past the GEMM's L1 threshold, so that netcl.ops.gemm allocates packing buffers
@@ -32,7 +32,9 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
 def test_mec_matches_reference(case, rng, device, canaries):
-    run_case("mec", case, rng, device)
+    errors = strategy_errors("mec", case, rng, device)
+    assert errors["forward"] <= 1e-5, errors
+    assert errors["grad_input"] <= 1e-4 and errors["grad_weight"] <= 1e-4, errors
 
 
 @pytest.mark.parametrize("solution", ["A", "B"])

@@ -9,7 +9,7 @@ import pytest
 import netcl as nc
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer, strategies
-from test_conv_implicit_gemm import check_workspace, run_case
+from test_conv_implicit_gemm import check_workspace, strategy_errors
 
 # operands past the GEMM's L1 threshold, so that netcl.ops.gemm allocates packing buffers
 PACKED = ((2, 32, 20, 20), (64, 32, 3, 3), 1, 1, 1, 1, "float32")
@@ -33,8 +33,10 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
 def test_winograd_matches_reference(case, rng, device, canaries):
-    tol = (1e-4, 5e-4) if case[-1] == "float32" else (1e-12, 1e-12)
-    run_case("winograd", case, rng, device, *tol)
+    forward_tol, grad_tol = (1e-4, 5e-4) if case[-1] == "float32" else (1e-12, 1e-12)
+    errors = strategy_errors("winograd", case, rng, device)
+    assert errors["forward"] <= forward_tol, errors
+    assert errors["grad_input"] <= grad_tol and errors["grad_weight"] <= grad_tol, errors
 
 
 @pytest.mark.parametrize("weight, kw, rule", [
