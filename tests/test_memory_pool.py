@@ -2,6 +2,7 @@
 buffer held before."""
 from __future__ import annotations
 
+import contextlib
 import gc
 
 import numpy as np
@@ -10,15 +11,28 @@ import netcl as nc
 from netcl.runtime import memory
 
 
-def test_a_freed_buffer_serves_the_next_request_of_its_size(device):
-    memory.release_cached(device)
-    t = nc.Tensor.empty((1013,), np.float32, device)
-    buffer_id = t.buffer.int_ptr
-    del t
+@contextlib.contextmanager
+def _no_garbage_reaches_the_pool():
+    """Garbage left by earlier tests must not reach the pool while a test counts what it holds: the pool
+    hands out the most recently freed buffer of a size class, and a collection could free one of the
+    same class in between."""
     gc.collect()
-    assert memory.pool_stats(device)["held_blocks"] >= 1
-    again = nc.Tensor.empty((1011,), np.float32, device)  # same size class
-    assert again.buffer.int_ptr == buffer_id
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def test_a_freed_buffer_serves_the_next_request_of_its_size(device):
+    with _no_garbage_reaches_the_pool():
+        memory.release_cached(device)
+        t = nc.Tensor.empty((1013,), np.float32, device)
+        buffer_id = t.buffer.int_ptr
+        del t
+        assert memory.pool_stats(device)["held_blocks"] == 1
+        again = nc.Tensor.empty((1011,), np.float32, device)  # same size class
+        assert again.buffer.int_ptr == buffer_id
 
 
 def test_release_cached_hands_held_buffers_back(device):
@@ -53,11 +67,11 @@ def test_ops_ignore_what_a_reused_buffer_held(device, rng):
 
 
 def test_the_pool_releases_what_it_holds_past_its_limit(device, monkeypatch):
-    memory.release_cached(device)
     monkeypatch.setattr(memory, "held_limit", lambda device: 1 << 20)
-    tensors = [nc.Tensor.empty((n,), np.float32, device) for n in (100_000, 200_000, 300_000)]  # > 1 MiB
-    del tensors
-    gc.collect()
-    assert memory.pool_stats(device)["held_bytes"] > 1 << 20
-    kept = nc.Tensor.empty((10,), np.float32, device)  # the next allocation finds too much held
-    assert memory.pool_stats(device)["held_bytes"] < 1 << 20 and kept.size == 10
+    with _no_garbage_reaches_the_pool():
+        memory.release_cached(device)
+        tensors = [nc.Tensor.empty((n,), np.float32, device) for n in (100_000, 200_000, 300_000)]  # > 1 MiB
+        del tensors
+        assert memory.pool_stats(device)["held_bytes"] > 1 << 20
+        kept = nc.Tensor.empty((10,), np.float32, device)  # the next allocation finds too much held
+        assert memory.pool_stats(device)["held_bytes"] < 1 << 20 and kept.size == 10
