@@ -88,6 +88,25 @@ def test_views_with_offsets_and_leading_dims(rng, device, canaries):
     assert_close(ct.to_host(), ref - 0.5 * big_c[3:3 + M, 5:5 + N], 1e-5, "transposed C")
 
 
+@pytest.mark.parametrize("M,N,K,variant", [(9, 11, 70, None), (40, 200, 300, 2)])  # the second packs A and B
+def test_repeated_layout_with_new_operands(M, N, K, variant, rng, device, canaries):
+    """A launch plan is reused for a layout it has seen: each call's buffers, offsets, alpha and beta must
+    reach the kernels, including a buffer that the pool hands out again and operands that swap places."""
+    params = None if variant is None else VARIANTS[variant]
+    hosts = [rng.standard_normal((M + 2, K)).astype(np.float32) for _ in range(2)]
+    A = [nc.Tensor.from_host(h, device) for h in hosts]
+    hb = rng.standard_normal((K, N)).astype(np.float32)
+    B = nc.Tensor.from_host(np.ascontiguousarray(hb.T), device).transpose(0, 1)  # packed when it is read
+    for step, (i, row, alpha, beta) in enumerate([(0, 0, 1.0, 0.0), (1, 0, 1.0, 0.0), (0, 2, -2.0, 0.0),
+                                                  (1, 1, 0.5, 1.5), (1, 1, 0.5, 1.5)]):
+        c0 = rng.standard_normal((M, N)).astype(np.float32)
+        C = nc.Tensor.from_host(c0, device)
+        gemm(A[i][row:row + M], B, C, alpha=alpha, beta=beta, params=params)
+        ref = alpha * hosts[i][row:row + M].astype(np.float64) @ hb + beta * c0
+        assert_close(C.to_host(), ref, 1e-5, f"call {step}: operand {i}, first row {row}, alpha {alpha}, beta {beta}")
+        del C  # the next C may be the same pooled buffer
+
+
 @pytest.mark.parametrize("ta,tb", TRANS)
 def test_batched_with_broadcast(ta, tb, rng, device, canaries):
     batch, M, N, K = 3, 11, 19, 23
@@ -170,7 +189,8 @@ def test_bad_inputs(device):
 def test_parameters_come_from_the_database(device):
     assert shape_class(2048, 2048, 2048) == "large"
     assert shape_class(20, 36864, 25) == "small_k"
-    assert shape_class(64, 10, 500) == "small_mn"
+    assert shape_class(64, 500, 800) == "small_mn"
+    assert shape_class(64, 10, 500) == "tiny"
     p = params_for(device, np.float32, 512, 512, 512)
     assert {"MR", "VW", "NV"} <= set(p)
 

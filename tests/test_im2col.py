@@ -163,8 +163,8 @@ def test_errors_name_the_shapes(device):
 
 def test_bench_layer_row(device):
     """One row of `netcl bench im2col` on a small layer: both kernels agree and the figures are sane."""
-    from netcl.bench.im2col import CopyProbe, measure
-    row = measure("tiny", (2, 3, 13, 11), 3, 2, device, 1, CopyProbe(device, quick=True))
+    from netcl.bench.im2col import copy_probe, measure
+    row = measure("tiny", (2, 3, 13, 11), 3, 2, device, 1, copy_probe(device, quick=True))
     assert row["cols_shape"] == [27, 2 * 6 * 5] and not row["large"]
     for key in ("one_pass_gbps", "caffe_gbps", "copy_gbps", "speedup_vs_caffe", "col2im_gather_ms"):
         assert row[key] > 0, key

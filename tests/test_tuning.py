@@ -83,18 +83,18 @@ def test_cache_off_keeps_entries_in_process(tmp_cache, monkeypatch):
 def test_gemm_uses_stored_parameters(tmp_cache, device, rng, canaries):
     stored = {"MR": 3, "VW": 4, "NV": 1, "WG_M": 2, "WG_N": 1, "PACK_B": 1, "ORDER": "mn", "gflops": 1.0}
     db.store(device, "gemm", stored, key="float32/small_mn")
-    p = gemm_module.params_for(device, np.float32, 5, 40, 200)
+    p = gemm_module.params_for(device, np.float32, 20, 500, 300)
     assert (p["MR"], p["VW"], p["NV"], p["WG_M"], p["ORDER"]) == (3, 4, 1, 2, "mn")
-    a = rng.standard_normal((5, 200)).astype(np.float32)
-    b = rng.standard_normal((200, 40)).astype(np.float32)
+    a = rng.standard_normal((20, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 500)).astype(np.float32)
     out = gemm_module.gemm(nc.Tensor.from_host(a, device), nc.Tensor.from_host(b, device))
     assert_close(out.to_host(), a.astype(np.float64) @ b, 1e-5, "gemm with stored parameters")
-    assert tuner.expected_gflops(device, np.float32, 5, 40, 200) == 1.0
+    assert tuner.expected_gflops(device, np.float32, 20, 500, 300) == 1.0
     assert tuner.expected_gflops(device, np.float32, 500, 500, 500) is None
     # an invalid stored value falls back to the built-in parameters with a warning
     db.store(device, "gemm", {"MR": 0, "VW": 5}, key="float32/small_mn")
     with pytest.warns(RuntimeWarning, match="gemm parameters"):
-        p = gemm_module.params_for(device, np.float32, 5, 40, 200)
+        p = gemm_module.params_for(device, np.float32, 20, 500, 300)
     assert p["MR"] >= 1
 
 
@@ -108,14 +108,14 @@ def test_tuner_rejects_wrong_results(device, tmp_cache):
 
 
 def test_tuner_stores_winners(device, tmp_cache, monkeypatch):
-    small = {"large": [(40, 48, 40)], "small_k": [(24, 40, 8)], "small_mn": [(8, 40, 120)]}
+    small = {"large": [(40, 48, 40)], "small_k": [(24, 40, 8)], "small_mn": [(8, 40, 120)], "tiny": [(4, 10, 50)]}
     monkeypatch.setattr(tuner, "QUICK_SHAPES", small)
     monkeypatch.setattr(tuner, "_tiles", lambda dtype, quick: [{"MR": 2, "VW": 4, "NV": 1}])
     monkeypatch.setattr(tuner, "_groups", lambda quick: [{"WG_M": 2, "WG_N": 1, "ORDER": "mn"}])
     monkeypatch.setattr(tuner, "_extras", lambda quick: [{"PACK_B": 0, "PACK_A": 0, "KU": 1}])
     result = tuner.run_cli(types.SimpleNamespace(quick=True, json=True))
     assert "float32/large" in result["results"]
-    for key in ("float32/large", "float32/small_k", "float32/small_mn", "float32"):
+    for key in ("float32/large", "float32/small_k", "float32/small_mn", "float32/tiny", "float32"):
         entry = db.lookup(device, "gemm", key)
         assert db.source(device, "gemm", key) == "user"
         assert entry["gflops"] > 0 and {"MR", "VW", "NV"} <= set(entry)

@@ -5,6 +5,14 @@ median of ``--repeat`` runs after a warm-up run (so kernel compilation is exclud
 implementations are timed round-robin within each repetition, so a burst of load from other processes
 hits all of them alike and the ratios stay meaningful on a shared machine. netcl's time includes any
 operand packing (it is part of the product) and waits for the device to finish.
+
+Two netcl columns: ``netcl`` times one call between two waits for the device (a latency, which on
+PoCL includes ~50 µs of waking the driver's threads: the whole budget of a 0.6 MFLOP product), and
+``netcl_pipelined`` times a run of calls between two waits, divided by their number (a throughput: how
+a training loop issues its products, with host work and kernels overlapping as the device allows).
+NumPy is timed both ways too (``numpy``: one call after the device's wait, when OpenBLAS's threads may
+have to wake; ``numpy_pipelined``: the same run of calls), and each netcl column is compared with its
+NumPy counterpart. Large products issue one call per sample either way.
 """
 from __future__ import annotations
 
@@ -33,13 +41,26 @@ def _textbook(device, a, b, c, M, N, K):
 def measure(M: int, N: int, K: int, repeat: int, device, textbook: bool = True, rng=None) -> dict:
     """Median GFLOP/s of netcl, NumPy and (optionally) the textbook kernel on one float32 product."""
     from ..ops.gemm import gemm, params_for, shape_class
+    from ..tuning.gemm import calls_per_sample
     from ..tensor import Tensor
     rng = rng or np.random.default_rng(0)
     ha = rng.standard_normal((M, K)).astype(np.float32)
     hb = rng.standard_normal((K, N)).astype(np.float32)
     a, b = Tensor.from_host(ha, device), Tensor.from_host(hb, device)
     c = Tensor.empty((M, N), np.float32, device)
-    runners = {"netcl": lambda: gemm(a, b, c), "numpy": lambda: np.matmul(ha, hb)}
+    flop = 2.0 * M * N * K
+    calls = calls_per_sample(flop)
+
+    def netcl_run():
+        for _ in range(calls):
+            gemm(a, b, c)
+
+    def numpy_run():
+        for _ in range(calls):
+            np.matmul(ha, hb)
+    runners = {"netcl": lambda: gemm(a, b, c), "netcl_pipelined": netcl_run, "numpy": lambda: np.matmul(ha, hb),
+               "numpy_pipelined": numpy_run}
+    per_sample = {"netcl_pipelined": calls, "numpy_pipelined": calls}
     if textbook:
         c2 = Tensor.empty((M, N), np.float32, device)
         runners["textbook"] = _textbook(device, a, b, c2, M, N, K)
@@ -53,15 +74,16 @@ def measure(M: int, N: int, K: int, repeat: int, device, textbook: bool = True, 
             fn()
             device.synchronize()
             if rep:
-                times[name].append(time.perf_counter() - start)
+                times[name].append((time.perf_counter() - start) / per_sample.get(name, 1))
     check = np.linalg.norm(c.to_host() - ha.astype(np.float64) @ hb) / max(np.linalg.norm(ha.astype(np.float64) @ hb), 1e-30)
-    flop = 2.0 * M * N * K
     row = {"M": M, "N": N, "K": K, "class": shape_class(M, N, K), "rel_l2": float(check),
            "params": params_for(device, np.float32, M, N, K)}
     for name, ts in times.items():
         row[f"{name}_gflops"] = round(flop / statistics.median(ts) / 1e9, 2)
         row[f"{name}_gflops_best"] = round(flop / min(ts) / 1e9, 2)  # what load from other processes hides
     row["vs_numpy"] = round(row["netcl_gflops"] / row["numpy_gflops"], 3)
+    row["vs_numpy_pipelined"] = round(row["netcl_pipelined_gflops"] / row["numpy_pipelined_gflops"], 3)
+    row["pipelined_calls"] = calls
     if textbook:
         row["vs_textbook"] = round(row["netcl_gflops"] / row["textbook_gflops"], 2)
     return row
@@ -75,18 +97,23 @@ def run(args) -> dict:
     quick = bool(getattr(args, "quick", False))
     repeat = getattr(args, "repeat", None) or (3 if quick else 7)
     print(f"GEMM float32 on {device.describe()}, GFLOP/s (median of {repeat}; tuning db {db.identity(device)})")
-    print(f"{'kind':7s} {'M x N x K':>18s} {'netcl':>8s} {'numpy':>8s} {'textbook':>9s} {'/numpy':>7s} {'/textbook':>9s}")
+    print(f"{'kind':7s} {'M x N x K':>18s} {'netcl':>8s} {'numpy':>8s} {'textbook':>9s} {'/numpy':>7s} "
+          f"{'/textbook':>9s} | pipelined: {'netcl':>8s} {'numpy':>8s} {'/numpy':>7s}")
     rows = []
     for kind, (M, N, K) in shapes(quick):
         row = measure(M, N, K, repeat, device)
         row["kind"] = kind
         rows.append(row)
         print(f"{kind:7s} {f'{M} x {N} x {K}':>18s} {row['netcl_gflops']:8.1f} {row['numpy_gflops']:8.1f} "
-              f"{row['textbook_gflops']:9.1f} {row['vs_numpy']:7.2f} {row['vs_textbook']:9.1f}", flush=True)
+              f"{row['textbook_gflops']:9.1f} {row['vs_numpy']:7.2f} {row['vs_textbook']:9.1f} | {'':10s} "
+              f"{row['netcl_pipelined_gflops']:8.1f} {row['numpy_pipelined_gflops']:8.1f} "
+              f"{row['vs_numpy_pipelined']:7.2f}", flush=True)
     square = [r["vs_numpy"] for r in rows if r["kind"] == "square" and r["M"] >= 512]
     lenet = [r["vs_numpy"] for r in rows if r["kind"] == "lenet"]
+    lenet_pipelined = [r["vs_numpy_pipelined"] for r in rows if r["kind"] == "lenet"]
     summary = {"min_vs_numpy_square_512_2048": min(square) if square else None,
                "min_vs_numpy_lenet": min(lenet) if lenet else None,
+               "min_vs_numpy_lenet_pipelined": min(lenet_pipelined) if lenet_pipelined else None,
                "geomean_vs_numpy_lenet": round(float(np.exp(np.mean(np.log(lenet)))), 3) if lenet else None}
     print("summary:", ", ".join(f"{k} {v}" for k, v in summary.items()))
     return {"benchmark": "gemm", "device": device.describe(), "device_identity": device.identity,

@@ -18,6 +18,8 @@ import time
 
 import numpy as np
 
+from ..ops.copy_probe import CopyProbe
+
 LARGE_BYTES = 16 << 20
 
 # name: (input NCHW, kernel, stride)
@@ -55,28 +57,10 @@ def _timed(runners: dict, device, repeat: int) -> dict:
     return {name: min(ts) for name, ts in times.items()}
 
 
-class CopyProbe:
-    """A copy of a buffer well beyond the last-level cache; timed next to each layer's kernels (right
-    before them, in rounds of its own), so that the fraction of copy bandwidth compares runs under the same
-    machine load."""
-
-    def __init__(self, device, quick: bool):
-        from ..runtime.kernels import get_kernel
-        from ..tensor import Tensor
-        self.device = device
-        self.n = min((64 << 20 if quick else 256 << 20) // 4, device.max_alloc_bytes // 4)
-        self.src, self.dst = (Tensor.empty((self.n,), np.float32, device) for _ in range(2))
-        # several elements per work-item: lets a CPU compiler vectorize, costs a GPU nothing at this size
-        self.per_item = 16 if device.kind == "cpu" else 1
-        self.kernel = get_kernel(device, "im2col.cl", "copy_bandwidth", VEC=self.per_item)
-
-    def __call__(self):
-        from ..runtime.kernels import launch
-        launch(self.device, self.kernel, (-(-self.n // self.per_item),), None, self.src.buffer, self.dst.buffer,
-               np.int64(self.n))
-
-    def gbps(self, seconds: float) -> float:
-        return 2 * self.n * 4 / seconds / 1e9
+def copy_probe(device, quick: bool) -> CopyProbe:
+    """The copy timed next to each layer's kernels (right before them, in rounds of its own), so that the
+    fraction of copy bandwidth compares runs under the same machine load."""
+    return CopyProbe(device, 64 << 20 if quick else 256 << 20)
 
 
 def measure(name: str, shape, k: int, stride: int, device, repeat: int, copy: CopyProbe) -> dict:
@@ -122,7 +106,7 @@ def run(args) -> dict:
     quick = bool(getattr(args, "quick", False))
     repeat = getattr(args, "repeat", None) or (3 if quick else 9)
     as_json = bool(getattr(args, "json", False))
-    copy = CopyProbe(device, quick)
+    copy = copy_probe(device, quick)
     if not as_json:
         print(f"im2col float32 on {device.describe()}: best of {repeat}")
         print(f"{'layer':18s} {'cols MB':>8s} {'one-pass':>9s} {'caffe':>9s} {'speedup':>8s} {'copy':>7s} "

@@ -178,8 +178,9 @@ def _calibration_path(device):
         gemm_source = (kernels_dir() / "gemm.cl").read_bytes()
     except OSError:
         gemm_source = b""
-    key = hashlib.sha256(b"|".join((__version__.encode(), device.identity.encode(),
-                                    tuning_identity(device).encode(), gemm_source))).hexdigest()[:20]
+    key = hashlib.sha256(b"|".join((__version__.encode(), str(conv_cost.CALIBRATION_VERSION).encode(),
+                                    device.identity.encode(), tuning_identity(device).encode(),
+                                    gemm_source))).hexdigest()[:20]
     return cache.cache_path("planner", f"device-{key}.json")
 
 

@@ -61,7 +61,10 @@ class DeviceProfile:
 
 
 # One representative product per GEMM shape class (netcl.ops.gemm.shape_class), conv-like and quick.
-CLASS_SHAPES = {"large": (256, 256, 256), "small_k": (32, 9216, 50), "small_mn": (50, 2048, 500)}
+CLASS_SHAPES = {"large": (256, 256, 256), "small_k": (32, 9216, 50), "small_mn": (50, 2048, 500),
+                "tiny": (64, 10, 500)}
+# Bumped whenever calibrate() measures differently: stored calibrations of another version are not used.
+CALIBRATION_VERSION = 2
 
 
 def estimate(device) -> DeviceProfile:
@@ -216,38 +219,42 @@ def calibrate(device, dtype: str = "float32") -> dict:
     """Measure this device's copy bandwidth, launch overhead and GEMM rate per shape class (a second or
     two, most of it building the kernels the first time)."""
     from ..tensor import Tensor
+    from ..tuning.gemm import calls_per_sample
+    from .copy_probe import CopyProbe
     from .elementwise import copy_into
     from .gemm import gemm
     dt = np.dtype(dtype)
     rng = np.random.default_rng(0)
-    n = 1 << 22
-    src = Tensor.from_host(np.ones(n, dt), device=device)
-    dst = Tensor.empty((n,), dt, device)
     tiny_src = Tensor.from_host(np.ones(1, dt), device=device)
     tiny_dst = Tensor.empty((1,), dt, device)
+    copy = CopyProbe(device, 64 << 20)  # beyond the last-level cache of today's CPUs
 
-    def best_s(fn, repeats):
+    def best_s(fn, repeats, calls=1):
         # The fastest run, not the median: a device characteristic, which load from other processes
-        # on a shared CPU can only slow down.
+        # on a shared CPU can only slow down. The first run builds kernels and warms the buffers.
         fn()
         device.synchronize()
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            fn()
+            for _ in range(calls):
+                fn()
             device.synchronize()
             times.append(time.perf_counter() - t0)
         return min(times)
 
     launch_s = best_s(lambda: copy_into(tiny_dst, tiny_src), 20)
-    copy_s = best_s(lambda: copy_into(dst, src), 9)
+    copy_s = best_s(copy, 9)
     rates = {}
     for cls, (m, nn, k) in CLASS_SHAPES.items():
         a = Tensor.from_host(rng.uniform(-1, 1, (m, k)).astype(dt), device=device)
         b = Tensor.from_host(rng.uniform(-1, 1, (k, nn)).astype(dt), device=device)
         c = Tensor.empty((m, nn), dt, device)
-        seconds = best_s(lambda: gemm(a, b, c), 15)
-        rates[cls] = 2.0 * m * nn * k / max(seconds - launch_s, 1e-7) / 1e9
-    return {"bandwidth_gbs": 2 * n * dt.itemsize / max(copy_s - launch_s, 1e-7) / 1e9,
-            "launch_ms": launch_s * 1e3, f"gemm_gflops_{dt.name}": rates["large"],
-            f"gemm_class_gflops_{dt.name}": rates}
+        flop = 2.0 * m * nn * k
+        # a small product as a run of calls with one wait (as a conv pass issues its products)
+        calls = calls_per_sample(flop)
+        seconds = (best_s(lambda: gemm(a, b, c), 15, calls) - launch_s) / calls
+        rates[cls] = flop / max(seconds, 1e-7) / 1e9
+    return {"bandwidth_gbs": copy.gbps(max(copy_s - launch_s, 1e-7)), "launch_ms": launch_s * 1e3,
+            f"gemm_gflops_{dt.name}": rates["large"], f"gemm_class_gflops_{dt.name}": rates,
+            "calibration_version": CALIBRATION_VERSION}

@@ -23,7 +23,7 @@ from .. import dtypes
 from ..errors import DTypeError, ShapeError
 from ..runtime import memory
 from ..runtime.device import resolve_device
-from ..runtime.kernels import get_kernel, launch
+from ..runtime.kernels import VARYING, PreparedLaunch, get_kernel
 from ..tensor import Tensor
 from ..tuning import db
 
@@ -31,6 +31,9 @@ from ..tuning import db
 DEFAULT_PARAMS = {"MR": 4, "VW": 8, "NV": 2, "WG_M": 1, "WG_N": 1, "KU": 1, "LOCAL": 0, "KC": 16, "PACK_A": 0,
                   "PACK_B": 0, "ORDER": "nm"}
 PARAM_NAMES = tuple(DEFAULT_PARAMS)
+# A product this small runs in about the time of one launch on PoCL (~20 µs): it has its own tuning
+# class, and packing an operand (one more launch) would double its time.
+TINY_PRODUCT_FLOP = 4_000_000
 
 
 def normalize(params: dict) -> dict:
@@ -51,7 +54,12 @@ def normalize(params: dict) -> dict:
 
 
 def shape_class(M: int, N: int, K: int) -> str:
-    """The tuning database's key suffix for a product: the tuner measures one representative per class."""
+    """The tuning database's key suffix for a product: the tuner measures one representative per class.
+    "tiny" products take about one launch's time, so their best tile is the one that keeps the grid
+    small and its edges cheap (64x10x500, LeNet's last layer: 28 µs with 8x8 tiles, 56 µs with the
+    small_mn class's)."""
+    if 2 * M * N * K <= TINY_PRODUCT_FLOP:
+        return "tiny"
     if K <= 96:
         return "small_k"
     if M <= 96 or N <= 96:
@@ -132,14 +140,18 @@ def release_workspaces() -> None:
 
 def _packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int, b_cs: int):
     """(pack A?, pack B?) for one product: the single statement of the packing rules (docs/gemm.md)."""
-    # A read down its columns (a transposed operand) touches one cache line per k: pack it, unless it
-    # fits in L1 anyway; then one launch fewer matters more (PoCL's launch latency, docs/gemm.md).
-    small_a = M * K * itemsize <= _SMALL_OPERAND_BYTES
+    # An operand that each tile reads once (A when N fits one panel, B when M fits one) gains nothing
+    # from a pack but its launch; one that fits in L1 is re-read from there anyway. Otherwise A read down
+    # its columns (a transposed operand) touches one cache line per k: pack it.
+    once_a = N <= p["VW"] * p["NV"] or 2 * M * N * K <= TINY_PRODUCT_FLOP
+    once_b = M <= p["MR"]
+    small_a = M * K * itemsize <= _SMALL_OPERAND_BYTES or once_a
     pack_a = (bool(p["PACK_A"]) and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a)
-    direct_ok = b_cs == 1 and (K * N * itemsize <= _SMALL_OPERAND_BYTES
+    direct_ok = b_cs == 1 and (K * N * itemsize <= _SMALL_OPERAND_BYTES or once_b
                                or not _set_conflicts(K, b_rs * itemsize, p["VW"] * p["NV"] * itemsize))
+    # B must have unit stride along N: a strided B is packed whatever it costs.
     pack_b = (bool(p["PACK_B"]) and not direct_ok) or (b_cs != 1 and N > 1)
-    return int(pack_a), int(pack_b)
+    return int(pack_a and K > 0), int(pack_b and K > 0)
 
 
 def packing_bytes(device, dtype, M: int, N: int, K: int, a_batches: int, b_batches: int, a_cs: int, b_rs: int,
@@ -203,60 +215,10 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
                          f"and b {b.shape}")
     if c.size == 0:
         return c
-    dev = a.device
-    p = normalize(params) if params is not None else params_for(dev, a.dtype, M, N, K)
-    T = dtypes.c_type(a.dtype)
-    scalar = a.dtype.type
-    MR, NR = p["MR"], p["VW"] * p["NV"]
-    a_bs = a.strides[0] if a.shape[0] > 1 else 0
-    b_bs = b.strides[0] if b.shape[0] > 1 else 0
-    a_buf, a_off = a.buffer, a.offset
-    b_buf, b_off = b.buffer, b.offset
-    template_params = p
-    if not p["LOCAL"]:
-        p["PACK_A"], p["PACK_B"] = _packing(p, a.dtype.itemsize, M, N, K, a_cs, b_rs, b_cs)
-        # One render for the product and its packs (one program to build): the work-group shape is a
-        # launch setting here (see kernels/gemm.cl, WG_M), and the pack kernels do not read it.
-        template_params = {**p, "WG_M": 1, "WG_N": 1}
-        if p["PACK_A"] and K > 0:
-            a_batches = a.shape[0]
-            panels = -(-M // MR)
-            a_buf = _workspace(dev, "a", a_batches * panels * K * MR * a.dtype.itemsize)
-            pack = get_kernel(dev, "gemm.cl", "gemm_pack_a", T=T, **template_params)
-            launch(dev, pack, (K, panels, a_batches), None, np.int32(M), np.int32(K), np.int32(a_batches),
-                   a.buffer, np.int64(a.offset), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs), a_buf)
-            a_off, a_rs, a_cs = 0, 0, MR
-            a_bs = panels * K * MR if a_batches > 1 else 0
-        if p["PACK_B"] and K > 0:
-            b_batches = b.shape[0]
-            panels = -(-N // NR)
-            b_buf = _workspace(dev, "b", b_batches * panels * K * NR * a.dtype.itemsize)
-            if b_rs == 1 and b_cs != 1:  # K is the unit-stride direction: transpose in 16 x NR blocks
-                pack = get_kernel(dev, "gemm.cl", "gemm_pack_bt", T=T, **template_params)
-                launch(dev, pack, (-(-K // 16), panels, b_batches), None, np.int32(K), np.int32(N),
-                       np.int32(b_batches), b.buffer, np.int64(b.offset), np.int64(b_cs), np.int64(b_bs), b_buf)
-            else:
-                pack = get_kernel(dev, "gemm.cl", "gemm_pack_b", T=T, **template_params)
-                launch(dev, pack, (K, panels, b_batches), None, np.int32(K), np.int32(N), np.int32(b_batches),
-                       b.buffer, np.int64(b.offset), np.int64(b_rs), np.int64(b_cs), np.int64(b_bs), b_buf)
-            b_off, b_rs, b_cs = 0, NR, 1
-            b_bs = panels * K * NR if b_batches > 1 else 0
-        elif N == 1:
-            b_cs = 1  # a single column: its stride is never used
-    blocks_n, blocks_m = -(-N // NR), -(-M // MR)
-    if not p["LOCAL"]:
-        _spread(p, blocks_m, blocks_n, batch, dev.compute_units)
-    kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **template_params)
-    wg_n, wg_m = p["WG_N"], p["WG_M"]
-    if p["ORDER"] == "nm":
-        grid, local = (blocks_n, blocks_m, batch), (wg_n, wg_m, 1)
-    else:
-        grid, local = (blocks_m, blocks_n, batch), (wg_m, wg_n, 1)
-    launch(dev, kernel, grid, local,
-           np.int32(M), np.int32(N), np.int32(K), np.int32(batch), scalar(alpha), scalar(beta),
-           a_buf, np.int64(a_off), np.int64(a_rs), np.int64(a_cs), np.int64(a_bs),
-           b_buf, np.int64(b_off), np.int64(b_rs), np.int64(b_cs), np.int64(b_bs),
-           c.buffer, np.int64(c.offset), np.int64(c.strides[1]), np.int64(c.strides[2]), np.int64(c.strides[0]))
+    layout = (a.dtype.char, M, N, K, batch, a.shape[0], b.shape[0],
+              a_rs, a_cs, a.strides[0] if a.shape[0] > 1 else 0,
+              b_rs, b_cs, b.strides[0] if b.shape[0] > 1 else 0, c.strides[1], c.strides[2], c.strides[0])
+    _plan(a.device, layout, params)(a.buffer, a.offset, b.buffer, b.offset, c.buffer, c.offset, alpha, beta)
     return c
 
 
@@ -264,17 +226,109 @@ def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta
          trans_a: bool = False, trans_b: bool = False, params: dict | None = None) -> Tensor:
     """alpha * op(a) @ op(b) + beta * c for 2-D operands (op = transpose when trans_* is set)."""
     _check_operands(a, b, c, 2, "gemm")
-    M, K = _op_dims(a, trans_a)[:2]
-    K2, N = _op_dims(b, trans_b)[:2]
+    M, K, a_rs, a_cs = _op_dims(a, trans_a)
+    K2, N, b_rs, b_cs = _op_dims(b, trans_b)
     if K != K2:
         raise ShapeError(f"gemm: op(a) of shape {(M, K)} (a {a.shape}, trans_a={trans_a}) and op(b) of shape "
                          f"{(K2, N)} (b {b.shape}, trans_b={trans_b}) do not multiply")
-    if c is not None and c.shape != (M, N):
+    if c is None:
+        c = Tensor.empty((M, N), a.dtype, a.device)
+        beta = 0.0
+    elif c.shape != (M, N):
         raise ShapeError(f"gemm: c has shape {c.shape}, expected {(M, N)} for a {a.shape} and b {b.shape}")
-    out = gemm_batched(_as3(a), _as3(b), _as3(c) if c is not None else None, alpha, beta, trans_a, trans_b,
-                       params=params)
-    return c if c is not None else out.reshape((M, N))
+    if c.size == 0:
+        return c
+    layout = (a.dtype.char, M, N, K, 1, 1, 1, a_rs, a_cs, 0, b_rs, b_cs, 0, c.strides[0], c.strides[1], 0)
+    _plan(a.device, layout, params)(a.buffer, a.offset, b.buffer, b.offset, c.buffer, c.offset, alpha, beta)
+    return c
 
 
-def _as3(t: Tensor) -> Tensor:
-    return Tensor(t.buffer, (1,) + t.shape, t.dtype, t.device, (0,) + t.strides, t.offset)
+# Launch plans, one per device, operand layout, parameter override and tuning-database generation: a
+# small product's host work (parameter lookup, packing rules, argument setting) cost 5-10x its kernel
+# time on PoCL (64x10x500: 125 µs of host time per call against 12 µs on the device).
+_plans: dict[tuple, "_Plan"] = {}
+_MAX_PLANS = 512
+
+
+def _plan(dev, layout: tuple, params: dict | None) -> "_Plan":
+    override = None if params is None else tuple(sorted(normalize(params).items()))
+    key = (id(dev), layout, override, db.generation())
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        plan = _plans[key] = _Plan(dev, layout, params)
+    return plan
+
+
+class _Plan:
+    """The launches of one product layout: optional packs of A and B into the workspaces, then the tiled
+    product. Calling it with the operands' buffers, offsets and the scalars enqueues them."""
+
+    def __init__(self, dev, layout: tuple, params: dict | None):
+        (dtype_char, M, N, K, batch, a_batches, b_batches, a_rs, a_cs, a_bs, b_rs, b_cs, b_bs,
+         c_rs, c_cs, c_bs) = layout
+        dtype = np.dtype(dtype_char)
+        i32, i64 = np.int32, np.int64
+        self.device = dev
+        self.scalar = dtype.type
+        p = normalize(params) if params is not None else params_for(dev, dtype, M, N, K)
+        T = dtypes.c_type(dtype)
+        MR, NR = p["MR"], p["VW"] * p["NV"]
+        blocks_n, blocks_m = -(-N // NR), -(-M // MR)
+        self.pack_a = self.pack_b = None
+        template_params = p
+        if not p["LOCAL"]:
+            p["PACK_A"], p["PACK_B"] = _packing(p, dtype.itemsize, M, N, K, a_cs, b_rs, b_cs)
+            # One render for the product and its packs (one program to build): the work-group shape is a
+            # launch setting here (see kernels/gemm.cl, WG_M), and the pack kernels do not read it.
+            template_params = {**p, "WG_M": 1, "WG_N": 1}
+            if p["PACK_A"]:
+                panels = blocks_m
+                self.a_bytes = a_batches * panels * K * MR * dtype.itemsize
+                kernel = get_kernel(dev, "gemm.cl", "gemm_pack_a", T=T, **template_params)
+                self.pack_a = PreparedLaunch(dev, kernel, (K, panels, a_batches), None, (
+                    i32(M), i32(K), i32(a_batches), VARYING, VARYING, i64(a_rs), i64(a_cs), i64(a_bs), VARYING))
+                a_rs, a_cs = 0, MR
+                a_bs = panels * K * MR if a_batches > 1 else 0
+            if p["PACK_B"]:
+                panels = blocks_n
+                self.b_bytes = b_batches * panels * K * NR * dtype.itemsize
+                if b_rs == 1 and b_cs != 1:  # K is the unit-stride direction: transpose in 16 x NR blocks
+                    kernel = get_kernel(dev, "gemm.cl", "gemm_pack_bt", T=T, **template_params)
+                    self.pack_b = PreparedLaunch(dev, kernel, (-(-K // 16), panels, b_batches), None, (
+                        i32(K), i32(N), i32(b_batches), VARYING, VARYING, i64(b_cs), i64(b_bs), VARYING))
+                else:
+                    kernel = get_kernel(dev, "gemm.cl", "gemm_pack_b", T=T, **template_params)
+                    self.pack_b = PreparedLaunch(dev, kernel, (K, panels, b_batches), None, (
+                        i32(K), i32(N), i32(b_batches), VARYING, VARYING, i64(b_rs), i64(b_cs), i64(b_bs),
+                        VARYING))
+                b_rs, b_cs = NR, 1
+                b_bs = panels * K * NR if b_batches > 1 else 0
+            elif N == 1:
+                b_cs = 1  # a single column: its stride is never used
+            _spread(p, blocks_m, blocks_n, batch, dev.compute_units)
+        kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **template_params)
+        wg_n, wg_m = p["WG_N"], p["WG_M"]
+        if p["ORDER"] == "nm":
+            grid, local = (blocks_n, blocks_m, batch), (wg_n, wg_m, 1)
+        else:
+            grid, local = (blocks_m, blocks_n, batch), (wg_m, wg_n, 1)
+        self.product = PreparedLaunch(dev, kernel, grid, local, (
+            i32(M), i32(N), i32(K), i32(batch), VARYING, VARYING,
+            VARYING, VARYING, i64(a_rs), i64(a_cs), i64(a_bs),
+            VARYING, VARYING, i64(b_rs), i64(b_cs), i64(b_bs),
+            VARYING, VARYING, i64(c_rs), i64(c_cs), i64(c_bs)))
+
+    def __call__(self, a_buf, a_off: int, b_buf, b_off: int, c_buf, c_off: int, alpha: float, beta: float):
+        dev = self.device
+        if self.pack_a is not None:
+            packed = _workspace(dev, "a", self.a_bytes)
+            self.pack_a(a_buf, np.int64(a_off), packed)
+            a_buf, a_off = packed, 0
+        if self.pack_b is not None:
+            packed = _workspace(dev, "b", self.b_bytes)
+            self.pack_b(b_buf, np.int64(b_off), packed)
+            b_buf, b_off = packed, 0
+        self.product(self.scalar(alpha), self.scalar(beta), a_buf, np.int64(a_off), b_buf, np.int64(b_off),
+                     c_buf, np.int64(c_off))

@@ -154,13 +154,10 @@ def round_up(n: int, multiple: int) -> int:
 def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wait_for=None) -> cl.Event:
     """Enqueue one kernel. ``global_size`` is rounded up to a multiple of ``local_size``; the kernel
     itself must guard the tail. Driver failures become DeviceMemoryError / DeviceError."""
-    global_size = tuple(int(g) for g in global_size)
+    global_size, local_size = _geometry(global_size, local_size)
     if not getattr(kernel, "_netcl_typed", False):
         _declare_scalar_types(kernel, args)
         kernel._netcl_local_sizes = set()  # work-group sizes launched so far (see the first-launch rule)
-    if local_size is not None:
-        local_size = tuple(int(x) for x in local_size)
-        global_size = tuple(round_up(max(g, 1), l) for g, l in zip(global_size, local_size))
     try:
         # PoCL generates a kernel's machine code for each work-group size at its first launch. With
         # other kernels queued around it that ran 1.35x slower (LeNet's cold first step: 10.9 s, against
@@ -174,16 +171,93 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
             event.wait()
         device.throttle(event)
         return event
-    except cl.MemoryError as exc:
-        raise DeviceMemoryError(f"{device.describe()} ran out of memory launching {kernel.function_name}: {exc}",
-                                available_bytes=device.max_alloc_bytes) from None
     except cl.Error as exc:
-        code = getattr(exc, "code", None)
-        if code in (cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE, cl.status_code.OUT_OF_RESOURCES,
-                    cl.status_code.OUT_OF_HOST_MEMORY):
-            raise DeviceMemoryError(f"{device.describe()} ran out of memory launching "
-                                    f"{kernel.function_name}: {exc}", available_bytes=device.max_alloc_bytes) from None
-        raise DeviceError(f"launching {kernel.function_name} on {device.describe()} failed: {exc}") from None
+        raise _launch_error(device, kernel, exc) from None
+
+
+def _geometry(global_size, local_size):
+    global_size = tuple(int(g) for g in global_size)
+    if local_size is not None:
+        local_size = tuple(int(x) for x in local_size)
+        global_size = tuple(round_up(max(g, 1), l) for g, l in zip(global_size, local_size))
+    return global_size, local_size
+
+
+def _launch_error(device: Device, kernel: cl.Kernel, exc: cl.Error) -> Exception:
+    code = getattr(exc, "code", None)
+    if isinstance(exc, cl.MemoryError) or code in (cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
+                                                   cl.status_code.OUT_OF_RESOURCES,
+                                                   cl.status_code.OUT_OF_HOST_MEMORY):
+        return DeviceMemoryError(f"{device.describe()} ran out of memory launching {kernel.function_name}: {exc}",
+                                 available_bytes=device.max_alloc_bytes)
+    return DeviceError(f"launching {kernel.function_name} on {device.describe()} failed: {exc}")
+
+
+class PreparedLaunch:
+    """A launch of one kernel with a fixed geometry and fixed arguments, repeated with new values for the
+    few arguments that change (buffers, offsets, scalars).
+
+    Setting a kernel's arguments is most of the host cost of a small launch (about 17 µs for the GEMM's
+    21 arguments through pyopencl's typed path on PoCL, against 2-3 µs for the enqueue itself), and on a
+    CPU device host time is taken from the cores that run the kernels. So the launch owns a private copy
+    of the kernel with the fixed arguments set once, and sets a changing argument only when it differs
+    from the previous call. Buffers are compared by their OpenCL handle, so a buffer the pool hands out
+    again needs no new setting and no reference to it is kept. Calls must come from one thread at a time.
+
+    ``args`` lists every argument of the kernel, with :data:`VARYING` where a call supplies the value;
+    a call passes those values in order.
+    """
+
+    def __init__(self, device: Device, kernel: cl.Kernel, global_size, local_size, args):
+        self.device = device
+        self.kernel = kernel
+        self.global_size, self.local_size = _geometry(global_size, local_size)
+        self._args = tuple(args)
+        self._slots = tuple(i for i, value in enumerate(self._args) if value is VARYING)
+        self._private = None  # made at the first call, which goes through launch()
+        self._last: list = []
+
+    def __call__(self, *values) -> cl.Event:
+        private = self._private
+        if private is None:
+            return self._first_call(values)
+        last = self._last
+        try:
+            for j, value in enumerate(values):
+                if isinstance(value, np.generic):
+                    if type(last[j]) is not type(value) or last[j] != value:
+                        private.set_arg(self._slots[j], value)
+                        last[j] = value
+                else:  # a buffer; anything else (local memory) is set every time
+                    handle = getattr(value, "int_ptr", None)
+                    if handle is None or last[j] != handle:
+                        private.set_arg(self._slots[j], value)
+                        last[j] = handle
+            event = cl.enqueue_nd_range_kernel(self.device.queue, private, self.global_size, self.local_size)
+        except cl.Error as exc:
+            self._last = [_UNSET] * len(self._slots)
+            raise _launch_error(self.device, self.kernel, exc) from None
+        self.device.throttle(event)
+        return event
+
+    def _first_call(self, values) -> cl.Event:
+        if len(values) != len(self._slots):
+            raise TypeError(f"{self.kernel.function_name}: {len(self._slots)} varying arguments, got {len(values)}")
+        args = list(self._args)
+        for i, value in zip(self._slots, values):
+            args[i] = value
+        event = launch(self.device, self.kernel, self.global_size, self.local_size, *args)
+        private = cl.Kernel(self.kernel.program, self.kernel.function_name)
+        for i, value in enumerate(self._args):
+            if value is not VARYING:
+                private.set_arg(i, value)
+        self._last = [_UNSET] * len(self._slots)
+        self._private = private
+        return event
+
+
+_UNSET = object()
+VARYING = object()  # a PreparedLaunch argument that each call supplies
 
 
 def _declare_scalar_types(kernel: cl.Kernel, args) -> None:

@@ -47,6 +47,9 @@ BUILTIN: dict[str, dict[str, dict[str, dict]]] = {
             # against 100 for 8 along M; LeNet conv1's 20×36864×25: 58 against 48)
             "float32/small_k": {"MR": 6, "VW": 8, "NV": 2, "WG_M": 1, "WG_N": 8, "KU": 1, "LOCAL": 0,
                                 "PACK_B": 1, "ORDER": "mn"},
+            # launch-bound products: a small grid of 8x8 tiles (64x10x500: 28 µs a call, pipelined)
+            "float32/tiny": {"MR": 8, "VW": 8, "NV": 1, "WG_M": 1, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
+                             "ORDER": "mn"},
             "float32/small_mn": {"MR": 4, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0,
                                  "PACK_B": 1, "ORDER": "mn"},
             "float64": {"MR": 4, "VW": 4, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
@@ -124,13 +127,15 @@ def generation() -> tuple:
     """A token that changes whenever what :func:`lookup` answers may change (the user file was edited,
     replaced or removed, or an entry stored), so callers can memoize lookups on it. An edit made to the
     file by another program is seen within GENERATION_RECHECK_SECONDS."""
-    where = (cache_enabled(), str(db_path()), _overlay_edits[0])
+    # The settings that decide where the file is (netcl.runtime.cache): cheaper to compare than the path.
+    where = (os.environ.get("NETCL_CACHE"), os.environ.get("NETCL_CACHE_DIR"), _overlay_edits[0])
     now = time.monotonic()
     memo = _generation_memo
     if memo["where"] == where and now - memo["at"] < GENERATION_RECHECK_SECONDS:
         return memo["token"]
     devices = _user_devices()
-    token = (where, _memo["stamp"] if devices is _memo["data"] else None, id(devices))
+    token = (where, cache_enabled(), str(db_path()), _memo["stamp"] if devices is _memo["data"] else None,
+             id(devices))
     memo.update(where=where, at=now, token=token)
     return token
 
