@@ -40,6 +40,9 @@ MEASURE_MIN_RUNS = 7           # a median of 7 interleaved runs: a hiccup must s
 MEASURE_MAX_RUNS = 40
 MEASURE_TIME_S = 3.0         # per layer and pass, after warm-up: no further rounds past this
 CONTENTION = 1.3             # candidates this close to the best get the extra rounds
+SETTLE_BELOW_S = 0.05        # a candidate faster than this runs once untimed before each timed run: what
+                             # ran before it (direct convolution's 70 ms) left caches that slowed cv9's
+                             # im2col 1.5x, which decided between candidates 20 % apart
 WARMUP_RUNS = 2              # untimed runs per candidate: PoCL finishes code generation and the GEMM
                              # workspaces reach their size over the first runs, not only the first
 CORRECTION_BOUNDS = (0.05, 20.0)
@@ -386,7 +389,9 @@ def time_strategies(impls: dict, layer: ConvLayer, pass_: str, device, rng=None)
     """Median milliseconds of each strategy's ``pass_`` (warm-up excluded), or the error it raised.
 
     The strategies run in interleaved rounds, so a burst of load from another process hits every
-    candidate alike. Each gets at least MEASURE_MIN_RUNS runs, except one whose single run already
+    candidate alike, in an order that rotates from round to round; a short candidate's timed run
+    follows an untimed one of its own (SETTLE_BELOW_S), so it is timed in its steady state, as it runs
+    step after step in training, not in the state the previous candidate left. Each gets at least MEASURE_MIN_RUNS runs, except one whose single run already
     takes over a second and three times the best; those within CONTENTION of the best get more rounds,
     up to MEASURE_MAX_RUNS, while the rounds stay within MEASURE_TIME_S.
     """
@@ -394,7 +399,10 @@ def time_strategies(impls: dict, layer: ConvLayer, pass_: str, device, rng=None)
     results: dict[str, object] = {}
     samples: dict[str, list[float]] = {}
 
-    def once(name):
+    def once(name, settle=False):
+        if settle:
+            run(impls[name])
+            device.synchronize()
         start = time.perf_counter()
         run(impls[name])
         device.synchronize()
@@ -420,8 +428,12 @@ def time_strategies(impls: dict, layer: ConvLayer, pass_: str, device, rng=None)
                 active.append(name)
         if not active:
             break
-        for name in active:
-            elapsed = once(name)
+        # Rotate the order each round: a candidate run right after a slow one (direct convolution's
+        # 70 ms evicts the caches) ran 1.4x slower, so a fixed order favoured whoever came later.
+        shift = rounds % len(active)
+        for name in active[shift:] + active[:shift]:
+            times = samples[name]
+            elapsed = once(name, settle=not times or float(np.median(times)) < SETTLE_BELOW_S)
             samples[name].append(elapsed)
             spent += elapsed
         rounds += 1

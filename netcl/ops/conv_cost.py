@@ -49,10 +49,10 @@ class DeviceProfile:
     source: str              # "calibration", "tuning database", "estimate" (joined when mixed)
     class_gflops: dict = field(default_factory=dict)  # GEMM rate per netcl.ops.gemm.shape_class
 
-    def rate(self, m: int, n: int, k: int) -> float:
-        """GFLOP/s of a product of this shape: its shape class's measured rate, else the square one."""
+    def rate(self, m: int, n: int, k: int, batch: int = 1) -> float:
+        """GFLOP/s of a (batched) product of this shape: its shape class's measured rate, else the square one."""
         from .gemm import shape_class
-        return float(self.class_gflops.get(shape_class(m, n, k)) or self.gemm_gflops)
+        return float(self.class_gflops.get(shape_class(m, n, k, batch)) or self.gemm_gflops)
 
     def as_dict(self) -> dict:
         return {"gemm_gflops": round(self.gemm_gflops, 2), "bandwidth_gbs": round(self.bandwidth_gbs, 2),
@@ -145,7 +145,7 @@ def terms(name: str, layer: ConvLayer, pass_: str, profile: DeviceProfile, strat
     def gemm(m, ncols, k, batch=1, tile=None):
         # netcl's GEMM runs at its shape class's measured rate (the class already reflects thin or short
         # products); implicit_gemm's own kernel pays for its tile padding and occupancy.
-        shaped = profile.rate(m, ncols, k) * 1e6
+        shaped = profile.rate(m, ncols, k, batch) * 1e6
         efficiency = tile_efficiency(m, ncols, k, tile, batch, units) if tile else 1.0
         return 2.0 * m * ncols * k * batch / (shaped * efficiency)
 

@@ -53,12 +53,12 @@ def normalize(params: dict) -> dict:
     return p
 
 
-def shape_class(M: int, N: int, K: int) -> str:
+def shape_class(M: int, N: int, K: int, batch: int = 1) -> str:
     """The tuning database's key suffix for a product: the tuner measures one representative per class.
     "tiny" products take about one launch's time, so their best tile is the one that keeps the grid
     small and its edges cheap (64x10x500, LeNet's last layer: 28 µs with 8x8 tiles, 56 µs with the
-    small_mn class's)."""
-    if 2 * M * N * K <= TINY_PRODUCT_FLOP:
+    small_mn class's). A batched launch is tiny only if the whole batch is."""
+    if 2 * M * N * K * batch <= TINY_PRODUCT_FLOP:
         return "tiny"
     if K <= 96:
         return "small_k"
@@ -70,21 +70,22 @@ def shape_class(M: int, N: int, K: int) -> str:
 _params_memo: dict[tuple, dict] = {}
 
 
-def params_for(device, dtype, M: int, N: int, K: int) -> dict:
+def params_for(device, dtype, M: int, N: int, K: int, batch: int = 1) -> dict:
     """Kernel parameters for one product: the tuned entry for (dtype, shape class), else for the dtype
     (a fresh dict; lookups are memoized until the tuning database changes)."""
     name = np.dtype(dtype).name
-    memo_key = (device.identity, name, shape_class(M, N, K), db.generation())
+    cls = shape_class(M, N, K, batch)
+    memo_key = (device.identity, name, cls, db.generation())
     p = _params_memo.get(memo_key)
     if p is None:
         if len(_params_memo) > 1024:
             _params_memo.clear()
-        p = _params_memo[memo_key] = _lookup_params(device, name, M, N, K)
+        p = _params_memo[memo_key] = _lookup_params(device, name, cls)
     return dict(p)
 
 
-def _lookup_params(device, name: str, M: int, N: int, K: int) -> dict:
-    p = db.lookup(device, "gemm", f"{name}/{shape_class(M, N, K)}") or db.lookup(device, "gemm", name) or {}
+def _lookup_params(device, name: str, cls: str) -> dict:
+    p = db.lookup(device, "gemm", f"{name}/{cls}") or db.lookup(device, "gemm", name) or {}
     try:
         return normalize(p)
     except ValueError as exc:
@@ -138,12 +139,12 @@ def release_workspaces() -> None:
         _workspaces.clear()
 
 
-def _packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int, b_cs: int):
+def _packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int, b_cs: int, batch: int):
     """(pack A?, pack B?) for one product: the single statement of the packing rules (docs/gemm.md)."""
     # An operand that each tile reads once (A when N fits one panel, B when M fits one) gains nothing
     # from a pack but its launch; one that fits in L1 is re-read from there anyway. Otherwise A read down
     # its columns (a transposed operand) touches one cache line per k: pack it.
-    once_a = N <= p["VW"] * p["NV"] or 2 * M * N * K <= TINY_PRODUCT_FLOP
+    once_a = N <= p["VW"] * p["NV"] or 2 * M * N * K * batch <= TINY_PRODUCT_FLOP
     once_b = M <= p["MR"]
     small_a = M * K * itemsize <= _SMALL_OPERAND_BYTES or once_a
     pack_a = (bool(p["PACK_A"]) and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a)
@@ -161,11 +162,11 @@ def packing_bytes(device, dtype, M: int, N: int, K: int, a_batches: int, b_batch
     and grown on demand, so callers that report workspace (the conv strategies) add up growths."""
     if min(M, N, K) <= 0:
         return 0, 0
-    p = params_for(resolve_device(device), dtype, M, N, K)
+    p = params_for(resolve_device(device), dtype, M, N, K, max(a_batches, b_batches))
     if p["LOCAL"]:
         return 0, 0
     itemsize = np.dtype(dtype).itemsize
-    pack_a, pack_b = _packing(p, itemsize, M, N, K, a_cs, b_rs, b_cs)
+    pack_a, pack_b = _packing(p, itemsize, M, N, K, a_cs, b_rs, b_cs, max(a_batches, b_batches))
     a_bytes = a_batches * -(-M // p["MR"]) * K * p["MR"] * itemsize if pack_a else 0
     nr = p["VW"] * p["NV"]
     b_bytes = b_batches * -(-N // nr) * K * nr * itemsize if pack_b else 0
@@ -272,14 +273,14 @@ class _Plan:
         i32, i64 = np.int32, np.int64
         self.device = dev
         self.scalar = dtype.type
-        p = normalize(params) if params is not None else params_for(dev, dtype, M, N, K)
+        p = normalize(params) if params is not None else params_for(dev, dtype, M, N, K, batch)
         T = dtypes.c_type(dtype)
         MR, NR = p["MR"], p["VW"] * p["NV"]
         blocks_n, blocks_m = -(-N // NR), -(-M // MR)
         self.pack_a = self.pack_b = None
         template_params = p
         if not p["LOCAL"]:
-            p["PACK_A"], p["PACK_B"] = _packing(p, dtype.itemsize, M, N, K, a_cs, b_rs, b_cs)
+            p["PACK_A"], p["PACK_B"] = _packing(p, dtype.itemsize, M, N, K, a_cs, b_rs, b_cs, batch)
             # One render for the product and its packs (one program to build): the work-group shape is a
             # launch setting here (see kernels/gemm.cl, WG_M), and the pack kernels do not read it.
             template_params = {**p, "WG_M": 1, "WG_N": 1}
