@@ -23,14 +23,14 @@ from .conv_common import ConvLayer
 # implicit_gemm, once its tile padding and occupancy are accounted for; Winograd's flops are already those
 # of its transformed products); above 1 where the products run faster than the calibration's
 # representative ones. Fitted on PoCL 3.1 (pthread, 2 cores) with `benchmarks/planner_accuracy.py --fit`
-# over the LeNet and MEC layers; "gemm" (1×1) takes im2col's. A measured plan refines them per device
+# over the LeNet and MEC layers (run 11 of docs/planner.md); "gemm" (1×1) takes im2col's. A measured plan refines them per device
 # (the planner's corrections).
 EFFICIENCY = {
-    "direct": {"forward": 0.025, "backward_data": 0.024, "backward_weight": 0.025},
-    "im2col": {"forward": 4.21, "backward_data": 1.82, "backward_weight": 2.18},
-    "implicit_gemm": {"forward": 1.07, "backward_data": 0.63, "backward_weight": 0.91},
-    "winograd": {"forward": 6.29, "backward_data": 7.77, "backward_weight": 6.32},
-    "mec": {"forward": 0.96, "backward_data": 0.77, "backward_weight": 1.08},
+    "direct": {"forward": 0.035, "backward_data": 0.034, "backward_weight": 0.035},
+    "im2col": {"forward": 3.44, "backward_data": 1.158, "backward_weight": 1.573},
+    "implicit_gemm": {"forward": 1.2, "backward_data": 0.613, "backward_weight": 1.268},
+    "winograd": {"forward": 2.196, "backward_data": 0.781, "backward_weight": 0.997},
+    "mec": {"forward": 0.721, "backward_data": 1.212, "backward_weight": 1.073},
 }
 EFFICIENCY["gemm"] = EFFICIENCY["im2col"]  # the same products, without the lowering
 DEFAULT_EFFICIENCY = 0.3  # a strategy this model does not know
