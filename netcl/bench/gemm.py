@@ -2,7 +2,7 @@
 
 Shapes: square 256/512/1024/2048 and the LeNet-shaped products (M x N x K). Every case is timed as the
 median of ``--repeat`` runs after a warm-up run (so kernel compilation is excluded); the three
-implementations are timed round-robin within each repetition, so a burst of load from other processes
+implementations are timed round-robin within each repetition (in an order that rotates), so a burst of load from other processes
 hits all of them alike and the ratios stay meaningful on a shared machine. netcl's time includes any
 operand packing (it is part of the product) and waits for the device to finish.
 
@@ -65,13 +65,17 @@ def measure(M: int, N: int, K: int, repeat: int, device, textbook: bool = True, 
         c2 = Tensor.empty((M, N), np.float32, device)
         runners["textbook"] = _textbook(device, a, b, c2, M, N, K)
     times = {name: [] for name in runners}
+    names = list(runners)
     for rep in range(repeat + 1):  # repetition 0 is the warm-up (and compiles)
-        for name, fn in runners.items():
+        # The order rotates: OpenBLAS's threads spin for a while after each call (up to ~0.1 s), taking
+        # the cores PoCL's threads need, so a fixed order would always slow the runner after NumPy
+        # (netcl's 64x10x500 pipelined: 58 µs a call right after NumPy, 27 µs otherwise).
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
             if name == "textbook" and rep > 2 and 2.0 * M * N * K > 4e9:
                 continue  # the slow yardstick takes seconds per run here: two timed runs are enough
             device.synchronize()
             start = time.perf_counter()
-            fn()
+            runners[name]()
             device.synchronize()
             if rep:
                 times[name].append((time.perf_counter() - start) / per_sample.get(name, 1))
