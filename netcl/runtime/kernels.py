@@ -3,8 +3,9 @@
 ``get_kernel(device, "gemm.cl", "gemm_tiled", TILE_M=64, ...)`` renders ``kernels/gemm.cl`` with the given
 template parameters (every parameter has a default declared in the template's ``<%page args=...>``),
 builds it for the device, memoizes the program per context, and keeps the binary on disk keyed by the
-rendered source, the build options, the device identity and the cache-format version. ``launch`` is the
-only place that enqueues kernels; it turns driver failures into netcl errors.
+rendered source, the build options, the device identity and the cache-format version. ``launch`` (and
+``PreparedLaunch``, for a launch repeated with mostly unchanged arguments) are the only places that
+enqueue kernels; they turn driver failures into netcl errors.
 Binaries are written off the critical path (netcl.runtime.binaries says why and when).
 """
 from __future__ import annotations
