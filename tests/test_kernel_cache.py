@@ -141,3 +141,25 @@ def test_saving_binaries_while_kernels_are_in_flight_does_not_abort(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
     assert len(binaries(tmp_path)) == 4
+
+
+def test_prepared_launch_sets_what_changed(device):
+    """A PreparedLaunch repeats one launch with new values for its varying arguments: each call's buffers
+    and scalars reach the kernel, and a wrong count of values is a TypeError."""
+    import numpy as np
+
+    from netcl.ops.elementwise import fill
+    kernel = kernels.get_kernel(device, "im2col.cl", "copy_bandwidth", VEC=1)
+    n = 37
+    sources = [nc.tensor(np.arange(n, dtype=np.float32) * (i + 1), device=device) for i in range(2)]
+    dst = nc.Tensor.empty((n,), np.float32, device)
+    copy = kernels.PreparedLaunch(device, kernel, (n,), None, (kernels.VARYING, dst.buffer, kernels.VARYING))
+    for src, count in ((sources[0], n), (sources[1], n), (sources[1], 5), (sources[0], 5)):
+        fill(dst, -1.0)
+        copy(src.buffer, np.int64(count))
+        expected = np.full(n, -1.0, np.float32)
+        expected[:count] = src.to_host()[:count]
+        assert np.array_equal(dst.to_host(), expected)
+    with pytest.raises(TypeError):
+        kernels.PreparedLaunch(device, kernel, (n,), None, (kernels.VARYING, dst.buffer, kernels.VARYING))(
+            sources[0].buffer)
