@@ -139,15 +139,18 @@ def release_workspaces() -> None:
         _workspaces.clear()
 
 
-def _packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int, b_cs: int, batch: int):
-    """(pack A?, pack B?) for one product: the single statement of the packing rules (docs/gemm.md)."""
+def _packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int, b_cs: int, batch: int,
+             explicit: bool = False):
+    """(pack A?, pack B?) for one product: the single statement of the packing rules (docs/gemm.md).
+    ``explicit``: the caller passed the parameters, and PACK_A=1 then packs A whatever its size."""
     # An operand that each tile reads once (A when N fits one panel, B when M fits one) gains nothing
     # from a pack but its launch; one that fits in L1 is re-read from there anyway. Otherwise A read down
     # its columns (a transposed operand) touches one cache line per k: pack it.
     once_a = N <= p["VW"] * p["NV"] or 2 * M * N * K * batch <= TINY_PRODUCT_FLOP
     once_b = M <= p["MR"]
     small_a = M * K * itemsize <= _SMALL_OPERAND_BYTES or once_a
-    pack_a = (bool(p["PACK_A"]) and not small_a) or (a_cs != 1 and M > 1 and K > 1 and not small_a)
+    pack_a = ((bool(p["PACK_A"]) and (explicit or not small_a))
+              or (a_cs != 1 and M > 1 and K > 1 and not small_a))
     direct_ok = b_cs == 1 and (K * N * itemsize <= _SMALL_OPERAND_BYTES or once_b
                                or not _set_conflicts(K, b_rs * itemsize, p["VW"] * p["NV"] * itemsize))
     # B must have unit stride along N: a strided B is packed whatever it costs.
@@ -200,7 +203,8 @@ def _op_dims(t: Tensor, trans: bool):
 def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta: float = 0.0,
                  trans_a: bool = False, trans_b: bool = False, params: dict | None = None) -> Tensor:
     """C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for 3-D operands, in one launch; an operand with a
-    batch of 1 is broadcast. ``params`` overrides the tuned kernel parameters (the tuner uses it)."""
+    batch of 1 is broadcast. ``params`` overrides the tuned kernel parameters (the tuner and the tests
+    use it; an explicit PACK_A=1 packs A even where the packing rules would read it in place)."""
     _check_operands(a, b, c, 3, "gemm_batched")
     M, K, a_rs, a_cs = _op_dims(a, trans_a)
     K2, N, b_rs, b_cs = _op_dims(b, trans_b)
@@ -280,7 +284,8 @@ class _Plan:
         self.pack_a = self.pack_b = None
         template_params = p
         if not p["LOCAL"]:
-            p["PACK_A"], p["PACK_B"] = _packing(p, dtype.itemsize, M, N, K, a_cs, b_rs, b_cs, batch)
+            p["PACK_A"], p["PACK_B"] = _packing(p, dtype.itemsize, M, N, K, a_cs, b_rs, b_cs, batch,
+                                                explicit=params is not None)
             # One render for the product and its packs (one program to build): the work-group shape is a
             # launch setting here (see kernels/gemm.cl, WG_M), and the pack kernels do not read it.
             template_params = {**p, "WG_M": 1, "WG_N": 1}
