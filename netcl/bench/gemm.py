@@ -1,15 +1,15 @@
 """`netcl bench gemm [--json] [--quick]`: GFLOP/s of netcl's GEMM beside NumPy and a textbook kernel.
 
 Shapes: square 256/512/1024/2048 and the LeNet-shaped products (M x N x K). Every case is timed as the
-median of ``--repeat`` runs after a warm-up run (so kernel compilation is excluded); the three
-implementations are timed round-robin within each repetition (in an order that rotates), so a burst of load from other processes
-hits all of them alike and the ratios stay meaningful on a shared machine. netcl's time includes any
-operand packing (it is part of the product) and waits for the device to finish.
+median of ``--repeat`` runs after a warm-up run (so kernel compilation is excluded); the runners are
+timed round-robin within each repetition, in an order that rotates, so a burst of load from other
+processes hits all of them alike and the ratios stay meaningful on a shared machine. netcl's time
+includes any operand packing (it is part of the product) and waits for the device to finish.
 
-Two netcl columns: ``netcl`` times one call between two waits for the device (a latency, which on
-PoCL includes ~50 µs of waking the driver's threads: the whole budget of a 0.6 MFLOP product), and
-``netcl_pipelined`` times a run of calls between two waits, divided by their number (a throughput: how
-a training loop issues its products, with host work and kernels overlapping as the device allows).
+Two netcl columns: ``netcl`` times one call between two waits for the device (a latency, which on PoCL
+includes 50-100 µs of waking the driver's threads: more than the whole budget of a 0.6 MFLOP product),
+and ``netcl_pipelined`` times a run of calls between two waits, divided by their number (a throughput:
+how a training loop issues its products, with host work and kernels overlapping as the device allows).
 NumPy is timed both ways too (``numpy``: one call after the device's wait, when OpenBLAS's threads may
 have to wake; ``numpy_pipelined``: the same run of calls), and each netcl column is compared with its
 NumPy counterpart. Large products issue one call per sample either way.

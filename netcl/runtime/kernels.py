@@ -223,6 +223,8 @@ class PreparedLaunch:
         if private is None:
             return self._first_call(values)
         last = self._last
+        if len(values) != len(last):
+            raise TypeError(f"{self.kernel.function_name}: {len(last)} varying arguments, got {len(values)}")
         try:
             for j, value in enumerate(values):
                 if isinstance(value, np.generic):

@@ -197,10 +197,9 @@ def run_cli(args) -> dict:
     quick = bool(getattr(args, "quick", False))
     quiet = bool(getattr(args, "json", False))
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
-    plan = [("float32", cls) for cls in ("large", "small_k", "small_mn", "tiny")]
+    plan = [("float32", cls) for cls in SHAPES]
     if device.has_fp64:
-        plan += [("float64", "large")] if quick else [("float64", cls) for cls in ("large", "small_k", "small_mn",
-                                                                                    "tiny")]
+        plan += [("float64", "large")] if quick else [("float64", cls) for cls in SHAPES]
     log(f"tuning gemm on {device.describe()}{' (quick)' if quick else ''}")
     start = time.perf_counter()
     results = {}
