@@ -11,23 +11,30 @@ Row (n, q) of L, read as an (N*Q) x (IH*S*C) matrix, holds the IH x S window col
 the partition of output row p and group g starts at column g*IH*S*CG + p*SH*S*CG and spans R*S*CG
 columns with leading dimension IH*S*C.
 
-  mec_lower         x -> L
+  mec_lower         x -> L, through local memory (see the kernel)
   mec_scatter       grad_L -> grad_x: grad_x[n,c,h,w] = sum over the (q, s) with q*SW - PW + s*DW = w of
                     grad_L[n][q][g][h + PH][s][c]  (the MEC analogue of col2im, written as a gather:
                     one work-item per grad_x element, no atomics)
-  mec_pack_weight   w (K, CG, R, S) -> Wt, the paper's (R*S*CG) x K matrix: Wt[(r*S + s)*CG + c][k]
-  mec_pack_weight_rows  w -> W2, its transpose K x (R*S*CG): W2[k][(r*S + s)*CG + c] (backward_data)
+  mec_pack_weight_rows  w -> W2, the K x (R*S*CG) transpose of the forward's (R*S*CG) x K filter
+                    (netcl.ops.transpose builds that one): W2[k][(r*S + s)*CG + c] (backward_data)
   mec_unpack_grad   gW2 (K x R*S*CG, row k = the k-th output channel) -> grad_w (K, CG, R, S)
 
 `geom` is an int64 array [N, C, H, W, K, R, S, P, Q, SH, SW, PH, PW, DH, DW, G] (P, Q = output size).
 
 Template parameters (all have defaults):
-  T   element type, "float" or "double"   (default "float")
+  T       element type, "float" or "double"                          (default "float")
+  LOCAL   mec_lower's work-group size                                (default 64)
+  CT      mec_lower's channel chunk: CT input rows sit in local memory (default 1)
+  N C H W G Q S SW PW DW PH   mec_lower's geometry, compiled in (N, C, H, W input, G groups, Q output
+          width, S kernel width, stride/padding/dilation along the width, PH padding along the height)
+          (defaults 1 1 1 1 1 1 1 1 0 1 0)
 
-Launch: one work-item per produced element (tails guarded), any local size; mec_lower is 3-D
-(CG, IH*S, N*Q*G), the others 1-D.
+Launch: mec_lower is 3-D, global (LOCAL, IH, N*G), local (LOCAL, 1, 1): one work-group per padded input
+row and (sample, group). The others take `geom` at run time: one work-item per produced element (tails
+guarded), 1-D, any local size.
 </%doc>
-<%page args="T='float'"/>
+<%page args="T='float', LOCAL=64, CT=1, N=1, C=1, H=1, W=1, G=1, Q=1, S=1, SW=1, PW=0, DW=1, PH=0"/>
+<% CG = C // G; IH = H + 2 * PH %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -38,21 +45,75 @@ Launch: one work-item per produced element (tails guarded), any local size; mec_
     const long DW = geom[14], G = geom[15]; \
     const long CG = C / G, KG = K / G, IH = H + 2 * PH;
 
-__kernel void mec_lower(
-    __global const ${T}* x, const long x_off,
-    __global ${T}* L, const long l_off,
-    __constant const long* geom)
+__kernel __attribute__((reqd_work_group_size(${LOCAL}, 1, 1)))
+void mec_lower(
+    __global const ${T}* restrict x, const long x_off,
+    __global ${T}* restrict L, const long l_off)
 {
-    GEOMETRY
-    // (c, h*S + s, (n*Q + q)*G + g): 32-bit index arithmetic, one small division per dimension
-    const int c = get_global_id(0), hs = get_global_id(1), nqg = get_global_id(2);
-    if (c >= CG || hs >= IH * S || nqg >= N * Q * G) return;
-    const int h = hs / (int)S, s = hs - h * (int)S;
-    const int nq = nqg / (int)G, g = nqg - nq * (int)G;
-    const int n = nq / (int)Q, q = nq - n * (int)Q;
-    const int hh = h - (int)PH, ww = q * (int)SW - (int)PW + s * (int)DW;
-    L[l_off + ((long)nqg * IH * S + hs) * CG + c] = (hh >= 0 && hh < H && ww >= 0 && ww < W)
-        ? x[x_off + (((long)n * C + g * CG + c) * H + hh) * W + ww] : (${T})0;
+    /* One work-group per (padded input row h, sample n, group g). Channel chunk by chunk, the CT input
+       rows x[n, g*CG + c0 .. +CT, h - PH, :] are read along the row and stored channel-fastest in local
+       memory (slab[w][c]: the NHWC transpose happens there, on the smaller side), then every output
+       column q copies its runs out of the slab: S*CG contiguous elements when the whole channel range
+       fits one chunk and the window is dense (DW = 1), else one run of the chunk per tap s. */
+    __local ${T} slab[${CT * W}];
+    const int lid = get_local_id(0);
+    const int h = get_group_id(1), ng = get_group_id(2);
+    const int n = ng / ${G}, g = ng - n * ${G};
+    const int hh = h - ${PH};
+    const bool row_inside = hh >= 0 && hh < ${H};
+    __global const ${T}* plane0 = x + x_off + ((long)(n * ${C} + g * ${CG}) * ${H} + (row_inside ? hh : 0)) * ${W};
+    __global ${T}* row0 = L + l_off + ((long)(n * ${Q} * ${G} + g) * ${IH} + h) * ${S * CG};
+    for (int c0 = 0; c0 < ${CG}; c0 += ${CT}) {
+        const int chunk = min(${CT}, ${CG} - c0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        // a work-item per (channel, 8 columns), channels fastest: neighbouring work-items store
+        // neighbouring slab elements, and the 8 unrolled loads of each stay within its input row
+        for (int u = lid; u < ${CT * ((W + 7) // 8)}; u += ${LOCAL}) {
+            const int wb = u / ${CT}, ct = u - wb * ${CT};
+            const bool live = row_inside && ct < chunk;
+            __global const ${T}* in = plane0 + (long)(c0 + (live ? ct : 0)) * ${H * W};
+            #pragma unroll
+            for (int v = 0; v < 8; ++v) {
+                const int w = wb * 8 + v;
+                if (w < ${W}) slab[w * ${CT} + ct] = live ? in[w] : (${T})0;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+% if CT == CG and DW == 1:
+        for (int q = lid; q < ${Q}; q += ${LOCAL}) {
+            __global ${T}* dst = row0 + (long)q * ${G * IH * S * CG};
+            const int start = (q * ${SW} - ${PW}) * ${CT};
+            int j = 0;
+            // explicit vectors: left to itself the compiler vectorizes across q, scattering the stores
+            for (; j + 8 <= ${S * CT}; j += 8) {
+                const int i = start + j;
+                if (i >= 0 && i + 8 <= ${W * CT}) {
+                    vstore8(vload8(0, slab + i), 0, dst + j);
+                } else {
+                    for (int v = 0; v < 8; ++v)
+                        dst[j + v] = (i + v >= 0 && i + v < ${W * CT}) ? slab[i + v] : (${T})0;
+                }
+            }
+            for (; j < ${S * CT}; ++j) {
+                const int i = start + j;
+                dst[j] = (i >= 0 && i < ${W * CT}) ? slab[i] : (${T})0;
+            }
+        }
+% else:
+        for (int u = lid; u < ${Q * S}; u += ${LOCAL}) {
+            const int q = u / ${S}, s = u - q * ${S};
+            const int ww = q * ${SW} - ${PW} + s * ${DW};
+            __global ${T}* dst = row0 + (long)q * ${G * IH * S * CG} + s * ${CG} + c0;
+            if (ww >= 0 && ww < ${W}) {
+                int ct = 0;
+                for (; ct + 8 <= chunk; ct += 8) vstore8(vload8(0, slab + ww * ${CT} + ct), 0, dst + ct);
+                for (; ct < chunk; ++ct) dst[ct] = slab[ww * ${CT} + ct];
+            } else {
+                for (int ct = 0; ct < chunk; ++ct) dst[ct] = (${T})0;
+            }
+        }
+% endif
+    }
 }
 
 __kernel void mec_scatter(
@@ -77,19 +138,6 @@ __kernel void mec_scatter(
         acc += row[q * ld + s * CG];
     }
     gx[gx_off + i] = acc;
-}
-
-__kernel void mec_pack_weight(
-    __global const ${T}* w, const long w_off,
-    __global ${T}* Wt, const long wt_off,
-    __constant const long* geom)
-{
-    GEOMETRY
-    const long i = get_global_id(0);
-    if (i >= R * S * CG * K) return;
-    const long k = i % K, j = i / K;
-    const long c = j % CG, rs = j / CG;
-    Wt[wt_off + i] = w[w_off + (k * CG + c) * R * S + rs];
 }
 
 __kernel void mec_pack_weight_rows(

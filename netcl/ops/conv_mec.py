@@ -37,6 +37,7 @@ from .conv_implicit_gemm import geometry
 from .conv_winograd import gemm_packing_bytes
 from .elementwise import copy_into, fill
 from .gemm import gemm_batched
+from .transpose import transpose_into
 
 DEFAULT_T = 100  # the paper's threshold ("T around 100 ... for latest GPUs")
 
@@ -80,21 +81,30 @@ def _view(t: Tensor, shape, strides, offset: int = 0) -> Tensor:
     return Tensor(t.buffer, shape, t.dtype, t.device, strides, t.offset + offset)
 
 
+SLAB_ELEMENTS = 8192  # mec_lower's local-memory chunk: 8 KiB of float32 input rows
+
+
 def _lower(x: Tensor, layer: ConvLayer) -> Tensor:
     L = Tensor.empty((lowered_elements(layer),), x.dtype, x.device)
     cg = layer.c // layer.groups
-    lx = min(64, 1 << (cg - 1).bit_length())  # channels innermost: consecutive writes
-    ly = max(1, 64 // lx)
-    kernel = get_kernel(x.device, "mec.cl", "mec_lower", T=dtypes.c_type(x.dtype))
-    launch(x.device, kernel, (cg, (layer.h + 2 * layer.pad_h) * layer.s, layer.n * layer.out_w * layer.groups),
-           (lx, ly, 1), x.buffer, np.int64(x.offset), L.buffer, np.int64(L.offset), geometry(x.device, layer))
+    chunks = -(-cg // max(1, SLAB_ELEMENTS // layer.w))
+    local = 64 if x.device.kind == "cpu" else 256
+    kernel = get_kernel(x.device, "mec.cl", "mec_lower", T=dtypes.c_type(x.dtype), LOCAL=local,
+                        CT=-(-cg // chunks), N=layer.n, C=layer.c, H=layer.h, W=layer.w, G=layer.groups,
+                        Q=layer.out_w, S=layer.s, SW=layer.stride_w, PW=layer.pad_w, DW=layer.dil_w,
+                        PH=layer.pad_h)
+    launch(x.device, kernel, (local, layer.h + 2 * layer.pad_h, layer.n * layer.groups), (local, 1, 1),
+           x.buffer, np.int64(x.offset), L.buffer, np.int64(L.offset))
     return L
 
 
 def _pack_weight(w: Tensor, layer: ConvLayer) -> Tensor:
-    wt = Tensor.empty((layer.r * layer.s * (layer.c // layer.groups), layer.k), w.dtype, w.device)
-    _run("mec_pack_weight", w, wt, layer, wt.size)
-    return wt
+    """w (K, CG, R, S) -> the paper's (R*S*CG) x K matrix: Wt[rs][c][k] = w[k][c][rs], the transpose of
+    w as a K x (CG*RS) matrix with its column (c, rs) sent to row rs*CG + c."""
+    cg, rs = layer.c // layer.groups, layer.r * layer.s
+    wt = Tensor.empty((rs * cg, layer.k), w.dtype, w.device)
+    return transpose_into(wt, w, rows=layer.k, cols=cg * rs, src_row_stride=cg * rs,
+                          col_split=(rs, layer.k, cg * layer.k))
 
 
 class MecStrategy:
@@ -180,10 +190,11 @@ class MecStrategy:
                     rows = _view(y, (n, q, kg), (k * p * q, 1, p * q), g * kg * p * q + h * q)
                     gemm_batched(part, w_g, c=rows)
         if solution == "A":
-            # lines 14-19: copy O into L (|O| ≤ |L|), then permute it from there into n-c-h-w
-            flat = _view(L, (y.size,), (1,))
-            copy_into(flat, _view(y, (y.size,), (1,)))
-            copy_into(y, _view(L, (n, k, p, q), (q * k, 1, n * q * k, k)))
+            # lines 14-19: O (h-n-w-c, inside y) is permuted into L (|O| ≤ |L|, free by now) as n-c-h-w,
+            # then copied back into y: y[i][:][h][:] is the transpose of O[h][i] (ow × kc)
+            transpose_into(L, y, rows=n * q, cols=k, src_row_stride=k, row_split=(q, k * p * q),
+                           col_split=(k, 0, p * q), batches=p, batch_strides=(n * q * k, q))
+            copy_into(_view(y, (y.size,), (1,)), _view(L, (y.size,), (1,)))
         return y
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:

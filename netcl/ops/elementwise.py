@@ -147,6 +147,11 @@ def copy_into(dst: Tensor, src: Tensor) -> Tensor:
     broadcast_shapes(shape, src.shape)
     if dst.size == 0:
         return dst
+    if src.shape == shape and src.is_contiguous() and dst.is_contiguous() and (
+            src.buffer is not dst.buffer or abs(src.offset - dst.offset) >= dst.size):
+        itemsize = dst.dtype.itemsize
+        memory.copy(dst.device, dst.buffer, src.buffer, dst.nbytes, dst.offset * itemsize, src.offset * itemsize)
+        return dst
     cshape, (dstr, sstr) = _collapse(shape, [dst.strides, broadcast_strides(src, shape)])
     meta = memory.meta_buffer(dst.device, cshape + dstr + sstr)
     kernel = get_kernel(dst.device, "copy.cl", "strided_copy", T=dtypes.c_type(dst.dtype), NDIM=len(cshape))

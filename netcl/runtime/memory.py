@@ -119,6 +119,19 @@ def fill(device: Device, buffer: cl.Buffer, value: np.generic, nbytes: int, offs
         raise _translate(device, exc, "filling", nbytes) from None
 
 
+def copy(device: Device, dst: cl.Buffer, src: cl.Buffer, nbytes: int, dst_offset_bytes: int = 0,
+         src_offset_bytes: int = 0):
+    """Device-side copy of nbytes between (non-overlapping ranges of) buffers: the driver's own copy,
+    a memcpy on CPU devices, instead of a kernel launch."""
+    if nbytes == 0:
+        return None
+    try:
+        return cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes, dst_offset=dst_offset_bytes,
+                               src_offset=src_offset_bytes)
+    except cl.Error as exc:
+        raise _translate(device, exc, "copying", nbytes) from None
+
+
 def meta_buffer(device: Device, values) -> cl.Buffer:
     """A small read-only int64 buffer (shapes/strides for kernels), shared by identical requests."""
     key = (id(device.context), tuple(int(v) for v in values) or (0,))
