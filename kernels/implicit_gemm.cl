@@ -17,11 +17,11 @@ an output-gradient element, so the inner dimension holds only those, and none of
 taps a stride skips. With stride 1 there is one class and every tap.
 
 B's address splits into a column part and an inner part (offset, row, column), so each tile first
-decomposes its TN columns and TK inner indices once into local tables; the gather itself then needs
-only additions and a bounds test. Fast paths:
-a work-item's WN columns that read WN consecutive elements of one source row (stride 1 along the
-width, not cut by a border) are gathered with one vector load per inner index, and a slice of A whose
-TK inner indices are consecutive in memory is loaded with one vector load per row.
+decomposes its TN columns once and each panel its TK inner indices into tables; the gather itself then
+needs only additions and a bounds test. Fast paths: a work-item's TN columns that read TN consecutive
+elements of one source row (stride 1 along the width, not cut by a border) are gathered with one vector
+load per inner index, and A, read in place, is indexed directly when the panel's inner indices are
+consecutive in its rows (always in forward).
 
 `geom` is an int64 array [N, C, H, W, K, R, S, P, Q, SH, SW, PH, PW, DH, DW, G] (P, Q = output size).
 
@@ -30,7 +30,7 @@ Template parameters (all have defaults):
   MODE   "forward", "backward_data" or "backward_weight"             (default "forward")
   TM     rows of C per work-group tile, a multiple of 4               (default 64)
   TN     columns of C per tile, held as one vector T<TN>: 4, 8 or 16  (default 16)
-  TK     inner-dimension slice staged in local memory per step: 4, 8 or 16 (default 16)
+  TK     inner-dimension panel gathered into local memory per step, any size (default 512)
   BIAS   forward: add bias[k] to every output of channel k as it is stored, which saves the
          separate pass over the output (kernels/bias.cl) (default False)
 
@@ -38,10 +38,11 @@ Launch: global (ceil(cols/TN), ceil(rows/TM), G), local (1, 1, 1). A work-group 
 PoCL's CPU driver a work-group of several work-items with barriers keeps every value that lives
 across a barrier in memory and runs the multiply-add loop several times slower, while a single
 work-item keeps its accumulators in registers (four rows at a time) and is vectorized through the
-T<TN> vectors. The local tiles are its staging area: per step of TK inner indices it gathers B
-(TK x TN) and A (TM x TK) into them, then streams the TM rows past the B tile.
+T<TN> vectors. Per panel of TK inner indices (GotoBLAS's KC) it gathers B (TK x TN) into local memory,
+then runs four rows of A at a time past it, read in place, with their four accumulators in registers
+for the whole panel: one load and store of the accumulators per panel, not per 16 inner indices.
 </%doc>
-<%page args="T='float', MODE='forward', TM=64, TN=16, TK=16, BIAS=False"/>
+<%page args="T='float', MODE='forward', TM=64, TN=16, TK=512, BIAS=False"/>
 <%
     VT = T + str(TN)
 %>
@@ -96,7 +97,6 @@ void igemm_${MODE}(
     const int m0 = get_group_id(1) * ${TM}, n0 = get_group_id(0) * ${TN};
     const int rows = min(${TM}, MD - m0);
 
-    __local ${T} As[${TM}][${TK}];
     __local ${T} Bs[${TK}][${TN}];
     int col_off[${TN}], col_h[${TN}], col_w[${TN}], col_store[${TN}];
     int in_off[${TK}], in_h[${TK}], in_w[${TK}], in_a[${TK}];
@@ -138,56 +138,36 @@ void igemm_${MODE}(
 
     ${VT} acc[${TM}];
     for (int m = 0; m < ${TM}; ++m) acc[m] = (${VT})(0);
-    // rows past the problem are multiplied four at a time but never stored; keep them defined
-    for (int m = rows; m < ${TM}; ++m)
-        for (int i = 0; i < ${TK}; ++i) As[m][i] = (${T})0;
 
     // The inner index advances without divisions: (u0, u1, u2) = (c, r, s) for forward,
     // (k, r, s) for backward_data (r, s counted among the class's valid taps), (n, p, q) for backward_weight.
     int u0 = 0, u1 = 0, u2 = 0;
     for (int k0 = 0; k0 < KD; k0 += ${TK}) {
-        for (int i = 0; i < ${TK}; ++i) {
-            int off = 0, hh = FAR, ww = FAR, ao = -1;
-            if (k0 + i < KD) {
+        const int kc = min(${TK}, KD - k0);
+        for (int i = 0; i < kc; ++i) {
+            int off, hh, ww, ao;
 % if MODE == 'forward':
-                hh = u1 * DH; ww = u2 * DW;
-                off = u0 * HW + hh * W + ww;
-                ao = k0 + i;
-                if (++u2 == S) { u2 = 0; if (++u1 == R) { u1 = 0; ++u0; } }
+            hh = u1 * DH; ww = u2 * DW;
+            off = u0 * HW + hh * W + ww;
+            ao = k0 + i;
+            if (++u2 == S) { u2 = 0; if (++u1 == R) { u1 = 0; ++u0; } }
 % elif MODE == 'backward_data':
-                const int r = r0 + u1 * sr, s = s0 + u2 * ss;
-                hh = (ca + PH - r * DH) / SH; ww = (cb + PW - s * DW) / SW;  // exact divisions
-                off = u0 * PQ + hh * Q + ww;
-                ao = u0 * CG * RS + r * S + s;
-                if (++u2 == SV) { u2 = 0; if (++u1 == RV) { u1 = 0; ++u0; } }
+            const int r = r0 + u1 * sr, s = s0 + u2 * ss;
+            hh = (ca + PH - r * DH) / SH; ww = (cb + PW - s * DW) / SW;  // exact divisions
+            off = u0 * PQ + hh * Q + ww;
+            ao = u0 * CG * RS + r * S + s;
+            if (++u2 == SV) { u2 = 0; if (++u1 == RV) { u1 = 0; ++u0; } }
 % else:
-                hh = u1 * SH - PH; ww = u2 * SW - PW;
-                off = u0 * C * HW + hh * W + ww;
-                ao = u0 * K * PQ + u1 * Q + u2;
-                if (++u2 == Q) { u2 = 0; if (++u1 == P) { u1 = 0; ++u0; } }
+            hh = u1 * SH - PH; ww = u2 * SW - PW;
+            off = u0 * C * HW + hh * W + ww;
+            ao = u0 * K * PQ + u1 * Q + u2;
+            if (++u2 == Q) { u2 = 0; if (++u1 == P) { u1 = 0; ++u0; } }
 % endif
-            }
             in_off[i] = off; in_h[i] = hh; in_w[i] = ww; in_a[i] = ao;
         }
 
-        // A: in_a rises strictly with i, so a span of exactly TK-1 means TK consecutive elements of
-        // each row: one vector load per row.
-        const int a_first = in_a[0];
-        const int a_run = a_first >= 0 && in_a[${TK - 1}] - a_first == ${TK - 1};
-        for (int m = 0; m < rows; ++m) {
-            __global const ${T}* arow = A + a_base + (long)(m0 + m) * a_m;
-            if (a_run) {
-                vstore${TK}(vload${TK}(0, arow + a_first), 0, &As[m][0]);
-            } else {
-                for (int i = 0; i < ${TK}; ++i) {
-                    const int ao = in_a[i];
-                    const ${T} v = arow[max(ao, 0)];
-                    As[m][i] = ao >= 0 ? v : (${T})0;
-                }
-            }
-        }
-        // B, gathered straight from the source tensor.
-        for (int i = 0; i < ${TK}; ++i) {
+        // B panel (kc x TN), gathered straight from the source tensor.
+        for (int i = 0; i < kc; ++i) {
             const int ih = in_h[i], iw = in_w[i], io = in_off[i];
 % if MODE != 'backward_weight':
             const int hh0 = col_h[0] + ih, ww0 = col_w[0] + iw;
@@ -205,15 +185,38 @@ void igemm_${MODE}(
             }
         }
 
-        // Four rows at a time in registers.
+        // A read in place, four rows at a time, their accumulators in registers over the whole panel;
+        // rows past the problem read the last real row and are never stored.
+% if MODE == 'forward':
+        const int a_run = 1;  // the panel's A elements are consecutive in every row
+% else:
+        const int a_run = in_a[kc - 1] - in_a[0] == kc - 1;
+% endif
         for (int m = 0; m < rows; m += 4) {
+            __global const ${T}* a0 = A + a_base + (long)(m0 + m) * a_m;
+            __global const ${T}* a1 = A + a_base + (long)(m0 + min(m + 1, rows - 1)) * a_m;
+            __global const ${T}* a2 = A + a_base + (long)(m0 + min(m + 2, rows - 1)) * a_m;
+            __global const ${T}* a3 = A + a_base + (long)(m0 + min(m + 3, rows - 1)) * a_m;
             ${VT} r0 = acc[m], r1 = acc[m + 1], r2 = acc[m + 2], r3 = acc[m + 3];
-            for (int i = 0; i < ${TK}; ++i) {
-                const ${VT} bv = vload${TN}(0, &Bs[i][0]);
-                r0 = fma((${VT})(As[m][i]), bv, r0);
-                r1 = fma((${VT})(As[m + 1][i]), bv, r1);
-                r2 = fma((${VT})(As[m + 2][i]), bv, r2);
-                r3 = fma((${VT})(As[m + 3][i]), bv, r3);
+            if (a_run) {
+                const int first = in_a[0];
+                a0 += first; a1 += first; a2 += first; a3 += first;
+                for (int i = 0; i < kc; ++i) {
+                    const ${VT} bv = vload${TN}(0, &Bs[i][0]);
+                    r0 = fma((${VT})(a0[i]), bv, r0);
+                    r1 = fma((${VT})(a1[i]), bv, r1);
+                    r2 = fma((${VT})(a2[i]), bv, r2);
+                    r3 = fma((${VT})(a3[i]), bv, r3);
+                }
+            } else {
+                for (int i = 0; i < kc; ++i) {
+                    const ${VT} bv = vload${TN}(0, &Bs[i][0]);
+                    const int ao = in_a[i];
+                    r0 = fma((${VT})(a0[ao]), bv, r0);
+                    r1 = fma((${VT})(a1[ao]), bv, r1);
+                    r2 = fma((${VT})(a2[ao]), bv, r2);
+                    r3 = fma((${VT})(a3[ao]), bv, r3);
+                }
             }
             acc[m] = r0; acc[m + 1] = r1; acc[m + 2] = r2; acc[m + 3] = r3;
         }

@@ -89,35 +89,38 @@ def winograd_tile(strategy) -> tuple[int, int]:
 
 
 def _implicit_geometry(strategy, layer: ConvLayer, pass_: str):
-    """((rows, columns, inner), tile, slices) of implicit_gemm's product: from the strategy's own module
-    (gemm_dims, choose_tile) when it has them, so that the model follows the kernel, else the plain GEMM."""
+    """((rows, columns, inner), tile, slices, padding) of implicit_gemm's product: from the strategy's own
+    module (gemm_dims, choose_tile, padding_granularity) when it has them, so that the model follows the kernel, else the plain GEMM."""
     module = sys.modules.get(type(strategy).__module__) if strategy is not None else None
     g, cg, kg = layer.groups, layer.c // layer.groups, layer.k // layer.groups
     dims = {"forward": (kg, layer.n * layer.out_h * layer.out_w, cg * layer.r * layer.s),
             "backward_data": (cg, layer.n * layer.h * layer.w, kg * layer.r * layer.s),
             "backward_weight": (kg, cg * layer.r * layer.s, layer.n * layer.out_h * layer.out_w)}[pass_]
-    tile, slices = IMPLICIT_GEMM_TILE, g
+    tile, slices, padding = IMPLICIT_GEMM_TILE, g, None
     try:
         dims = tuple(int(d) for d in module.gemm_dims(layer, pass_))
         tile = tuple(int(t) for t in module.choose_tile(layer, pass_)[:3])
         if pass_ == "backward_data":  # one slice per residue class of the stride
             slices = g * layer.stride_h * layer.stride_w
+        padding = tuple(int(t) for t in module.padding_granularity(tile))
     except (AttributeError, TypeError, ValueError):
         pass
-    return dims, tile, slices
+    return dims, tile, slices, padding
 
 
 def _padded(d: int, tile: int) -> float:
     return d / (math.ceil(d / tile) * tile)
 
 
-def tile_efficiency(m: int, n: int, k: int, tile=IMPLICIT_GEMM_TILE, batch: int = 1, units: int = 1) -> float:
-    """Useful fraction of a tiled GEMM's arithmetic: tile padding, and work-groups too few to fill
-    the device."""
+def tile_efficiency(m: int, n: int, k: int, tile=IMPLICIT_GEMM_TILE, batch: int = 1, units: int = 1,
+                    padding=None) -> float:
+    """Useful fraction of a tiled GEMM's arithmetic: padding (to the tile, or to the finer ``padding``
+    granularity a kernel that trims its partial tiles pays), and work-groups too few to fill the device."""
     tm, tn, tk = tile
+    pm, pn, pk = padding or tile
     groups = math.ceil(m / tm) * math.ceil(n / tn) * batch
     busy = min(1.0, groups / (WORK_PER_UNIT * units))
-    return _padded(m, tm) * _padded(n, tn) * _padded(k, tk) * busy
+    return _padded(m, pm) * _padded(n, pn) * _padded(k, pk) * busy
 
 
 @dataclass
@@ -144,11 +147,11 @@ def terms(name: str, layer: ConvLayer, pass_: str, profile: DeviceProfile, strat
     def bw(nbytes):
         return nbytes / (profile.bandwidth_gbs * 1e6)
 
-    def gemm(m, ncols, k, batch=1, tile=None):
+    def gemm(m, ncols, k, batch=1, tile=None, padding=None):
         # netcl's GEMM runs at its shape class's measured rate (the class already reflects thin or short
         # products); implicit_gemm's own kernel pays for its tile padding and occupancy.
         shaped = profile.rate(m, ncols, k, batch) * 1e6
-        efficiency = tile_efficiency(m, ncols, k, tile, batch, units) if tile else 1.0
+        efficiency = tile_efficiency(m, ncols, k, tile, batch, units, padding) if tile else 1.0
         return 2.0 * m * ncols * k * batch / (shaped * efficiency)
 
     # (rows, columns, inner) of one group's product per pass, as implicit_gemm and im2col lay them out.
@@ -167,8 +170,8 @@ def terms(name: str, layer: ConvLayer, pass_: str, profile: DeviceProfile, strat
         m, k = (kg, cg) if pass_ == "forward" else (cg, kg)
         return Terms(gemm(m, hw, k, n * g), bw(x_bytes + y_bytes + w_bytes) + launch * calls)
     if name == "implicit_gemm":
-        (rows, cols_, inner), tile, slices = _implicit_geometry(strategy, layer, pass_)
-        return Terms(gemm(rows, cols_, inner, slices, tile), bw(x_bytes + y_bytes + w_bytes) + launch)
+        (rows, cols_, inner), tile, slices, padding = _implicit_geometry(strategy, layer, pass_)
+        return Terms(gemm(rows, cols_, inner, slices, tile, padding), bw(x_bytes + y_bytes + w_bytes) + launch)
     if name == "mec":
         # The compact lowering L (n·ow rows of padded height × S × C, about R/stride times smaller than
         # im2col's), then GEMMs over shifted partitions of it: Solution A is oh calls of
