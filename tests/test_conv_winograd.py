@@ -75,3 +75,32 @@ def test_transformed_matrices_are_padded_off_cache_set_multiples():
     assert stride >= 512 * 288 and stride % 16 == 0 and (stride // 16) % 2 == 1
     assert matrix_stride(512, 288, 2, 4) == 512 * 288  # groups: one uniform batch, no padding
     assert matrix_stride(3, 5, 1, 8) % 8 == 0 and (matrix_stride(3, 5, 1, 8) // 8) % 2 == 1
+
+
+# 6 samples of 13×11 inputs: with 1 KiB chunks the data passes run a few samples at a time
+CHUNKED = ((6, 3, 13, 11), (5, 3, 3, 3), 1, 1, 1, 1, "float32")
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    from netcl.ops import conv_winograd
+    monkeypatch.setattr(conv_winograd, "CHUNK_BYTES", 1 << 10)
+
+
+def test_chunks_divide_the_batch_and_only_small_filters_are_chunked(small_chunks):
+    from netcl.ops.conv_winograd import CHUNK_MAX_FILTER_BYTES, samples_per_chunk
+    assert samples_per_chunk(6, 3, 5, 13, 11, 4) in (1, 2, 3)
+    assert samples_per_chunk(7, 3, 5, 13, 11, 4) == 1  # prime batch: single samples
+    assert samples_per_chunk(1, 3, 5, 13, 11, 4) == 1
+    channels = int((CHUNK_MAX_FILTER_BYTES // 64) ** 0.5) + 1  # U = 16·ch²·4 bytes just past the limit
+    assert samples_per_chunk(6, channels, channels, 13, 11, 4) == 6
+
+
+def test_chunked_passes_match_reference(small_chunks, rng, device, canaries):
+    errors = strategy_errors("winograd", CHUNKED, rng, device)
+    assert errors["forward"] <= 1e-4, errors
+    assert errors["grad_input"] <= 5e-4 and errors["grad_weight"] <= 5e-4, errors
+
+
+def test_chunked_workspace_is_exact(small_chunks, device, monkeypatch):
+    check_workspace("winograd", CHUNKED, device, monkeypatch)

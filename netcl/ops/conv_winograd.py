@@ -88,21 +88,33 @@ def _stack_elements(rows: int, cols: int, groups: int, itemsize: int) -> int:
     return 15 * matrix_stride(rows, cols, groups, itemsize) + rows * cols
 
 
+def _chunk(layer: ConvLayer, pass_: str) -> int:
+    """Samples per chunk of a data pass (backward_data correlates grad_y with the flipped filters into an
+    input-sized result)."""
+    if pass_ == "backward_data":
+        return samples_per_chunk(layer.n, layer.k, layer.c, layer.h, layer.w, layer.itemsize, layer.groups)
+    return samples_per_chunk(layer.n, layer.c, layer.k, layer.out_h, layer.out_w, layer.itemsize, layer.groups)
+
+
 def workspace_elements(layer: ConvLayer, pass_: str) -> int:
     """Elements of the transformed operands one pass allocates (U, V and M for the data passes;
     V, Z and Mw for backward_weight), each 16 matrices apart by matrix_stride."""
     cg, kg = layer.c // layer.groups, layer.k // layer.groups
     g, size = layer.groups, layer.itemsize
     if pass_ == "forward":
-        t = _tiles(layer.n, layer.out_h, layer.out_w)[2]
+        t = _tiles(_chunk(layer, pass_), layer.out_h, layer.out_w)[2]
         shapes = [(layer.k, cg), (layer.c, t), (layer.k, t)]
     elif pass_ == "backward_data":
-        t = _tiles(layer.n, layer.h, layer.w)[2]
+        t = _tiles(_chunk(layer, pass_), layer.h, layer.w)[2]
         shapes = [(layer.c, kg), (layer.k, t), (layer.c, t)]
     else:
         t = _tiles(layer.n, layer.out_h, layer.out_w)[2]
         shapes = [(layer.c, t), (layer.k, t), (layer.k, cg)]
     return sum(_stack_elements(rows, cols, g, size) for rows, cols in shapes)
+
+
+CHUNK_BYTES = 2 << 20              # V + M of one chunk of samples (samples_per_chunk)
+CHUNK_MAX_FILTER_BYTES = 512 << 10  # chunk only below this size of U
 
 
 def _stack16(rows: int, cols: int, groups: int, dtype, device) -> Tensor:
@@ -118,12 +130,14 @@ def _kernel(device, name: str, dtype, flip: int = 0):
 
 
 def _input_transform(src: Tensor, pad_h: int, pad_w: int, th: int, tw: int, groups: int,
-                     tile_major: bool = False) -> Tensor:
+                     tile_major: bool = False, into: Tensor | None = None) -> Tensor:
     """V = BᵀdB of every tile: [16][channels][tiles], or tile-major [16][groups][tiles][channels/groups]
-    (the form backward_weight multiplies without a transposed operand)."""
+    (the form backward_weight multiplies without a transposed operand); ``into`` is reused when it has
+    room for exactly these tiles."""
     n, channels, ih, iw = src.shape
     tiles = n * th * tw
-    v = _stack16(channels, tiles, groups, src.dtype, src.device)
+    v = into if into is not None and into.shape == (16, channels, tiles) else _stack16(channels, tiles, groups,
+                                                                                      src.dtype, src.device)
     geometry = (np.int32(n), np.int32(channels), np.int32(ih), np.int32(iw), np.int32(pad_h), np.int32(pad_w),
                 np.int32(th), np.int32(tw), np.int32(0 if tile_major else _channel_major(th, tw)))
     if tile_major:
@@ -171,14 +185,43 @@ def _grouped(t: Tensor, groups: int) -> Tensor:
                   (rows // groups * cols, cols, 1), t.offset)
 
 
+def samples_per_chunk(n: int, ch_in: int, ch_out: int, out_h: int, out_w: int, itemsize: int,
+                      groups: int = 1) -> int:
+    """Samples whose transformed input V and product M are made and consumed together.
+
+    With small filters the products stream V and M: cv9 at batch 32 (64 channels, 23,328 tiles) writes
+    95 MB of V, which the GEMM then reads back from memory, and the same for M. Chunks of CHUNK_BYTES keep
+    them in cache (cv9: 62 -> 48 ms). Every chunk re-reads the transformed filters U and adds three
+    launches, and its GEMM has fewer columns: with U above CHUNK_MAX_FILTER_BYTES that costs more than it
+    saves (cv10, U = 1 MiB: 36 -> 40-44 ms; cv6, cv12: 1.5-3x slower), so those layers run whole."""
+    th, tw, _ = _tiles(1, out_h, out_w)
+    filter_bytes = 16 * ch_out * (ch_in // groups) * itemsize
+    per_sample = 16 * (ch_in + ch_out) * th * tw * itemsize
+    if filter_bytes > CHUNK_MAX_FILTER_BYTES or n * per_sample <= CHUNK_BYTES:
+        return n
+    limit = max(1, CHUNK_BYTES // per_sample)
+    return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)  # equal chunks share V and M
+
+
+def _view(t: Tensor, shape, offset: int) -> Tensor:
+    return Tensor(t.buffer, shape, t.dtype, t.device, t.strides, t.offset + offset)
+
+
 def _correlate(src: Tensor, u: Tensor, out: Tensor, pad_h: int, pad_w: int, groups: int) -> Tensor:
-    """out = the stride-1 3×3 correlation of src with the transformed filters u (any padding)."""
+    """out = the stride-1 3×3 correlation of src with the transformed filters u (any padding), a chunk of
+    samples at a time (samples_per_chunk: a divisor of the batch, so every chunk reuses V and M)."""
     n, ch_out, oh, ow = out.shape
-    th, tw, tiles = _tiles(n, oh, ow)
-    v = _input_transform(src, pad_h, pad_w, th, tw, groups)
-    m = _stack16(ch_out, tiles, groups, out.dtype, out.device)
-    gemm_batched(_grouped(u, groups), _grouped(v, groups), c=_grouped(m, groups))
-    return _output_transform(m, out, th, tw)
+    ch_in, ih, iw = src.shape[1:]
+    chunk = samples_per_chunk(n, ch_in, ch_out, oh, ow, out.dtype.itemsize, groups)
+    th, tw, tiles = _tiles(chunk, oh, ow)
+    v, m = None, _stack16(ch_out, tiles, groups, out.dtype, out.device)
+    for n0 in range(0, n, chunk):
+        x_part = _view(src, (chunk, ch_in, ih, iw), n0 * ch_in * ih * iw)
+        y_part = _view(out, (chunk, ch_out, oh, ow), n0 * ch_out * oh * ow)
+        v = _input_transform(x_part, pad_h, pad_w, th, tw, groups, into=v)
+        gemm_batched(_grouped(u, groups), _grouped(v, groups), c=_grouped(m, groups))
+        _output_transform(m, y_part, th, tw)
+    return out
 
 
 class WinogradStrategy:
@@ -207,10 +250,10 @@ class WinogradStrategy:
         from ..runtime.device import default_device
         cg, kg, b = layer.c // layer.groups, layer.k // layer.groups, 16 * layer.groups
         if pass_ == "forward":
-            t = _tiles(layer.n, layer.out_h, layer.out_w)[2]
+            t = _tiles(_chunk(layer, pass_), layer.out_h, layer.out_w)[2]
             call = (kg, t, cg, b, b, 1, 1, t)
         elif pass_ == "backward_data":
-            t = _tiles(layer.n, layer.h, layer.w)[2]
+            t = _tiles(_chunk(layer, pass_), layer.h, layer.w)[2]
             call = (cg, t, kg, b, b, 1, 1, t)
         else:
             t = _tiles(layer.n, layer.out_h, layer.out_w)[2]

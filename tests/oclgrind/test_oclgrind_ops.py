@@ -255,3 +255,17 @@ def test_bias_kernels(device, rng):
         others = tuple(i for i in range(len(shape)) if i != axis)
         assert_close(bias_grad(_t(y, device), axis).to_host(), y.astype(np.float64).sum(axis=others), 1e-5,
                      "bias_grad")
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_transpose_both_forms(kind, device, rng, monkeypatch):
+    """The batched strided transpose's direct (CPU) and local-memory (GPU) forms, with split rows and
+    columns and partial blocks (MEC's output permutation)."""
+    from netcl.ops.transpose import transpose_into
+    monkeypatch.setattr(device, "kind", kind)
+    n, k, p, q = 2, 37, 3, 5
+    o = rng.standard_normal((p, n, q, k)).astype(np.float32)
+    dst = nc.Tensor.empty((n, k, p, q), np.float32, device)
+    transpose_into(dst, _t(o, device), rows=n * q, cols=k, src_row_stride=k, row_split=(q, k * p * q),
+                   col_split=(k, 0, p * q), batches=p, batch_strides=(n * q * k, q))
+    assert np.array_equal(dst.to_host(), o.transpose(1, 3, 0, 2))
