@@ -23,14 +23,15 @@ from .conv_common import ConvLayer
 # implicit_gemm, once its tile padding and occupancy are accounted for; Winograd's flops are already those
 # of its transformed products); above 1 where the products run faster than the calibration's
 # representative ones. Fitted on PoCL 3.1 (pthread, 2 cores) with `benchmarks/planner_accuracy.py --fit`
-# over the LeNet and MEC layers (run 11 of docs/planner.md); "gemm" (1×1) takes im2col's. A measured plan refines them per device
-# (the planner's corrections).
+# over the LeNet and MEC layers (run 13 of docs/planner.md, after the MEC, implicit GEMM and Winograd
+# kernel changes); "gemm" (1×1) takes im2col's. A measured plan refines them per device (the planner's
+# corrections).
 EFFICIENCY = {
-    "direct": {"forward": 0.035, "backward_data": 0.034, "backward_weight": 0.035},
-    "im2col": {"forward": 3.44, "backward_data": 1.158, "backward_weight": 1.573},
-    "implicit_gemm": {"forward": 1.2, "backward_data": 0.613, "backward_weight": 1.268},
-    "winograd": {"forward": 2.196, "backward_data": 0.781, "backward_weight": 0.997},
-    "mec": {"forward": 0.721, "backward_data": 1.212, "backward_weight": 1.073},
+    "direct": {"forward": 0.023, "backward_data": 0.022, "backward_weight": 0.023},
+    "im2col": {"forward": 1.366, "backward_data": 0.928, "backward_weight": 0.776},
+    "implicit_gemm": {"forward": 0.241, "backward_data": 0.228, "backward_weight": 4.881},
+    "winograd": {"forward": 1.201, "backward_data": 0.702, "backward_weight": 0.464},
+    "mec": {"forward": 1.286, "backward_data": 0.803, "backward_weight": 1.065},
 }
 EFFICIENCY["gemm"] = EFFICIENCY["im2col"]  # the same products, without the lowering
 DEFAULT_EFFICIENCY = 0.3  # a strategy this model does not know

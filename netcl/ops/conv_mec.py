@@ -81,13 +81,14 @@ def _view(t: Tensor, shape, strides, offset: int = 0) -> Tensor:
     return Tensor(t.buffer, shape, t.dtype, t.device, strides, t.offset + offset)
 
 
-SLAB_ELEMENTS = 8192  # mec_lower's local-memory chunk: 8 KiB of float32 input rows
+SLAB_ELEMENTS = 8192  # mec_lower's local-memory chunk of input rows (at most half the device's local memory)
 
 
 def _lower(x: Tensor, layer: ConvLayer) -> Tensor:
     L = Tensor.empty((lowered_elements(layer),), x.dtype, x.device)
     cg = layer.c // layer.groups
-    chunks = -(-cg // max(1, SLAB_ELEMENTS // layer.w))
+    slab = min(SLAB_ELEMENTS, x.device.local_mem_bytes // 2 // layer.itemsize)
+    chunks = -(-cg // max(1, slab // layer.w))
     local = 64 if x.device.kind == "cpu" else 256
     kernel = get_kernel(x.device, "mec.cl", "mec_lower", T=dtypes.c_type(x.dtype), LOCAL=local,
                         CT=-(-cg // chunks), N=layer.n, C=layer.c, H=layer.h, W=layer.w, G=layer.groups,
@@ -116,6 +117,10 @@ class MecStrategy:
                     f"consecutive rows)")
         from ..runtime.device import default_device
         device = default_device()
+        if layer.w * layer.itemsize > device.local_mem_bytes:
+            return (f"its lowering kernel stages whole input rows in local memory: a row of {layer.w} "
+                    f"elements needs {layer.w * layer.itemsize:,} bytes, {device.name} has "
+                    f"{device.local_mem_bytes:,}")
         nbytes = lowered_elements(layer) * layer.itemsize
         if nbytes > device.max_alloc_bytes:
             return (f"its lowering L (in·ow·ih·kw·ic) needs {nbytes:,} bytes, more than the largest single "
