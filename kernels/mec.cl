@@ -15,9 +15,8 @@ columns with leading dimension IH*S*C.
   mec_scatter       grad_L -> grad_x: grad_x[n,c,h,w] = sum over the (q, s) with q*SW - PW + s*DW = w of
                     grad_L[n][q][g][h + PH][s][c]  (the MEC analogue of col2im, written as a gather:
                     one work-item per grad_x element, no atomics)
-  mec_pack_weight_rows  w -> W2, the K x (R*S*CG) transpose of the forward's (R*S*CG) x K filter
-                    (netcl.ops.transpose builds that one): W2[k][(r*S + s)*CG + c] (backward_data)
-  mec_unpack_grad   gW2 (K x R*S*CG, row k = the k-th output channel) -> grad_w (K, CG, R, S)
+The filter layouts (forward's (R*S*CG) x K, backward_data's K x (R*S*CG), backward_weight's gradient
+back to (K, CG, R, S)) are transposes, made by netcl.ops.transpose.
 
 `geom` is an int64 array [N, C, H, W, K, R, S, P, Q, SH, SW, PH, PW, DH, DW, G] (P, Q = output size).
 
@@ -138,29 +137,4 @@ __kernel void mec_scatter(
         acc += row[q * ld + s * CG];
     }
     gx[gx_off + i] = acc;
-}
-
-__kernel void mec_pack_weight_rows(
-    __global const ${T}* w, const long w_off,
-    __global ${T}* W2, const long w2_off,
-    __constant const long* geom)
-{
-    GEOMETRY
-    const long i = get_global_id(0);
-    if (i >= K * R * S * CG) return;
-    const long j = i % (R * S * CG), k = i / (R * S * CG);
-    const long c = j % CG, rs = j / CG;
-    W2[w2_off + i] = w[w_off + (k * CG + c) * R * S + rs];
-}
-
-__kernel void mec_unpack_grad(
-    __global const ${T}* gW2, const long g_off,
-    __global ${T}* gw, const long gw_off,
-    __constant const long* geom)
-{
-    GEOMETRY
-    const long i = get_global_id(0);
-    if (i >= K * CG * R * S) return;
-    const long rs = i % (R * S), c = (i / (R * S)) % CG, k = i / (R * S * CG);
-    gw[gw_off + i] = gW2[g_off + k * R * S * CG + rs * CG + c];
 }

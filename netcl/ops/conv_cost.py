@@ -91,7 +91,8 @@ def winograd_tile(strategy) -> tuple[int, int]:
 
 def _implicit_geometry(strategy, layer: ConvLayer, pass_: str):
     """((rows, columns, inner), tile, slices, padding) of implicit_gemm's product: from the strategy's own
-    module (gemm_dims, choose_tile, padding_granularity) when it has them, so that the model follows the kernel, else the plain GEMM."""
+    module (gemm_dims, choose_tile, padding_granularity) when it has them, so that the model follows the
+    kernel, else the plain GEMM."""
     module = sys.modules.get(type(strategy).__module__) if strategy is not None else None
     g, cg, kg = layer.groups, layer.c // layer.groups, layer.k // layer.groups
     dims = {"forward": (kg, layer.n * layer.out_h * layer.out_w, cg * layer.r * layer.s),

@@ -209,7 +209,9 @@ class MecStrategy:
         cg, kg, ih, ld, block, shift, width = _dims(layer)
         n, k, p, q = layer.output_shape
         w2 = Tensor.empty((layer.k, width), w.dtype, w.device)
-        _run("mec_pack_weight_rows", w, w2, layer, w2.size)
+        rs = layer.r * layer.s
+        # W2[k][rs*CG + c] = w[k][c][rs]: per output channel k, the (CG x RS) block transposed
+        transpose_into(w2, w, rows=cg, cols=rs, src_row_stride=rs, batches=layer.k, batch_strides=(width, width))
         grad_l = fill(Tensor.empty((lowered_elements(layer),), w.dtype, w.device), 0.0)
         for g in range(layer.groups):
             w_g = _view(w2, (1, kg, width), (0, width, 1), g * kg * width)
@@ -241,7 +243,9 @@ class MecStrategy:
             for h in range(p):
                 part = _view(L, (1, n * q, width), (0, ld, 1), g * block + h * shift)
                 gemm_batched(row_of(h, g), part, c=out, beta=0.0 if h == 0 else 1.0)
-        _run("mec_unpack_grad", gw2, gw, layer, gw.size)
+        rs = layer.r * layer.s
+        # grad_w[k][c][rs] = gW2[k][rs*CG + c]: per output channel k, the (RS x CG) block transposed
+        transpose_into(gw, gw2, rows=rs, cols=cg, src_row_stride=cg, batches=k, batch_strides=(width, width))
         return gw
 
 

@@ -132,12 +132,11 @@ def _kernel(device, name: str, dtype, flip: int = 0):
 def _input_transform(src: Tensor, pad_h: int, pad_w: int, th: int, tw: int, groups: int,
                      tile_major: bool = False, into: Tensor | None = None) -> Tensor:
     """V = BᵀdB of every tile: [16][channels][tiles], or tile-major [16][groups][tiles][channels/groups]
-    (the form backward_weight multiplies without a transposed operand); ``into`` is reused when it has
-    room for exactly these tiles."""
+    (the form backward_weight multiplies without a transposed operand), into ``into`` when given (a
+    [16][channels][tiles] stack made by _stack16 for these tiles)."""
     n, channels, ih, iw = src.shape
     tiles = n * th * tw
-    v = into if into is not None and into.shape == (16, channels, tiles) else _stack16(channels, tiles, groups,
-                                                                                      src.dtype, src.device)
+    v = into if into is not None else _stack16(channels, tiles, groups, src.dtype, src.device)
     geometry = (np.int32(n), np.int32(channels), np.int32(ih), np.int32(iw), np.int32(pad_h), np.int32(pad_w),
                 np.int32(th), np.int32(tw), np.int32(0 if tile_major else _channel_major(th, tw)))
     if tile_major:
@@ -214,11 +213,12 @@ def _correlate(src: Tensor, u: Tensor, out: Tensor, pad_h: int, pad_w: int, grou
     ch_in, ih, iw = src.shape[1:]
     chunk = samples_per_chunk(n, ch_in, ch_out, oh, ow, out.dtype.itemsize, groups)
     th, tw, tiles = _tiles(chunk, oh, ow)
-    v, m = None, _stack16(ch_out, tiles, groups, out.dtype, out.device)
+    v = _stack16(ch_in, tiles, groups, src.dtype, src.device)
+    m = _stack16(ch_out, tiles, groups, out.dtype, out.device)
     for n0 in range(0, n, chunk):
-        x_part = _view(src, (chunk, ch_in, ih, iw), n0 * ch_in * ih * iw)
-        y_part = _view(out, (chunk, ch_out, oh, ow), n0 * ch_out * oh * ow)
-        v = _input_transform(x_part, pad_h, pad_w, th, tw, groups, into=v)
+        x_part = _view(src, (chunk, ch_in, ih, iw), n0 * src.strides[0])
+        y_part = _view(out, (chunk, ch_out, oh, ow), n0 * out.strides[0])
+        _input_transform(x_part, pad_h, pad_w, th, tw, groups, into=v)
         gemm_batched(_grouped(u, groups), _grouped(v, groups), c=_grouped(m, groups))
         _output_transform(m, y_part, th, tw)
     return out
