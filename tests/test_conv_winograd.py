@@ -28,6 +28,11 @@ CASES = [
     # channel-major; two groups keep the 16 matrices unpadded (matrix_stride)
     ((2, 3, 35, 33), (5, 3, 3, 3), 1, 0, 1, 1, "float32"),
     ((1, 4, 33, 35), (6, 2, 3, 3), 1, 1, 1, 2, "float32"),
+    # batches of 4k samples on a CPU device: the whole-plane transforms (plane_lanes), 8 and 4 lanes
+    ((8, 3, 7, 9), (5, 3, 3, 3), 1, 1, 1, 1, "float32"),
+    ((4, 6, 5, 7), (4, 3, 3, 3), 1, (0, 2), 1, 2, "float32"),
+    ((4, 2, 5, 4), (3, 2, 3, 3), 1, 4, 1, 1, "float32"),
+    ((12, 5, 6, 5), (3, 5, 3, 3), 1, 1, 1, 1, "float64"),
 ]
 
 
@@ -104,3 +109,39 @@ def test_chunked_passes_match_reference(small_chunks, rng, device, canaries):
 
 def test_chunked_workspace_is_exact(small_chunks, device, monkeypatch):
     check_workspace("winograd", CHUNKED, device, monkeypatch)
+
+
+PLANE_CASES = [((8, 5, 7, 7), (6, 5, 3, 3), 1, 0, 1, 1), ((4, 3, 9, 6), (4, 3, 3, 3), 1, (3, 1), 1, 1),
+               ((12, 4, 5, 5), (4, 2, 3, 3), 1, 1, 1, 2)]
+
+
+@pytest.mark.parametrize("case", PLANE_CASES, ids=["lanes8", "lanes4_pad3", "lanes4_grouped"])
+def test_plane_kernels_equal_the_tile_kernels_bit_for_bit(case, rng, device, canaries, monkeypatch):
+    """The whole-plane transforms order the tiles differently but compute every element with the same
+    operations, and the GEMM's columns are independent: forward and both gradients are identical."""
+    from netcl.ops import conv_winograd
+    if conv_winograd.plane_lanes(device, case[0][0], 4, 4) == 0:
+        pytest.skip(f"{device.describe()} does not use the whole-plane kernels")
+    xs, ws, st, pd, dl, g = case
+    x = rng.uniform(-1, 1, xs).astype(np.float32)
+    w = rng.uniform(-1, 1, ws).astype(np.float32)
+    results = []
+    for lanes in (conv_winograd.plane_lanes, lambda *args: 0):
+        monkeypatch.setattr(conv_winograd, "plane_lanes", lanes)
+        X = nc.Tensor.from_host(x, device, requires_grad=True)
+        W = nc.Tensor.from_host(w, device, requires_grad=True)
+        y = conv2d(X, W, stride=st, padding=pd, dilation=dl, groups=g, strategy="winograd")
+        y.backward(nc.Tensor.from_host(np.ones(y.shape, np.float32), device))
+        results.append([y.to_host(), X.grad.to_host(), W.grad.to_host()])
+    for name, planes, tiles in zip(("forward", "grad input", "grad weight"), *results):
+        assert np.array_equal(planes, tiles), name
+
+
+def test_plane_lanes_rule(device, monkeypatch):
+    from netcl.ops.conv_winograd import PLANE_MAX_TILES, plane_lanes
+    monkeypatch.setattr(device, "kind", "cpu")
+    assert plane_lanes(device, 32, 3, 3) == 8 and plane_lanes(device, 12, 3, 3) == 4
+    assert plane_lanes(device, 6, 3, 3) == 0 and plane_lanes(device, 1, 3, 3) == 0
+    assert plane_lanes(device, 32, 8, PLANE_MAX_TILES // 8 + 1) == 0
+    monkeypatch.setattr(device, "kind", "gpu")
+    assert plane_lanes(device, 32, 3, 3) == 0

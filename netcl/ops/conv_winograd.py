@@ -130,13 +130,20 @@ def _kernel(device, name: str, dtype, flip: int = 0):
 
 
 def _input_transform(src: Tensor, pad_h: int, pad_w: int, th: int, tw: int, groups: int,
-                     tile_major: bool = False, into: Tensor | None = None) -> Tensor:
+                     tile_major: bool = False, into: Tensor | None = None, lanes: int = 0) -> Tensor:
     """V = BᵀdB of every tile: [16][channels][tiles], or tile-major [16][groups][tiles][channels/groups]
     (the form backward_weight multiplies without a transposed operand), into ``into`` when given (a
-    [16][channels][tiles] stack made by _stack16 for these tiles)."""
+    [16][channels][tiles] stack made by _stack16 for these tiles). ``lanes`` > 0: the whole-plane kernel
+    with that many samples per work-item (plane_lanes), whose tiles are ordered sample-fastest."""
     n, channels, ih, iw = src.shape
     tiles = n * th * tw
     v = into if into is not None else _stack16(channels, tiles, groups, src.dtype, src.device)
+    if lanes:
+        kernel = get_kernel(src.device, "winograd_plane.cl", "wino_input_plane", T=dtypes.c_type(src.dtype),
+                            N=n, CH=channels, IH=ih, IW=iw, PH=pad_h, PW=pad_w, TH=th, TW=tw, VN=lanes)
+        launch(src.device, kernel, (n // lanes, channels), PLANE_LOCAL, src.buffer, np.int64(src.offset),
+               v.buffer, np.int64(v.offset), np.int64(v.strides[0]))
+        return v
     geometry = (np.int32(n), np.int32(channels), np.int32(ih), np.int32(iw), np.int32(pad_h), np.int32(pad_w),
                 np.int32(th), np.int32(tw), np.int32(0 if tile_major else _channel_major(th, tw)))
     if tile_major:
@@ -164,8 +171,15 @@ def _filter_transform(w: Tensor, layer: ConvLayer, flip: bool) -> Tensor:
     return u
 
 
-def _output_transform(m: Tensor, out: Tensor, th: int, tw: int) -> Tensor:
+def _output_transform(m: Tensor, out: Tensor, th: int, tw: int, lanes: int = 0) -> Tensor:
+    """out = AᵀmA of every tile of M ([16][channels][tiles]; ``lanes`` as in _input_transform)."""
     n, ch, oh, ow = out.shape
+    if lanes:
+        kernel = get_kernel(out.device, "winograd_plane.cl", "wino_output_plane", T=dtypes.c_type(out.dtype),
+                            N=n, CH=ch, OH=oh, OW=ow, TH=th, TW=tw, VN=lanes)
+        launch(out.device, kernel, (n // lanes, ch), PLANE_LOCAL, m.buffer, np.int64(m.offset),
+               np.int64(m.strides[0]), out.buffer, np.int64(out.offset))
+        return out
     tw4 = -(-tw // 4)
     launch(out.device, _kernel(out.device, "wino_output_transform4", out.dtype), (tw4, th, n * ch),
            _tile_local(th, tw4),
@@ -173,6 +187,24 @@ def _output_transform(m: Tensor, out: Tensor, th: int, tw: int) -> Tensor:
            np.int32(n), np.int32(ch), np.int32(oh), np.int32(ow),
            np.int32(th), np.int32(tw), np.int32(_channel_major(th, tw)), out.buffer, np.int64(out.offset))
     return out
+
+
+PLANE_MAX_TILES = 64     # tiles per plane up to which the whole-plane kernels serve (they unroll the plane)
+PLANE_LOCAL = (8, 8)     # their work-group: 8 sample blocks x 8 channels
+
+
+def plane_lanes(device, samples: int, th: int, tw: int) -> int:
+    """Samples per work-item of the whole-plane transforms (kernels/winograd_plane.cl), or 0 for the
+    general tile kernels. Those parallelize over the tiles of a plane; on small images a CPU driver gets
+    too few of them to vectorize, and each tile pays run-time bounds checks. The plane kernels put VN
+    samples in the lanes of a vector instead, with the geometry compiled in (batch 32, PoCL: cv12's input
+    transform 3.4 -> 0.9 ms, output 2.4 -> 0.6 ms; cv6 3.9 -> 1.4 and 5.2 -> 1.6 ms; cv11 4.4 -> 1.5 and
+    3.0 -> 1.1 ms). They hold a whole plane per work-item, which a GPU would spill from its registers, so
+    they serve CPU devices only, and only batches with a multiple of 4 samples: with fewer lanes the
+    general kernels were as fast."""
+    if device.kind != "cpu" or th * tw > PLANE_MAX_TILES:
+        return 0
+    return next((lanes for lanes in (8, 4) if samples % lanes == 0), 0)
 
 
 def _grouped(t: Tensor, groups: int) -> Tensor:
@@ -213,14 +245,15 @@ def _correlate(src: Tensor, u: Tensor, out: Tensor, pad_h: int, pad_w: int, grou
     ch_in, ih, iw = src.shape[1:]
     chunk = samples_per_chunk(n, ch_in, ch_out, oh, ow, out.dtype.itemsize, groups)
     th, tw, tiles = _tiles(chunk, oh, ow)
+    lanes = plane_lanes(out.device, chunk, th, tw)  # both transforms order the tiles the same way
     v = _stack16(ch_in, tiles, groups, src.dtype, src.device)
     m = _stack16(ch_out, tiles, groups, out.dtype, out.device)
     for n0 in range(0, n, chunk):
         x_part = _view(src, (chunk, ch_in, ih, iw), n0 * src.strides[0])
         y_part = _view(out, (chunk, ch_out, oh, ow), n0 * out.strides[0])
-        _input_transform(x_part, pad_h, pad_w, th, tw, groups, into=v)
+        _input_transform(x_part, pad_h, pad_w, th, tw, groups, into=v, lanes=lanes)
         gemm_batched(_grouped(u, groups), _grouped(v, groups), c=_grouped(m, groups))
-        _output_transform(m, y_part, th, tw)
+        _output_transform(m, y_part, th, tw, lanes)
     return out
 
 

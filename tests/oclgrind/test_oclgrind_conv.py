@@ -24,6 +24,7 @@ LAYERS = [
     ((2, 2, 7, 7), (3, 2, 3, 3), 2, 2, 2, 1),
     ((1, 3, 6, 7), (2, 3, 2, 3), (2, 1), (0, 1), (1, 2), 1),
     ((1, 2, 4, 4), (3, 2, 3, 3), 1, 2, 1, 1),   # some windows lie entirely in the padding
+    ((4, 2, 5, 3), (3, 2, 3, 3), 1, 1, 1, 1),   # 4 samples: Winograd's whole-plane kernels on a CPU
 ]
 TOLERANCES = {"winograd": (1e-4, 5e-4)}
 

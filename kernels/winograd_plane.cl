@@ -1,0 +1,124 @@
+<%doc>
+Winograd F(2x2, 3x3) input and output transforms for small planes, one work-item per whole plane with
+the geometry compiled in (kernels/winograd.cl has the general forms and defines the transforms and the
+[16][channels][tiles] layout; t = (n * TH + ty) * TW + tx).
+
+  wino_input_plane    V[e][c][t] = (B^T d B)[e] of every tile of plane (n, c), d = the 4x4 patch of src at
+                      (2*ty - PH, 2*tx - PW), zero outside the source (PH, PW may be negative)
+  wino_output_plane   dst[n][k][2ty+i][2tx+j] = (A^T m A)[i][j], every tile of plane (n, k), the positions
+                      inside dst only
+
+Why: on small images (cv12: 7x7 input, 3x3 tiles) the general kernels' tile grid is tiny, so a CPU driver
+cannot vectorize along it and every tile pays run-time bounds checks. Here the bounds, the zero padding
+and the tile loops are resolved when the template is rendered, the plane is read once into registers,
+and neighbouring work-items (dimension 0 runs over the samples n) write neighbouring tiles of V.
+
+Template parameters (all have defaults; a plane of TH x TW tiles is unrolled, so keep TH * TW small:
+netcl.ops.conv_winograd.PLANE_MAX_TILES):
+  T         element type, "float" or "double"                        (default "float")
+  N         samples in the launch (the chunk)                         (default 1)
+  CH        channels of the transformed plane set                      (default 1)
+  IH IW     input plane size (wino_input_plane)                        (default 4 4)
+  PH PW     padding of the input plane, may be negative                (default 0 0)
+  OH OW     output plane size (wino_output_plane)                      (default 2 2)
+  TH TW     tiles per plane: ceil(out_h / 2), ceil(out_w / 2)          (default 1 1)
+
+Launch: 2-D, global (N, CH), any local size (tails guarded). estride is the elements from one of the 16
+matrices to the next (netcl.ops.conv_winograd.matrix_stride).
+</%doc>
+<%page args="T='float', N=1, CH=1, IH=4, IW=4, PH=0, PW=0, OH=2, OW=2, TH=1, TW=1, VN=1"/>
+<%
+TILES = N * TH * TW
+VT = T if VN == 1 else f"{T}{VN}"
+LANES = "0123456789abcdef"[:VN]
+
+def gather(ptr, index, stride):
+    """VN samples' values at ptr[index + lane * stride], as one ${VT}"""
+    if VN == 1:
+        return f"{ptr}[{index}]"
+    return f"({VT})(" + ", ".join(f"{ptr}[{index} + {lane * stride}]" for lane in range(VN)) + ")"
+
+def vload(ptr):
+    return f"*({ptr})" if VN == 1 else f"vload{VN}(0, {ptr})"
+
+def vstore(value, ptr):
+    return f"*({ptr}) = {value}" if VN == 1 else f"vstore{VN}({value}, 0, {ptr})"
+%>
+% if T == 'double':
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+% endif
+
+// the 16 elements of B^T d B, each to its matrix
+inline void input_tile(const ${VT} d[4][4], __global ${T}* restrict out, const long estride)
+{
+    ${VT} b[4][4];
+    for (int j = 0; j < 4; ++j) {
+        b[0][j] = d[0][j] - d[2][j];
+        b[1][j] = d[1][j] + d[2][j];
+        b[2][j] = d[2][j] - d[1][j];
+        b[3][j] = d[1][j] - d[3][j];
+    }
+    for (int i = 0; i < 4; ++i) {
+        ${vstore("b[i][0] - b[i][2]", "out + (4 * i + 0) * estride")};
+        ${vstore("b[i][1] + b[i][2]", "out + (4 * i + 1) * estride")};
+        ${vstore("b[i][2] - b[i][1]", "out + (4 * i + 2) * estride")};
+        ${vstore("b[i][1] - b[i][3]", "out + (4 * i + 3) * estride")};
+    }
+}
+
+__kernel void wino_input_plane(
+    __global const ${T}* restrict src, const long src_off,
+    __global ${T}* restrict V, const long v_off, const long estride)
+{
+    const int n0 = get_global_id(0) * ${VN}, c = get_global_id(1);
+    if (n0 >= ${N} || c >= ${CH}) return;
+    __global const ${T}* plane = src + src_off + ((long)n0 * ${CH} + c) * ${IH * IW};
+    __global ${T}* out = V + v_off + (long)c * ${TILES} + n0;
+    ${VT} x[${IH * IW}];
+    for (int i = 0; i < ${IH * IW}; ++i) x[i] = ${gather("plane", "i", CH * IH * IW)};
+    ${VT} d[4][4];
+% for ty in range(TH):
+%   for tx in range(TW):
+%     for i in range(4):
+<%      h = 2 * ty - PH + i %>\
+%       for j in range(4):
+<%        w = 2 * tx - PW + j %>\
+    d[${i}][${j}] = ${f"x[{h * IW + w}]" if 0 <= h < IH and 0 <= w < IW else f"({VT})0"};
+%       endfor
+%     endfor
+    input_tile(d, out + ${(ty * TW + tx) * N}, estride);
+%   endfor
+% endfor
+}
+
+__kernel void wino_output_plane(
+    __global const ${T}* restrict M, const long m_off, const long estride,
+    __global ${T}* restrict dst, const long dst_off)
+{
+    const int n0 = get_global_id(0) * ${VN}, k = get_global_id(1);
+    if (n0 >= ${N} || k >= ${CH}) return;
+    __global const ${T}* in = M + m_off + (long)k * ${TILES} + n0;
+    ${VT} y[${OH * OW}];
+    ${VT} m[4][4], a[2][4];
+% for ty in range(TH):
+%   for tx in range(TW):
+    for (int e = 0; e < 16; ++e) m[e / 4][e % 4] = ${vload(f"in + e * estride + {(ty * TW + tx) * N}")};
+    for (int j = 0; j < 4; ++j) {
+        a[0][j] = m[0][j] + m[1][j] + m[2][j];
+        a[1][j] = m[1][j] - m[2][j] - m[3][j];
+    }
+%     for i in range(2):
+%       if 2 * ty + i < OH:
+    y[${(2 * ty + i) * OW + 2 * tx}] = a[${i}][0] + a[${i}][1] + a[${i}][2];
+%         if 2 * tx + 1 < OW:
+    y[${(2 * ty + i) * OW + 2 * tx + 1}] = a[${i}][1] - a[${i}][2] - a[${i}][3];
+%         endif
+%       endif
+%     endfor
+%   endfor
+% endfor
+    __global ${T}* plane = dst + dst_off + ((long)n0 * ${CH} + k) * ${OH * OW};
+% for lane in range(VN):
+    for (int i = 0; i < ${OH * OW}; ++i) plane[${lane * CH * OH * OW} + i] = y[i]${"" if VN == 1 else ".s" + LANES[lane]};
+% endfor
+}
