@@ -33,6 +33,9 @@ CASES = [
     ((4, 6, 5, 7), (4, 3, 3, 3), 1, (0, 2), 1, 2, "float32"),
     ((4, 2, 5, 4), (3, 2, 3, 3), 1, 4, 1, 1, "float32"),
     ((12, 5, 6, 5), (3, 5, 3, 3), 1, 1, 1, 1, "float64"),
+    # input channels per group a multiple of 8: the forward filter transform's vector kernel
+    ((3, 24, 5, 7), (5, 24, 3, 3), 1, 1, 1, 1, "float32"),
+    ((2, 16, 6, 5), (6, 8, 3, 3), 1, 1, 1, 2, "float64"),
 ]
 
 

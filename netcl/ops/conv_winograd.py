@@ -164,6 +164,12 @@ def _filter_transform(w: Tensor, layer: ConvLayer, flip: bool) -> Tensor:
     cg, kg = layer.c // layer.groups, layer.k // layer.groups
     rows, cols = (layer.c, kg) if flip else (layer.k, cg)
     u = _stack16(rows, cols, layer.groups, w.dtype, w.device)
+    if not flip and cols % 8 == 0:
+        launch(w.device, _kernel(w.device, "wino_filter_transform8", w.dtype), (cols // 8, rows),
+               (1 << min(5, (cols // 8 - 1).bit_length()), 1),
+               w.buffer, np.int64(w.offset), np.int32(rows), np.int32(cols),
+               u.buffer, np.int64(u.offset), np.int64(u.strides[0]))
+        return u
     launch(w.device, _kernel(w.device, "wino_filter_transform", w.dtype, int(flip)), (cols, rows),
            _filter_local(cols),
            w.buffer, np.int64(w.offset), np.int32(rows), np.int32(cols), np.int32(cg), np.int32(kg),

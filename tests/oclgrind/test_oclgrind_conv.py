@@ -24,7 +24,7 @@ LAYERS = [
     ((2, 2, 7, 7), (3, 2, 3, 3), 2, 2, 2, 1),
     ((1, 3, 6, 7), (2, 3, 2, 3), (2, 1), (0, 1), (1, 2), 1),
     ((1, 2, 4, 4), (3, 2, 3, 3), 1, 2, 1, 1),   # some windows lie entirely in the padding
-    ((4, 2, 5, 3), (3, 2, 3, 3), 1, 1, 1, 1),   # 4 samples: Winograd's whole-plane kernels on a CPU
+    ((1, 8, 4, 5), (2, 8, 3, 3), 1, 1, 1, 1),   # 8 input channels: Winograd's vector filter transform
 ]
 TOLERANCES = {"winograd": (1e-4, 5e-4)}
 
@@ -75,6 +75,16 @@ def test_strategy_every_pass_and_dtype(name, rng, device):
         for spec in LAYERS:
             served.update(run_layer(name, spec, dtype, rng, device))
     assert served, f"no test layer is served by strategy {name!r}: add one it accepts to LAYERS"
+
+
+def test_winograd_whole_plane_kernels(rng, device, monkeypatch):
+    """Winograd's whole-plane transforms (a CPU device's kernels for small images, 4 and 8 samples per
+    work-item; the simulator is no CPU, so its kind is overridden), with padding past the border and
+    negative in backward_data."""
+    monkeypatch.setattr(device, "kind", "cpu")
+    for spec in [((4, 2, 5, 3), (3, 2, 3, 3), 1, 1, 1, 1), ((8, 1, 4, 4), (2, 1, 3, 3), 1, 3, 1, 1)]:
+        assert run_layer("winograd", spec, "float32", rng, device) == ["forward", "backward_data",
+                                                                       "backward_weight"]
 
 
 @pytest.mark.parametrize("transposed", [False, True])
