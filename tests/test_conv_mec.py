@@ -75,6 +75,18 @@ def test_tune_threshold_measures_both_solutions(device, monkeypatch, tmp_path):
     assert conv_mec.threshold(device) == entry["T"]
 
 
+def test_threshold_minimizes_the_total_not_the_first_loss():
+    from netcl.ops.conv_mec import choose_threshold
+    # the bench run's batch-8 figures: B ahead by 2.5 % at ow 12 must not send ow 20 and 26 to B
+    measured = [(20, 24.3, 26.5), (10, 13.7, 15.2), (54, 21.0, 18.7), (26, 11.8, 15.2), (12, 13.2, 12.9),
+                (5, 9.6, 14.6)]
+    results = [{"ow": ow, "A_ms": a, "B_ms": b} for ow, a, b in measured]
+    assert choose_threshold(results) == 26
+    assert choose_threshold([{"ow": 5, "A_ms": 2.0, "B_ms": 1.0}]) == 0
+    assert choose_threshold([{"ow": 5, "A_ms": 1.0, "B_ms": 1.0}]) == 0  # a tie keeps the smaller T
+    assert choose_threshold([]) == 0
+
+
 def test_height_dilation_is_refused_with_the_rule(device):
     x = nc.Tensor.from_host(np.ones((1, 2, 9, 9), np.float32), device)
     w = nc.Tensor.from_host(np.ones((3, 2, 3, 3), np.float32), device)
