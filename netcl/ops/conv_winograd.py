@@ -48,7 +48,8 @@ def _tile_local(th: int, tw: int) -> tuple[int, int, int]:
 
 
 def _filter_local(cols: int) -> tuple[int, int]:
-    """Work-group shape of the filter kernels (one work-item per (column, row) of a transformed matrix):
+    """Work-group shape of the filter kernels (one work-item per (column, row) of a transformed matrix, or
+    per 8 columns for wino_filter_transform8: pass the work-items along a row):
     up to 64 work-items along the columns, so each of the 16 matrices is written in long contiguous runs
     (PoCL, 512×512 filter transform: 1.7 ms with (64, 1), 7.0 ms with (8, 8))."""
     lx = 1 << max(0, (min(cols, 64) - 1).bit_length())
@@ -166,7 +167,7 @@ def _filter_transform(w: Tensor, layer: ConvLayer, flip: bool) -> Tensor:
     u = _stack16(rows, cols, layer.groups, w.dtype, w.device)
     if not flip and cols % 8 == 0:
         launch(w.device, _kernel(w.device, "wino_filter_transform8", w.dtype), (cols // 8, rows),
-               (1 << min(5, (cols // 8 - 1).bit_length()), 1),
+               _filter_local(cols // 8),
                w.buffer, np.int64(w.offset), np.int32(rows), np.int32(cols),
                u.buffer, np.int64(u.offset), np.int64(u.strides[0]))
         return u
