@@ -16,6 +16,15 @@ im2col          the one-pass form (Zhang 2017, Alg. 2): the launch is flat over 
                   TRANSPOSED=1: VEC whole output rows (Q entries each), each a zero fill, a strided
                   copy of one input row and a zero fill (vectorizable loops);
                   TRANSPOSED=0: VEC entries stepped one by one with carries, no division.
+                CHUNKS=1 (CPUs, TRANSPOSED=1, no padding, Q >= L): the matrix is cut into chunks of L
+                  entries (L = 32 bytes of T) aligned on the absolute address, so that each chunk is one
+                  aligned vector store, streamed past the cache (non-temporal, where the compiler has
+                  the builtin): the host picks this form for matrices larger than the last-level cache,
+                  which the GEMM could not read back from it anyway. A work-item takes VEC consecutive chunks,
+                  decodes the first in closed form and steps with carries; a chunk's taps are one
+                  strided vector load from an input row, two loads and a lane select where the chunk
+                  straddles two output rows. The entries before the first aligned address and after
+                  the last whole chunk are copied one by one by work-item 0.
 im2col_caffe    the Caffe-style form, only for `netcl bench im2col`: one work-item per (n, c, p, q) with
                 two loops over the kernel window (writes the TRANSPOSED=1 layout only).
 copy_bandwidth  dst[i] = src[i], VEC consecutive elements per work-item: the device's copy bandwidth,
@@ -29,7 +38,9 @@ Template parameters (all have defaults):
   IDX         index type, "int" when every index fits, else "long" (default "long")
   TRANSPOSED  1 for the (CRS, NPQ) layout, 0 for (NPQ, CRS)        (default 1)
   RUNS        1: the run form, 0: the interleaved form             (default 0)
-  VEC         entries per work-item (output rows of Q entries when RUNS=1 and TRANSPOSED=1) (default 4)
+  VEC         entries per work-item (output rows of Q entries when RUNS=1 and TRANSPOSED=1,
+              chunks of L entries when CHUNKS=1)                   (default 4)
+  CHUNKS      1: the aligned-chunk form (takes precedence over RUNS) (default 0)
   LOCAL       the work-group size the kernel is launched with      (default 64)
   N C H W     input shape                                          (default 1 1 1 1)
   R S         kernel window                                        (default 1 1)
@@ -37,14 +48,24 @@ Template parameters (all have defaults):
   SH SW PH PW DH DW   stride, padding, dilation                    (default 1 1 0 0 1 1)
 
 Launch: im2col: 1-D, global = ceil(units / (LOCAL*VEC)) * LOCAL, local = LOCAL, where units = C*R*S*N*P
-        (output rows) for RUNS=1 TRANSPOSED=1, else N*P*Q*C*R*S (entries).
+        (output rows) for RUNS=1 TRANSPOSED=1, N*P*Q*C*R*S / L + 1 (chunks, at most one of them
+        partial) for CHUNKS=1, else N*P*Q*C*R*S (entries).
         im2col_caffe: 1-D over N*C*P*Q, any local size.
         copy_bandwidth: 1-D over ceil(n / VEC), any local size.
 </%doc>
-<%page args="T='float', IDX='long', TRANSPOSED=1, RUNS=0, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
+<%page args="T='float', IDX='long', TRANSPOSED=1, RUNS=0, CHUNKS=0, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
+
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_nontemporal_store)
+#define STREAM_STORE(value, at) __builtin_nontemporal_store(value, at)
+#endif
+#endif
+#ifndef STREAM_STORE
+#define STREAM_STORE(value, at) (*(at) = (value))
+#endif
 
 #define RS   ((${IDX})${R * S})
 #define CRS  ((${IDX})${C * R * S})
@@ -57,7 +78,79 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
 {
     x += x_off;
     cols += cols_off;
-% if RUNS and TRANSPOSED:
+% if CHUNKS:
+<%
+    L = 32 // (4 if T == 'float' else 8)
+    TL = f"{T}{L}"
+    LANE = "int" if T == 'float' else "long"
+    # one strided vector load of L taps starting at `at`, and how many elements it touches
+    if SW == 1:
+        load, span = (lambda at: f"vload{L}(0, {at})"), L
+    elif SW == 2:
+        load, span = (lambda at: f"vload{2 * L}(0, {at}).even"), 2 * L
+    else:
+        load, span = (lambda at: f"({TL})(" + ", ".join(f"({at})[{i * SW}]" for i in range(L)) + ")"), (L - 1) * SW + 1
+    # the last output row's vector load may run past the input: then a load near the end clamps each tap
+    last_row = ((N - 1) * C + C - 1) * H * W + ((P - 1) * SH + (R - 1) * DH) * W + (S - 1) * DW
+    guarded = last_row + (Q - 1) * SW + span > N * C * H * W
+    def safe_load(at):
+        if not guarded:
+            return load(at)
+        lanes = ", ".join(f"x[min((long)(({at}) - x) + {i * SW}, XLAST)]" for i in range(L))
+        return f"(({at}) + {span} <= x + XLAST + 1 ? {load(at)} : ({TL})({lanes}))"
+%>
+#define XLAST ((long)${N * C * H * W - 1})
+#ifdef __clang__
+/* the double-width loads of stride 2 (float16, double8) are no native type on AVX2: clang warns that
+   passing one "changes the ABI", which does not concern a value used only inside this kernel; the
+   forms that avoid the type compiled to lane-by-lane inserts on PoCL or crashed Oclgrind's checks */
+#pragma clang diagnostic ignored "-Wpsabi"
+#endif
+    const ${IDX} total = TOTAL;
+    const ${IDX} lead = min(total, (${IDX})((${L} - cols_off % ${L}) % ${L}));
+    const ${IDX} chunks = (total - lead) / ${L};
+    const ${IDX} k0 = (${IDX})get_global_id(0) * ${VEC};
+    if (k0 == 0) {
+        /* the unaligned head and the partial tail, entry by entry */
+        for (int part = 0; part < 2; ++part) {
+            const ${IDX} lo = part ? lead + chunks * ${L} : 0, hi = part ? total : lead;
+            for (${IDX} i = lo; i < hi; ++i) {
+                const ${IDX} crs = i / NPQ, npq = i - crs * NPQ;
+                const ${IDX} c = crs / RS, rs = crs - c * RS, r = rs / ${S}, s = rs - r * ${S};
+                const ${IDX} n = npq / PQ, pq = npq - n * PQ, p = pq / ${Q}, q = pq - p * ${Q};
+                cols[i] = x[((n * ${C} + c) * ${H} + p * ${SH} + r * ${DH}) * ${W} + q * ${SW} + s * ${DW}];
+            }
+        }
+    }
+    if (k0 >= chunks) return;
+    const ${IDX} k1 = min(k0 + ${VEC}, chunks);
+    ${IDX} f = lead + k0 * ${L};
+    const ${IDX} crs = f / NPQ, npq = f - crs * NPQ;
+    ${IDX} c = crs / RS, rs = crs - c * RS, r = rs / ${S}, s = rs - r * ${S};
+    ${IDX} n = npq / PQ, pq = npq - n * PQ, p = pq / ${Q}, q = pq - p * ${Q};
+    __global const ${T}* row = x + ((n * ${C} + c) * ${H} + p * ${SH} + r * ${DH}) * ${W} + s * ${DW};
+    const ${LANE}${L} lane = (${LANE}${L})(${", ".join(str(i) for i in range(L))});
+    for (${IDX} k = k0; k < k1; ++k, f += ${L}) {
+        ${TL} v = ${safe_load("row + q * " + str(SW))};
+        q += ${L};
+        if (q >= ${Q}) {
+            /* the chunk ends in the next output row: its last q lanes are that row's first q taps */
+            q -= ${Q};
+            if (++p == ${P}) {
+                p = 0;
+                if (++n == ${N}) { n = 0; if (++s == ${S}) { s = 0; if (++r == ${R}) { r = 0; ++c; } } }
+                row = x + ((n * ${C} + c) * ${H} + r * ${DH}) * ${W} + s * ${DW};
+            } else {
+                row += ${SH * W};
+            }
+            if (q) {
+                const ${TL} next = shuffle(${safe_load("row")}, as_u${LANE}${L}((lane + (${LANE})q) & ${L - 1}));
+                v = select(v, next, lane >= (${LANE}${L})(${L} - q));
+            }
+        }
+        STREAM_STORE(v, (__global ${TL}*)(cols + f));
+    }
+% elif RUNS and TRANSPOSED:
 <%
     Q_INSIDE = PW == 0 and (Q - 1) * SW + (S - 1) * DW <= W - 1
     P_INSIDE = PH == 0 and (P - 1) * SH + (R - 1) * DH <= H - 1

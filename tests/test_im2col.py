@@ -168,3 +168,56 @@ def test_bench_layer_row(device):
     assert row["cols_shape"] == [27, 2 * 6 * 5] and not row["large"]
     for key in ("one_pass_gbps", "caffe_gbps", "copy_gbps", "speedup_vs_caffe", "col2im_gather_ms"):
         assert row[key] > 0, key
+
+
+# layers without padding, at least one chunk per output row: stride 1 (vload), 2 (even lanes), 3 and 4
+# (lane by lane), dilation, a 1x1 kernel, a batch, and inputs whose last row's vector load would run past
+# the input (the clamped load)
+CHUNK_CASES = [
+    ((1, 1, 28, 28), 5, 5, 1, 0, 1),
+    ((2, 3, 17, 29), 3, 5, 2, 0, (2, 1)),
+    ((1, 2, 40, 41), 11, 11, 4, 0, 1),
+    ((3, 1, 13, 11), 1, 1, 1, 0, 1),
+    ((1, 5, 31, 31), 3, 3, 3, 0, 2),
+    ((2, 4, 21, 21), 7, 7, 2, 0, 1),
+    ((1, 3, 9, 16), 2, 1, (1, 2), 0, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("offset", [0, 3], ids=["aligned", "offset3"])
+@pytest.mark.parametrize("per_item", [1, 3, None], ids=["chunks1", "chunks3", "auto"])
+@pytest.mark.parametrize("case", CHUNK_CASES)
+def test_im2col_chunk_form(case, per_item, offset, dtype, rng, device):
+    """The aligned-chunk form, forced on small layers: chunks straddling output rows, planes and samples,
+    an output that starts off the vector alignment (a head and a tail written entry by entry), and
+    canaries on both sides of the matrix."""
+    if dtype == "float64" and not device.has_fp64:
+        pytest.skip("no float64 on this device")
+    shape, kh, kw, st, pd, dl = case
+    x = rng.uniform(-2, 2, shape).astype(dtype)
+    layer = _layer(shape, kh, kw, st, pd, dl, dtype)
+    expected = im2col_ref(x, kh, kw, st, pd, dl).T.astype(dtype)
+    if layer.out_w < 32 // np.dtype(dtype).itemsize:
+        pytest.skip("fewer output columns than one chunk")
+    canary = np.array(-7.25, dtype)
+    padded = nc.Tensor.from_host(np.full(expected.size + offset + 37, canary, dtype), device)
+    out = padded[offset:offset + expected.size].reshape(expected.shape)
+    im2col_into(nc.Tensor.from_host(x, device), layer, out, transposed=True, runs=per_item, chunks=True)
+    host = padded.to_host()
+    np.testing.assert_array_equal(host[offset:offset + expected.size].reshape(expected.shape), expected)
+    assert (host[:offset] == canary).all() and (host[offset + expected.size:] == canary).all()
+
+
+def test_chunk_form_choice(device):
+    """Only unpadded layers in the transposed layout, with a matrix beyond the last-level cache, on a CPU."""
+    from netcl.ops.im2col import chunk_form
+    big = _layer((1, 64, 224, 224), 7, 7, 2, 0, 1, "float32")   # cv4: 149 MB
+    expected = device.kind == "cpu" and big.n * big.out_h * big.out_w * 64 * 49 * 4 > device.cache_bytes
+    assert chunk_form(device, big, "float32", True) == expected
+    assert not chunk_form(device, big, "float32", False)
+    assert not chunk_form(device, _layer((1, 64, 224, 224), 7, 7, 2, 3, 1, "float32"), "float32", True)
+    assert not chunk_form(device, _layer((1, 1, 28, 28), 5, 5, 1, 0, 1, "float32"), "float32", True)
+    with pytest.raises(ValueError, match="padding"):
+        im2col_into(nc.Tensor.empty((1, 1, 9, 9), np.float32, device), _layer((1, 1, 9, 9), 3, 3, 1, 1, 1,
+                    "float32"), nc.Tensor.empty((9, 81), np.float32, device), chunks=True)

@@ -43,29 +43,37 @@ def cols_shape(layer: ConvLayer, transposed: bool) -> tuple[int, int]:
     return (cols, rows) if transposed else (rows, cols)
 
 
-def _params(layer: ConvLayer, dtype, transposed: bool, local: int, runs: int = 0) -> dict:
+def _params(layer: ConvLayer, dtype, transposed: bool, local: int, runs: int = 0, chunks: int = 0) -> dict:
     # the largest index any work-item forms, including the first entry of a padding work-item's run
+    per_item = chunks * _chunk_lanes(dtype) if chunks else max(runs, VEC)
     biggest = max(layer.n * layer.out_h * layer.out_w * layer.c * layer.r * layer.s,
-                  layer.n * layer.c * layer.h * layer.w) + local * max(runs, VEC)
+                  layer.n * layer.c * layer.h * layer.w) + local * per_item
     return dict(T=dtypes.c_type(dtype), IDX="int" if biggest <= _INT_LIMIT else "long",
-                TRANSPOSED=int(bool(transposed)), RUNS=int(runs > 0), VEC=runs or VEC, LOCAL=local,
+                TRANSPOSED=int(bool(transposed)), RUNS=int(runs > 0), CHUNKS=int(chunks > 0),
+                VEC=chunks or runs or VEC, LOCAL=local,
                 N=layer.n, C=layer.c, H=layer.h, W=layer.w, R=layer.r, S=layer.s, P=layer.out_h, Q=layer.out_w,
                 SH=layer.stride_h, SW=layer.stride_w, PH=layer.pad_h, PW=layer.pad_w, DH=layer.dil_h, DW=layer.dil_w)
+
+
+def _chunk_lanes(dtype) -> int:
+    """Entries per chunk of the chunk form: one 32-byte vector store."""
+    return 32 // np.dtype(dtype).itemsize
 
 
 _kernels: dict[tuple, object] = {}
 
 
 def _layer_kernel(device, template: str, name: str, layer: ConvLayer, dtype, transposed: bool, local: int,
-                  runs: int = 0):
+                  runs: int = 0, chunks: int = 0):
     """get_kernel for one layer's geometry, memoized on the layer itself: rebuilding the parameter dict
     and its sorted key costs ~30 µs a call, a sixth of a small layer's whole im2col."""
-    key = (id(device.context), template, name, layer, np.dtype(dtype).str, bool(transposed), local, runs)
+    key = (id(device.context), template, name, layer, np.dtype(dtype).str, bool(transposed), local, runs, chunks)
     kernel = _kernels.get(key)
     if kernel is None:
         if len(_kernels) > 4096:
             _kernels.clear()
-        kernel = _kernels[key] = get_kernel(device, template, name, **_params(layer, dtype, transposed, local, runs))
+        kernel = _kernels[key] = get_kernel(device, template, name,
+                                            **_params(layer, dtype, transposed, local, runs, chunks))
     return kernel
 
 
@@ -74,9 +82,10 @@ def _flat_launch(device, kernel, total: int, local: int, per_item: int, *args):
     launch(device, kernel, (groups * local,), (local,), *args)
 
 
-def run_length(device, layer: ConvLayer, transposed: bool, local: int) -> int:
+def run_length(device, layer: ConvLayer, transposed: bool, local: int, lanes: int = 0) -> int:
     """Work per work-item for the run form of im2col, or 0 for the interleaved form: whole output rows
-    (Q entries each) for the transposed layout, entries for the row layout.
+    (Q entries each) for the transposed layout, entries for the row layout, chunks of ``lanes`` entries
+    for the chunk form (``lanes`` > 0).
 
     CPUs run a work-group's items one after another, so a work-item that walks a contiguous run of the
     matrix (one closed-form decode, then vectorizable row copies) beats per-entry index arithmetic by 5–10×
@@ -85,36 +94,69 @@ def run_length(device, layer: ConvLayer, transposed: bool, local: int) -> int:
     work-groups per compute unit."""
     if device.kind != "cpu":
         return 0
-    units, entries_per_unit = _run_units(layer, transposed)
+    units, entries_per_unit = _run_units(layer, transposed, lanes)
     fit = units // max(1, device.compute_units * local * 2)
     cap = max(1, 2048 // entries_per_unit)
     longest = max(1, min(cap, fit))
-    return max(1 if transposed else 16, 1 << longest.bit_length() - 1)
+    return max(1 if transposed or lanes else 16, 1 << longest.bit_length() - 1)
 
 
-def _run_units(layer: ConvLayer, transposed: bool) -> tuple[int, int]:
+def _run_units(layer: ConvLayer, transposed: bool, lanes: int = 0) -> tuple[int, int]:
     """(how many units the run form's launch covers, entries per unit)."""
+    total = layer.c * layer.r * layer.s * layer.n * layer.out_h * layer.out_w
+    if lanes:
+        return total // lanes + 1, lanes
     if transposed:
         return layer.c * layer.r * layer.s * layer.n * layer.out_h, layer.out_w
-    return layer.c * layer.r * layer.s * layer.n * layer.out_h * layer.out_w, 1
+    return total, 1
 
 
-def im2col_into(x: Tensor, layer: ConvLayer, out: Tensor, transposed: bool = True, runs: int | None = None) -> Tensor:
+def chunk_form(device, layer: ConvLayer, dtype, transposed: bool) -> bool:
+    """Whether the chunk form writes this layer's matrix: on a CPU, for the transposed layout of a layer
+    without padding (every tap inside the input) whose rows hold at least one chunk, when the matrix is
+    larger than the last-level cache. Its stores then stream past the cache (cv4 of the MEC paper, 149 MB:
+    0.50 → 0.58 of copy bandwidth); a matrix that fits is better left in the cache for the GEMM that reads
+    it next, and with ordinary stores the form measured slower than the run form."""
+    lanes = _chunk_lanes(dtype)
+    return (device.kind == "cpu" and transposed and layer.pad_h == 0 and layer.pad_w == 0
+            and layer.out_w >= lanes and _cols_bytes(layer, dtype) > device.cache_bytes)
+
+
+def _cols_bytes(layer: ConvLayer, dtype) -> int:
+    return layer.n * layer.out_h * layer.out_w * layer.c * layer.r * layer.s * np.dtype(dtype).itemsize
+
+
+def im2col_into(x: Tensor, layer: ConvLayer, out: Tensor, transposed: bool = True, runs: int | None = None,
+                chunks: bool | None = None) -> Tensor:
     """Write the column matrix of the contiguous input ``x`` (geometry ``layer``; its K and groups do not
     matter) into the contiguous ``out``. The one-pass kernel of kernels/im2col.cl; ``runs`` overrides the
-    run length (0 = interleaved form; :func:`run_length` says in what unit)."""
+    run length (0 = interleaved form; :func:`run_length` says in what unit), ``chunks`` the choice of the
+    chunk form (:func:`chunk_form`)."""
     if out.size == 0:
         return out
-    kernel, global_size, local = im2col_launch(x.device, layer, x.dtype, transposed, runs)
+    kernel, global_size, local = im2col_launch(x.device, layer, x.dtype, transposed, runs, chunks)
     launch(x.device, kernel, global_size, local, x.buffer, np.int64(x.offset), out.buffer, np.int64(out.offset))
     return out
 
 
-def im2col_launch(device, layer: ConvLayer, dtype, transposed: bool, runs: int | None = None):
+def im2col_launch(device, layer: ConvLayer, dtype, transposed: bool, runs: int | None = None,
+                  chunks: bool | None = None):
     """(kernel, global size, local size) of the one-pass im2col for a layer: what :func:`im2col_into`
     launches with (x, x offset, cols, cols offset); `netcl bench im2col` launches it the same way."""
     total = layer.n * layer.out_h * layer.out_w * layer.c * layer.r * layer.s
     local = local_size_1d(device, total)[0]
+    if chunks is None:
+        chunks = runs is None and chunk_form(device, layer, dtype, transposed)
+    if chunks:
+        lanes = _chunk_lanes(dtype)
+        if not transposed or layer.pad_h or layer.pad_w or layer.out_w < lanes:
+            raise ValueError(f"the chunk form needs the transposed layout, no padding and at least {lanes} "
+                             f"output columns; got transposed={transposed}, padding "
+                             f"({layer.pad_h}, {layer.pad_w}), {layer.out_w} columns")
+        per_item = runs or max(1, run_length(device, layer, transposed, local, lanes))
+        kernel = _layer_kernel(device, "im2col.cl", "im2col", layer, dtype, transposed, local, 0, per_item)
+        units = _run_units(layer, transposed, lanes)[0]
+        return kernel, (-(-units // (local * per_item)) * local,), (local,)
     if runs is None:
         runs = run_length(device, layer, transposed, local)
     kernel = _layer_kernel(device, "im2col.cl", "im2col", layer, dtype, transposed, local, runs)

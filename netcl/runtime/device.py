@@ -47,6 +47,7 @@ class Device:
         self.global_mem_bytes: int = int(d.global_mem_size)
         self.max_alloc_bytes: int = int(d.max_mem_alloc_size)
         self.local_mem_bytes: int = int(d.local_mem_size)
+        self.cache_bytes: int = int(d.global_mem_cache_size)  # the last-level cache on CPU drivers
         self.max_work_group_size: int = int(d.max_work_group_size)
         extensions = d.extensions.split()
         self.extensions: tuple[str, ...] = tuple(extensions)

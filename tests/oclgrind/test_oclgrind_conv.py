@@ -109,6 +109,22 @@ def test_im2col_col2im_both_forms(transposed, rng, device):
                 assert_close(got.to_host(), expected, 1e-5, f"col2im deterministic={deterministic}")
 
 
+def test_im2col_chunk_form(rng, device):
+    """The chunk form (a CPU's, for unpadded matrices beyond its cache; forced here) on outputs off the
+    vector alignment: stride 1, 2 and 4 loads, dilation, and last rows whose vector load is clamped."""
+    from netcl.ops.im2col import _layer, im2col_into
+    for dtype in dtypes_of(device):
+        for xs, (r, s), st, dl in [((1, 2, 9, 12), (3, 3), 1, 1), ((2, 1, 7, 20), (3, 2), (1, 2), (2, 1)),
+                                   ((1, 2, 6, 33), (2, 3), 4, 1)]:
+            x = rng.uniform(-1, 1, xs).astype(dtype)
+            ref = _im2col_ref(x, r, s, _pair(st), (0, 0), _pair(dl)).T
+            padded = nc.Tensor.from_host(np.zeros(ref.size + 5, dtype), device)
+            view = padded[3:3 + ref.size].reshape(ref.shape)
+            im2col_into(nc.Tensor.from_host(x, device), _layer(xs, r, s, st, 0, dl, dtype), view, transposed=True,
+                        runs=2, chunks=True)
+            assert_close(view.to_host(), ref, 1e-6, f"im2col chunks {xs}")
+
+
 def _im2col_ref(x, r, s, stride, padding, dilation):
     n, c, h, w = x.shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
