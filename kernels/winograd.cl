@@ -1,7 +1,9 @@
 <%doc>
 Winograd F(2x2, 3x3) transforms (Lavin & Gray): every 2x2 output tile is A^T [ (G g G^T) (.) (B^T d B) ] A,
 16 element-wise products per tile instead of 36 multiplies; the channel sums of those products are 16
-batched GEMMs run by netcl.ops.gemm between the transforms below. The transformed tensors are laid out
+batched GEMMs run by netcl.ops.gemm between the transforms below. The transforms themselves are stated once, in
+kernels/_winograd_math.cl (shared with kernels/winograd_plane.cl); the backward-weight pair (A dy A^T,
+G^T M G) is used only here. The transformed tensors are laid out
 [16][channels][tiles] (filters [16][rows][cols]) so that each of the 16 GEMM operands is a contiguous
 matrix, and a group g is simply a contiguous block of rows/columns inside it.
 
@@ -40,6 +42,15 @@ Every kernel that reads or writes the 16 transformed matrices takes estride, the
 matrix to the next (netcl.ops.conv_winograd.matrix_stride pads it off multiples of 4 KiB).
 </%doc>
 <%page args="T='float', FLIP=0, TILE_MAJOR=0"/>
+<%namespace name="wm" file="_winograd_math.cl"/>
+<%
+def to_matrices(base, store=None):
+    """element (i, j) of a transform to matrix 4i + j, from `base`: a plain store, or `store`(value, address)"""
+    def put(i, j, value):
+        at = f"{base} + (4 * {i} + {j}) * estride"
+        return f"*({at}) = {value}" if store is None else store(value, at)
+    return put
+%>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -72,24 +83,24 @@ __kernel void wino_input_transform(
             d[i][j] = (h >= 0 && h < IH && w >= 0 && w < IW) ? plane[(long)h * IW + w] : (${T})0;
         }
     }
-    ${T} b[4][4];
-    for (int j = 0; j < 4; ++j) {
-        b[0][j] = d[0][j] - d[2][j];
-        b[1][j] = d[1][j] + d[2][j];
-        b[2][j] = d[2][j] - d[1][j];
-        b[3][j] = d[1][j] - d[3][j];
-    }
 % if TILE_MAJOR:
     const int cpg = CH / GROUPS, grp = c / cpg;
     __global ${T}* out = V + v_off + ((long)grp * tiles + t) * cpg + (c - grp * cpg);
 % else:
     __global ${T}* out = V + v_off + c * tiles + t;
 % endif
-    for (int i = 0; i < 4; ++i) {
-        out[(4 * i + 0) * estride] = b[i][0] - b[i][2];
-        out[(4 * i + 1) * estride] = b[i][1] + b[i][2];
-        out[(4 * i + 2) * estride] = b[i][2] - b[i][1];
-        out[(4 * i + 3) * estride] = b[i][1] - b[i][3];
+${wm.input_transform(T, "d", to_matrices("out"))}\
+}
+
+// the first nt of four consecutive tiles' values
+inline void store_tiles4(const ${T}4 v, __global ${T}* dst, const int nt)
+{
+    if (nt == 4) {
+        vstore4(v, 0, dst);
+    } else {
+        dst[0] = v.s0;
+        if (nt > 1) dst[1] = v.s1;
+        if (nt > 2) dst[2] = v.s2;
     }
 }
 
@@ -126,31 +137,8 @@ __kernel void wino_input_transform4(
         }
         for (int j = 0; j < 4; ++j) d[i][j] = (${T}4)(r[j], r[j + 2], r[j + 4], r[j + 6]);
     }
-    ${T}4 b[4][4];
-    for (int j = 0; j < 4; ++j) {
-        b[0][j] = d[0][j] - d[2][j];
-        b[1][j] = d[1][j] + d[2][j];
-        b[2][j] = d[2][j] - d[1][j];
-        b[3][j] = d[1][j] - d[3][j];
-    }
     __global ${T}* out = V + v_off + c * tiles + t0;
-    for (int i = 0; i < 4; ++i) {
-        ${T}4 v[4];
-        v[0] = b[i][0] - b[i][2];
-        v[1] = b[i][1] + b[i][2];
-        v[2] = b[i][2] - b[i][1];
-        v[3] = b[i][1] - b[i][3];
-        for (int j = 0; j < 4; ++j) {
-            __global ${T}* dst = out + (4 * i + j) * estride;
-            if (nt == 4) {
-                vstore4(v[j], 0, dst);
-            } else {
-                dst[0] = v[j].s0;
-                if (nt > 1) dst[1] = v[j].s1;
-                if (nt > 2) dst[2] = v[j].s2;
-            }
-        }
-    }
+${wm.input_transform(T + "4", "d", to_matrices("out", lambda value, at: f"store_tiles4({value}, {at}, nt)"))}\
 }
 
 // Four adjacent tiles per work-item (the lanes of ${T}4 vectors), M in the [16][CH][tiles] layout.
@@ -173,16 +161,13 @@ __kernel void wino_output_transform4(
         m[e / 4][e % 4] = nt == 4 ? vload4(0, src)
             : (${T}4)(src[0], nt > 1 ? src[1] : (${T})0, nt > 2 ? src[2] : (${T})0, (${T})0);
     }
-    ${T}4 a[2][4];
-    for (int j = 0; j < 4; ++j) {
-        a[0][j] = m[0][j] + m[1][j] + m[2][j];
-        a[1][j] = m[1][j] - m[2][j] - m[3][j];
-    }
+    ${T}4 y[2][2];
+${wm.output_transform(T + "4", "m", lambda i, j, value: f"y[{i}][{j}] = {value}")}\
     __global ${T}* plane = dst + dst_off + ((long)n * CH + o) * OH * OW;
     for (int i = 0; i < 2; ++i) {
         const int h = 2 * ty + i;
         if (h >= OH) break;
-        const ${T}4 y0 = a[i][0] + a[i][1] + a[i][2], y1 = a[i][1] - a[i][2] - a[i][3];
+        const ${T}4 y0 = y[i][0], y1 = y[i][1];
         const ${T} ys[8] = {y0.s0, y1.s0, y0.s1, y1.s1, y0.s2, y1.s2, y0.s3, y1.s3};
         __global ${T}* row = plane + (long)h * OW + 2 * tx0;
         const int cols = min(8, OW - 2 * tx0);
@@ -213,21 +198,8 @@ __kernel void wino_filter_transform(
     for (int r = 0; r < 3; ++r)
         for (int s = 0; s < 3; ++s) g[r][s] = src[r * 3 + s];
 % endif
-    const ${T} hf = (${T})0.5;
-    ${T} a[4][3];
-    for (int j = 0; j < 3; ++j) {
-        a[0][j] = g[0][j];
-        a[1][j] = hf * (g[0][j] + g[1][j] + g[2][j]);
-        a[2][j] = hf * (g[0][j] - g[1][j] + g[2][j]);
-        a[3][j] = g[2][j];
-    }
     __global ${T}* out = U + u_off + (long)o * COLS + i;
-    for (int r = 0; r < 4; ++r) {
-        out[(4 * r + 0) * estride] = a[r][0];
-        out[(4 * r + 1) * estride] = hf * (a[r][0] + a[r][1] + a[r][2]);
-        out[(4 * r + 2) * estride] = hf * (a[r][0] - a[r][1] + a[r][2]);
-        out[(4 * r + 3) * estride] = a[r][2];
-    }
+${wm.filter_transform(T, T, "g", to_matrices("out"))}\
 }
 
 // Rows o, columns i0..i0+7 in the lanes of ${T}8 vectors: the taps w[o][i0..i0+7][3][3] are read as nine
@@ -246,21 +218,8 @@ __kernel void wino_filter_transform8(
 % for rs in range(9):
     g[${rs // 3}][${rs % 3}] = (${T}8)(${", ".join(f"v[{(9 * lane + rs) // 8}].s{(9 * lane + rs) % 8}" for lane in range(8))});
 % endfor
-    const ${T} hf = (${T})0.5;
-    ${T}8 a[4][3];
-    for (int j = 0; j < 3; ++j) {
-        a[0][j] = g[0][j];
-        a[1][j] = hf * (g[0][j] + g[1][j] + g[2][j]);
-        a[2][j] = hf * (g[0][j] - g[1][j] + g[2][j]);
-        a[3][j] = g[2][j];
-    }
     __global ${T}* out = U + u_off + (long)o * COLS + i0;
-    for (int r = 0; r < 4; ++r) {
-        vstore8(a[r][0], 0, out + (4 * r + 0) * estride);
-        vstore8(hf * (a[r][0] + a[r][1] + a[r][2]), 0, out + (4 * r + 1) * estride);
-        vstore8(hf * (a[r][0] - a[r][1] + a[r][2]), 0, out + (4 * r + 2) * estride);
-        vstore8(a[r][2], 0, out + (4 * r + 3) * estride);
-    }
+${wm.filter_transform(T + "8", T, "g", to_matrices("out", lambda value, at: f"vstore8({value}, 0, {at})"))}\
 }
 
 __kernel void wino_grad_transform(

@@ -27,6 +27,7 @@ Launch: 2-D, global (N, CH), any local size (tails guarded). estride is the elem
 matrices to the next (netcl.ops.conv_winograd.matrix_stride).
 </%doc>
 <%page args="T='float', N=1, CH=1, IH=4, IW=4, PH=0, PW=0, OH=2, OW=2, TH=1, TW=1, VN=1"/>
+<%namespace name="wm" file="_winograd_math.cl"/>
 <%
 TILES = N * TH * TW
 VT = T if VN == 1 else f"{T}{VN}"
@@ -43,6 +44,13 @@ def vload(ptr):
 
 def vstore(value, ptr):
     return f"*({ptr}) = {value}" if VN == 1 else f"vstore{VN}({value}, 0, {ptr})"
+
+def to_plane(ty, tx):
+    """element (i, j) of tile (ty, tx)'s output to y, where it falls inside the output plane"""
+    def put(i, j, value):
+        h, w = 2 * ty + i, 2 * tx + j
+        return f"y[{h * OW + w}] = {value}" if h < OH and w < OW else ""
+    return put
 %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -51,19 +59,7 @@ def vstore(value, ptr):
 // the 16 elements of B^T d B, each to its matrix
 inline void input_tile(const ${VT} d[4][4], __global ${T}* restrict out, const long estride)
 {
-    ${VT} b[4][4];
-    for (int j = 0; j < 4; ++j) {
-        b[0][j] = d[0][j] - d[2][j];
-        b[1][j] = d[1][j] + d[2][j];
-        b[2][j] = d[2][j] - d[1][j];
-        b[3][j] = d[1][j] - d[3][j];
-    }
-    for (int i = 0; i < 4; ++i) {
-        ${vstore("b[i][0] - b[i][2]", "out + (4 * i + 0) * estride")};
-        ${vstore("b[i][1] + b[i][2]", "out + (4 * i + 1) * estride")};
-        ${vstore("b[i][2] - b[i][1]", "out + (4 * i + 2) * estride")};
-        ${vstore("b[i][1] - b[i][3]", "out + (4 * i + 3) * estride")};
-    }
+${wm.input_transform(VT, "d", lambda i, j, value: vstore(value, f"out + (4 * {i} + {j}) * estride"))}\
 }
 
 __kernel void wino_input_plane(
@@ -99,22 +95,11 @@ __kernel void wino_output_plane(
     if (n0 >= ${N} || k >= ${CH}) return;
     __global const ${T}* in = M + m_off + (long)k * ${TILES} + n0;
     ${VT} y[${OH * OW}];
-    ${VT} m[4][4], a[2][4];
+    ${VT} m[4][4];
 % for ty in range(TH):
 %   for tx in range(TW):
     for (int e = 0; e < 16; ++e) m[e / 4][e % 4] = ${vload(f"in + e * estride + {(ty * TW + tx) * N}")};
-    for (int j = 0; j < 4; ++j) {
-        a[0][j] = m[0][j] + m[1][j] + m[2][j];
-        a[1][j] = m[1][j] - m[2][j] - m[3][j];
-    }
-%     for i in range(2):
-%       if 2 * ty + i < OH:
-    y[${(2 * ty + i) * OW + 2 * tx}] = a[${i}][0] + a[${i}][1] + a[${i}][2];
-%         if 2 * tx + 1 < OW:
-    y[${(2 * ty + i) * OW + 2 * tx + 1}] = a[${i}][1] - a[${i}][2] - a[${i}][3];
-%         endif
-%       endif
-%     endfor
+${wm.output_transform(VT, "m", to_plane(ty, tx))}\
 %   endfor
 % endfor
     __global ${T}* plane = dst + dst_off + ((long)n0 * ${CH} + k) * ${OH * OW};

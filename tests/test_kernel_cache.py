@@ -37,7 +37,10 @@ def binaries(cache_dir):
 def test_every_template_renders_with_defaults():
     for path in kernels.kernels_dir().glob("*.cl"):
         source = kernels.render(path.name)
-        assert "__kernel" in source, path.name
+        if path.name.startswith("_"):  # a library of Mako defs that kernel templates import
+            assert "__kernel" not in source and "<%def" in path.read_text(), path.name
+        else:
+            assert "__kernel" in source, path.name
 
 
 def test_disk_cache_cold_then_warm(tmp_path):
