@@ -43,14 +43,15 @@ def cols_shape(layer: ConvLayer, transposed: bool) -> tuple[int, int]:
     return (cols, rows) if transposed else (rows, cols)
 
 
-def _params(layer: ConvLayer, dtype, transposed: bool, local: int, runs: int = 0, chunks: int = 0) -> dict:
+def _params(layer: ConvLayer, dtype, transposed: bool, local: int, runs: int = 0,
+            chunks_per_item: int = 0) -> dict:
     # the largest index any work-item forms, including the first entry of a padding work-item's run
-    per_item = chunks * _chunk_lanes(dtype) if chunks else max(runs, VEC)
+    per_item = chunks_per_item * _chunk_lanes(dtype) if chunks_per_item else max(runs, VEC)
     biggest = max(layer.n * layer.out_h * layer.out_w * layer.c * layer.r * layer.s,
                   layer.n * layer.c * layer.h * layer.w) + local * per_item
     return dict(T=dtypes.c_type(dtype), IDX="int" if biggest <= _INT_LIMIT else "long",
-                TRANSPOSED=int(bool(transposed)), RUNS=int(runs > 0), CHUNKS=int(chunks > 0),
-                VEC=chunks or runs or VEC, LOCAL=local,
+                TRANSPOSED=int(bool(transposed)), RUNS=int(runs > 0), CHUNKS=int(chunks_per_item > 0),
+                VEC=chunks_per_item or runs or VEC, LOCAL=local,
                 N=layer.n, C=layer.c, H=layer.h, W=layer.w, R=layer.r, S=layer.s, P=layer.out_h, Q=layer.out_w,
                 SH=layer.stride_h, SW=layer.stride_w, PH=layer.pad_h, PW=layer.pad_w, DH=layer.dil_h, DW=layer.dil_w)
 
@@ -64,16 +65,16 @@ _kernels: dict[tuple, object] = {}
 
 
 def _layer_kernel(device, template: str, name: str, layer: ConvLayer, dtype, transposed: bool, local: int,
-                  runs: int = 0, chunks: int = 0):
+                  runs: int = 0, chunks_per_item: int = 0):
     """get_kernel for one layer's geometry, memoized on the layer itself: rebuilding the parameter dict
     and its sorted key costs ~30 µs a call, a sixth of a small layer's whole im2col."""
-    key = (id(device.context), template, name, layer, np.dtype(dtype).str, bool(transposed), local, runs, chunks)
+    key = (id(device.context), template, name, layer, np.dtype(dtype).str, bool(transposed), local, runs, chunks_per_item)
     kernel = _kernels.get(key)
     if kernel is None:
         if len(_kernels) > 4096:
             _kernels.clear()
         kernel = _kernels[key] = get_kernel(device, template, name,
-                                            **_params(layer, dtype, transposed, local, runs, chunks))
+                                            **_params(layer, dtype, transposed, local, runs, chunks_per_item))
     return kernel
 
 
@@ -115,11 +116,13 @@ def chunk_form(device, layer: ConvLayer, dtype, transposed: bool) -> bool:
     """Whether the chunk form writes this layer's matrix: on a CPU, for the transposed layout of a layer
     without padding (every tap inside the input) whose rows hold at least one chunk, when the matrix is
     larger than the last-level cache. Its stores then stream past the cache (cv4 of the MEC paper, 149 MB:
-    0.50 → 0.58 of copy bandwidth); a matrix that fits is better left in the cache for the GEMM that reads
-    it next, and with ordinary stores the form measured slower than the run form."""
+    0.42–0.46 → median 0.52 of copy bandwidth); a matrix that fits is better left in the cache for the GEMM
+    that reads it next, and with ordinary stores the form measured slower than the run form. Its aligned
+    stores need buffers aligned to 32 bytes, which OpenCL drivers give (CL_DEVICE_MEM_BASE_ADDR_ALIGN)."""
     lanes = _chunk_lanes(dtype)
     return (device.kind == "cpu" and transposed and layer.pad_h == 0 and layer.pad_w == 0
-            and layer.out_w >= lanes and _cols_bytes(layer, dtype) > device.cache_bytes)
+            and layer.out_w >= lanes and _cols_bytes(layer, dtype) > device.cache_bytes
+            and device.base_align_bytes >= 32)
 
 
 def _cols_bytes(layer: ConvLayer, dtype) -> int:

@@ -48,6 +48,7 @@ class Device:
         self.max_alloc_bytes: int = int(d.max_mem_alloc_size)
         self.local_mem_bytes: int = int(d.local_mem_size)
         self.cache_bytes: int = int(d.global_mem_cache_size)  # the last-level cache on CPU drivers
+        self.base_align_bytes: int = int(d.mem_base_addr_align) // 8  # the driver reports bits
         self.max_work_group_size: int = int(d.max_work_group_size)
         extensions = d.extensions.split()
         self.extensions: tuple[str, ...] = tuple(extensions)
