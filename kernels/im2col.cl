@@ -67,6 +67,16 @@ Launch: im2col: 1-D, global = ceil(units / (LOCAL*VEC)) * LOCAL, local = LOCAL, 
 #define STREAM_STORE(value, at) (*(at) = (value))
 #endif
 
+<%
+def decode(i, transposed, qualifier, indent):
+    """The closed-form decode of matrix entry `i` into (c, r, s, n, p, q) (and crs, npq, rs, pq):
+    divisions by compile-time constants only. `qualifier` is "const " or "" (indices stepped later)."""
+    split = (f"crs = {i} / NPQ, npq = {i} - crs * NPQ" if transposed else f"npq = {i} / CRS, crs = {i} - npq * CRS")
+    pad = " " * indent
+    return (f"const {IDX} {split};\n"
+            f"{pad}{qualifier}{IDX} c = crs / RS, rs = crs - c * RS, r = rs / {S}, s = rs - r * {S};\n"
+            f"{pad}{qualifier}{IDX} n = npq / PQ, pq = npq - n * PQ, p = pq / {Q}, q = pq - p * {Q};")
+%>
 #define RS   ((${IDX})${R * S})
 #define CRS  ((${IDX})${C * R * S})
 #define PQ   ((${IDX})${P * Q})
@@ -115,9 +125,7 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
         for (int part = 0; part < 2; ++part) {
             const ${IDX} lo = part ? lead + chunks * ${L} : 0, hi = part ? total : lead;
             for (${IDX} i = lo; i < hi; ++i) {
-                const ${IDX} crs = i / NPQ, npq = i - crs * NPQ;
-                const ${IDX} c = crs / RS, rs = crs - c * RS, r = rs / ${S}, s = rs - r * ${S};
-                const ${IDX} n = npq / PQ, pq = npq - n * PQ, p = pq / ${Q}, q = pq - p * ${Q};
+                ${decode("i", True, "const ", 16)}
                 cols[i] = x[((n * ${C} + c) * ${H} + p * ${SH} + r * ${DH}) * ${W} + q * ${SW} + s * ${DW}];
             }
         }
@@ -125,9 +133,7 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
     if (k0 >= chunks) return;
     const ${IDX} k1 = min(k0 + ${VEC}, chunks);
     ${IDX} f = lead + k0 * ${L};
-    const ${IDX} crs = f / NPQ, npq = f - crs * NPQ;
-    ${IDX} c = crs / RS, rs = crs - c * RS, r = rs / ${S}, s = rs - r * ${S};
-    ${IDX} n = npq / PQ, pq = npq - n * PQ, p = pq / ${Q}, q = pq - p * ${Q};
+    ${decode("f", True, "", 4)}
     __global const ${T}* row = x + ((n * ${C} + c) * ${H} + p * ${SH} + r * ${DH}) * ${W} + s * ${DW};
     const ${LANE}${L} lane = (${LANE}${L})(${", ".join(str(i) for i in range(L))});
     for (${IDX} k = k0; k < k1; ++k, f += ${L}) {
@@ -207,9 +213,7 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
     ${IDX} i = (${IDX})get_global_id(0) * ${VEC};
     if (i >= TOTAL) return;
     const ${IDX} end = min(i + ${VEC}, TOTAL);
-    const ${IDX} npq = i / CRS, crs = i - npq * CRS;
-    ${IDX} c = crs / RS, rs = crs - c * RS, r = rs / ${S}, s = rs - r * ${S};
-    ${IDX} n = npq / PQ, pq = npq - n * PQ, p = pq / ${Q}, q = pq - p * ${Q};
+    ${decode("i", False, "", 4)}
     ${IDX} h = p * ${SH} - ${PH} + r * ${DH}, w = q * ${SW} - ${PW} + s * ${DW};
     ${IDX} plane = (n * ${C} + c) * ${H * W};
     for (; i < end; ++i) {
@@ -237,13 +241,7 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
     for (int v = 0; v < ${VEC}; ++v) {
         const ${IDX} i = base + v * ${LOCAL};
         if (i >= TOTAL) return;
-% if TRANSPOSED:
-        const ${IDX} crs = i / NPQ, npq = i - crs * NPQ;
-% else:
-        const ${IDX} npq = i / CRS, crs = i - npq * CRS;
-% endif
-        const ${IDX} c = crs / RS, rs = crs - c * RS, r = rs / ${S}, s = rs - r * ${S};
-        const ${IDX} n = npq / PQ, pq = npq - n * PQ, p = pq / ${Q}, q = pq - p * ${Q};
+        ${decode("i", TRANSPOSED, "const ", 8)}
         const ${IDX} h = p * ${SH} - ${PH} + r * ${DH}, w = q * ${SW} - ${PW} + s * ${DW};
         const bool inside = h >= 0 && h < ${H} && w >= 0 && w < ${W};
         cols[i] = inside ? x[((n * ${C} + c) * ${H} + h) * ${W} + w] : (${T})0;

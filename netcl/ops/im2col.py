@@ -119,10 +119,17 @@ def chunk_form(device, layer: ConvLayer, dtype, transposed: bool) -> bool:
     0.42–0.46 → median 0.52 of copy bandwidth); a matrix that fits is better left in the cache for the GEMM
     that reads it next, and with ordinary stores the form measured slower than the run form. Its aligned
     stores need buffers aligned to 32 bytes, which OpenCL drivers give (CL_DEVICE_MEM_BASE_ADDR_ALIGN)."""
+    return (device.kind == "cpu" and _chunk_form_misfit(layer, dtype, transposed) is None
+            and _cols_bytes(layer, dtype) > device.cache_bytes and device.base_align_bytes >= 32)
+
+
+def _chunk_form_misfit(layer: ConvLayer, dtype, transposed: bool) -> str | None:
+    """Why the chunk form cannot write this layer's matrix at all, or None."""
     lanes = _chunk_lanes(dtype)
-    return (device.kind == "cpu" and transposed and layer.pad_h == 0 and layer.pad_w == 0
-            and layer.out_w >= lanes and _cols_bytes(layer, dtype) > device.cache_bytes
-            and device.base_align_bytes >= 32)
+    if not transposed or layer.pad_h or layer.pad_w or layer.out_w < lanes:
+        return (f"the chunk form needs the transposed layout, no padding and at least {lanes} output columns; "
+                f"got transposed={transposed}, padding ({layer.pad_h}, {layer.pad_w}), {layer.out_w} columns")
+    return None
 
 
 def _cols_bytes(layer: ConvLayer, dtype) -> int:
@@ -151,11 +158,10 @@ def im2col_launch(device, layer: ConvLayer, dtype, transposed: bool, runs: int |
     if chunks is None:
         chunks = runs is None and chunk_form(device, layer, dtype, transposed)
     if chunks:
+        misfit = _chunk_form_misfit(layer, dtype, transposed)
+        if misfit:
+            raise ValueError(misfit)
         lanes = _chunk_lanes(dtype)
-        if not transposed or layer.pad_h or layer.pad_w or layer.out_w < lanes:
-            raise ValueError(f"the chunk form needs the transposed layout, no padding and at least {lanes} "
-                             f"output columns; got transposed={transposed}, padding "
-                             f"({layer.pad_h}, {layer.pad_w}), {layer.out_w} columns")
         per_item = runs or max(1, run_length(device, layer, transposed, local, lanes))
         kernel = _layer_kernel(device, "im2col.cl", "im2col", layer, dtype, transposed, local, 0, per_item)
         units = _run_units(layer, transposed, lanes)[0]
