@@ -6,6 +6,7 @@ __version__ = "0.1.0"
 from .autograd import enable_grad, is_grad_enabled, no_grad
 from .errors import (CheckpointError, DataError, DeviceError, DeviceMemoryError, DTypeError, KernelBuildError,
                      NetclError, ShapeError)
+from .random import manual_seed
 from .factories import arange, empty, full, ones, rand, randn, tensor, zeros, zeros_like
 from .runtime.device import Device, default_device, devices, set_default_device
 from .tensor import Tensor
@@ -14,7 +15,7 @@ float32 = "float32"
 float64 = "float64"
 
 __all__ = [
-    "Tensor", "tensor", "empty", "zeros", "ones", "full", "rand", "randn", "arange", "zeros_like",
+    "Tensor", "tensor", "manual_seed", "empty", "zeros", "ones", "full", "rand", "randn", "arange", "zeros_like",
     "Device", "devices", "default_device", "set_default_device", "no_grad", "enable_grad", "is_grad_enabled",
     "NetclError", "ShapeError", "DTypeError", "DeviceError", "KernelBuildError", "DeviceMemoryError",
     "CheckpointError", "DataError", "__version__",

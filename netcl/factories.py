@@ -1,20 +1,16 @@
 """Tensor factories: zeros/ones/empty/full, counter-based rand/randn, and from-host helpers."""
 from __future__ import annotations
 
-import itertools
 import numbers
-import os
 
 import numpy as np
 
 from . import dtypes
+from . import random as _random
 from .errors import ShapeError
 from .ops.elementwise import fill
 from .runtime.kernels import get_kernel, launch, local_size_1d
 from .tensor import Tensor
-
-_seed_counter = itertools.count()
-_base_seed = int.from_bytes(os.urandom(8), "little")
 
 
 def _shape_of(shape) -> tuple:
@@ -54,7 +50,7 @@ def next_seed(seed=None) -> int:
         if not isinstance(seed, numbers.Integral) or seed < 0:
             raise ShapeError(f"a seed is a non-negative int, got {seed!r}")
         return int(seed) & (2**64 - 1)
-    return (_base_seed + next(_seed_counter) * 0x9E3779B97F4A7C15) & (2**64 - 1)
+    return _random.next_seed()
 
 
 def random_fill(t: Tensor, dist: str, seed=None, p: float = 0.0) -> Tensor:

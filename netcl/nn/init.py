@@ -1,6 +1,7 @@
-"""PyTorch's default initializations, drawn on the host from one seedable generator.
+"""PyTorch's default initializations, drawn on the host from netcl.random's host generator.
 
-``manual_seed(s)`` makes every layer created afterwards (and every Dropout's seed) reproducible.
+``manual_seed(s)`` (same as ``nc.manual_seed``) makes every layer created afterwards (and every Dropout's
+seed) reproducible.
 Conv2d and Linear use kaiming_uniform(a=√5) for the weight, i.e. U(−1/√fan_in, 1/√fan_in), and
 U(−1/√fan_in, 1/√fan_in) for the bias, where fan_in = in_channels/groups · kh · kw (or in_features).
 """
@@ -10,30 +11,30 @@ import math
 
 import numpy as np
 
-_rng = np.random.default_rng()
+from .. import random as _random
 
 
 def manual_seed(seed: int) -> None:
-    global _rng
-    _rng = np.random.default_rng(int(seed))
+    """Same as ``nc.manual_seed``: reseeds every source of randomness, not only initialization."""
+    _random.manual_seed(seed)
 
 
 def generator() -> np.random.Generator:
-    return _rng
+    return _random.host_generator()
 
 
 def kaiming_uniform(shape, fan_in: int, a: float = math.sqrt(5.0), dtype=np.float32) -> np.ndarray:
     """U(−bound, bound) with bound = gain·√(3/fan_in), gain = √(2/(1+a²)) (PyTorch's leaky-ReLU gain)."""
     gain = math.sqrt(2.0 / (1.0 + a * a))
     bound = gain * math.sqrt(3.0 / max(fan_in, 1))
-    return _rng.uniform(-bound, bound, size=shape).astype(dtype)
+    return _random.host_generator().uniform(-bound, bound, size=shape).astype(dtype)
 
 
 def bias_uniform(shape, fan_in: int, dtype=np.float32) -> np.ndarray:
     bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-    return _rng.uniform(-bound, bound, size=shape).astype(dtype)
+    return _random.host_generator().uniform(-bound, bound, size=shape).astype(dtype)
 
 
 def seed_value() -> int:
-    """A fresh 63-bit seed from the generator (for layers that draw random numbers on the device)."""
-    return int(_rng.integers(0, 2**63 - 1))
+    """A fresh 63-bit seed from netcl.random's kernel stream (for layers that draw random numbers on the device)."""
+    return _random.next_seed() & (2**63 - 1)
