@@ -15,6 +15,8 @@ adam_step (torch.optim.Adam, amsgrad off), per element:
   m = b1 * m + (1 - b1) * g;   v = b2 * v + (1 - b2) * g*g
   p -= step_size_k * m / (sqrt(v) / sqrt_bc2_k + eps)   with step_size_k = lr / (1 - b1^t_k) and
   sqrt_bc2_k = sqrt(1 - b2^t_k), computed on the host in double precision per tensor (its own step t_k).
+  DECOUPLED (torch.optim.AdamW): g = grad, and p is first scaled by wd, which then carries 1 - lr * weight_decay
+  (also computed on the host in double), as AdamW's param.mul_(1 - lr * weight_decay).
 Every "1 - x" arrives from the host, computed in double as PyTorch does: 1 - (float) 0.999 in float32 is off
 by 1.3e-5 relative, which shows in every Adam step.
 
@@ -24,9 +26,10 @@ Template parameters (all have defaults):
   WD        apply weight decay                     (default False)
   MOMENTUM  sgd: keep a momentum buffer            (default False)
   NESTEROV  sgd: Nesterov momentum                 (default False)
+  DECOUPLED adam: AdamW's decoupled weight decay   (default False; only with WD)
 Launch: 1-D, gend_{N-1} work-groups of any local size; each tensor's tail is guarded.
 </%doc>
-<%page args="T='float', N=1, WD=False, MOMENTUM=False, NESTEROV=False"/>
+<%page args="T='float', N=1, WD=False, MOMENTUM=False, NESTEROV=False, DECOUPLED=False"/>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -77,10 +80,15 @@ inline void adam_one(__global ${T}* p, __global const ${T}* grad, __global ${T}*
                      const ${T} step_size, const ${T} sqrt_bc2, const ${T} b1, const ${T} one_minus_b1,
                      const ${T} b2, const ${T} one_minus_b2, const ${T} eps, const ${T} wd)
 {
+% if WD and DECOUPLED:
+    const ${T} w = p[i] * wd;
+    const ${T} g = grad[i];
+% else:
     const ${T} w = p[i];
     ${T} g = grad[i];
-% if WD:
+  % if WD:
     g += wd * w;
+  % endif
 % endif
     const ${T} mi = b1 * m[i] + one_minus_b1 * g;
     const ${T} vi = b2 * v[i] + one_minus_b2 * g * g;

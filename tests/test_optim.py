@@ -158,3 +158,102 @@ def test_fused_launch_over_many_tensors(device, rng, canaries, monkeypatch, kind
     else:
         expected, scale = _adam_ref(np.ones(4), ones, 0.5, 0.9, 0.999, 1e-8, 0.01)
     assert_close_to_scale(extra.to_host(), expected, scale, 1e-6, "second group with its own lr")
+
+
+def _adamw_ref(p, grads, lr, b1, b2, eps, weight_decay):
+    """torch.optim.AdamW written out: p ← p·(1 − lr·wd), then Adam's step on the undecayed gradient."""
+    p = p.astype(np.float64).copy()
+    scale = np.abs(p)
+    m = np.zeros_like(p)
+    v = np.zeros_like(p)
+    for t, g in enumerate(grads, 1):
+        g = g.astype(np.float64)
+        p *= 1 - lr * weight_decay
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        step = lr / (1 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** t) + eps)
+        p -= step
+        scale = scale + np.abs(step) + np.abs(lr * weight_decay * p)
+    return p, scale
+
+
+@pytest.mark.parametrize("settings", [dict(), dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.3),
+                                      dict(lr=0.02, weight_decay=0.0)])
+@pytest.mark.parametrize("shape", [(1,), (7, 13), (31,)])
+def test_adamw_matches_pytorch_semantics(device, rng, canaries, settings, shape):
+    p0 = rng.uniform(-2, 2, size=shape).astype(np.float32)
+    grads = [rng.uniform(-2, 2, size=shape).astype(np.float32) for _ in range(5)]
+    p = nc.tensor(p0, device=device, requires_grad=True)
+    opt = nc.optim.AdamW([p], **settings)
+    assert opt.param_groups[0]["weight_decay"] == settings.get("weight_decay", 1e-2)  # PyTorch's default
+    for g in grads:
+        p.grad = nc.tensor(g, device=device)
+        opt.step()
+    full = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
+    full.update(settings)
+    ref, scale = _adamw_ref(p0, grads, full["lr"], *full["betas"], full["eps"], full["weight_decay"])
+    assert_close_to_scale(p.to_host(), ref, scale, 1e-6, f"AdamW {settings}")
+
+
+def test_sgd_positional_arguments_follow_pytorch(device, rng):
+    """SGD(p, 0.1, 0.9, 0, 5e-4) is lr, momentum, dampening, weight_decay — as in torch.optim.SGD."""
+    p0 = rng.uniform(-2, 2, size=(7,)).astype(np.float32)
+    grads = [rng.uniform(-2, 2, size=(7,)).astype(np.float32) for _ in range(3)]
+    p = nc.tensor(p0, device=device, requires_grad=True)
+    opt = nc.optim.SGD([p], 0.1, 0.9, 0.25, 5e-4, False)
+    group = opt.param_groups[0]
+    assert (group["lr"], group["momentum"], group["dampening"], group["weight_decay"], group["nesterov"]) == (
+        0.1, 0.9, 0.25, 5e-4, False)
+    for g in grads:
+        p.grad = nc.tensor(g, device=device)
+        opt.step()
+    settings = dict(lr=0.1, momentum=0.9, dampening=0.25, weight_decay=5e-4)
+    assert_close_to_scale(p.to_host(), _sgd_ref(p0, grads, **settings)[0], _sgd_scale(p0, grads, **settings)[0],
+                          1e-6, "positional SGD")
+
+
+def test_zero_grad_set_to_none_or_in_place(device, rng):
+    p = nc.tensor(rng.uniform(-1, 1, size=(13,)).astype(np.float32), device=device, requires_grad=True)
+    opt = nc.optim.SGD([p], lr=0.1)
+    grad = nc.tensor(rng.uniform(-1, 1, size=(13,)).astype(np.float32), device=device)
+    p.grad = grad
+    opt.zero_grad(set_to_none=False)
+    assert p.grad is grad and np.array_equal(grad.to_host(), np.zeros(13, np.float32))
+    opt.zero_grad()
+    assert p.grad is None
+
+
+@pytest.mark.parametrize("kind", ["Adam", "AdamW"])
+def test_adam_state_dict_round_trip_continues_identically(device, rng, tmp_path, kind):
+    """Saved through nc.save and loaded into a fresh optimizer, Adam's moments and step count continue."""
+    p0 = rng.uniform(-2, 2, size=(7, 3)).astype(np.float32)
+    grads = [rng.uniform(-2, 2, size=p0.shape).astype(np.float32) for _ in range(4)]
+    a = nc.tensor(p0, device=device, requires_grad=True)
+    b = nc.tensor(p0, device=device, requires_grad=True)
+    make = getattr(nc.optim, kind)
+    straight = make([a], lr=0.01, weight_decay=0.1)
+    for g in grads:
+        a.grad = nc.tensor(g, device=device)
+        straight.step()
+    first = make([b], lr=0.01, weight_decay=0.1)
+    for g in grads[:2]:
+        b.grad = nc.tensor(g, device=device)
+        first.step()
+    nc.save(first.state_dict(), tmp_path / "opt.ncl")
+    second = make([b], lr=0.5, weight_decay=0.1)
+    second.load_state_dict(nc.load(tmp_path / "opt.ncl"))
+    assert second.param_groups[0]["lr"] == 0.01 and second.param_groups[0]["betas"] == (0.9, 0.999)
+    for g in grads[2:]:
+        b.grad = nc.tensor(g, device=device)
+        second.step()
+    assert np.array_equal(a.to_host(), b.to_host())
+
+
+def test_add_param_group_rejects_a_parameter_twice(device):
+    p = nc.tensor(np.ones(2, np.float32), device=device, requires_grad=True)
+    q = nc.tensor(np.ones(3, np.float32), device=device, requires_grad=True)
+    opt = nc.optim.SGD([p], lr=0.1, momentum=0.5)
+    opt.add_param_group({"params": q, "lr": 0.2})
+    assert opt.param_groups[1]["lr"] == 0.2 and opt.param_groups[1]["momentum"] == 0.5
+    with pytest.raises(nc.ShapeError, match="two groups"):
+        opt.add_param_group({"params": [p]})

@@ -11,6 +11,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import CheckpointError, DTypeError, ShapeError
 from ..runtime import memory
+from ..ops.elementwise import fill
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
 
@@ -33,21 +34,29 @@ class Optimizer:
         params = list(params)
         if not params:
             raise ShapeError(f"{type(self).__name__} got an empty parameter list")
-        groups = params if isinstance(params[0], dict) else [{"params": params}]
-        self.param_groups = []
-        for group in groups:
-            group = dict(group)
-            group["params"] = list(group["params"])
-            for p in group["params"]:
-                if not isinstance(p, Tensor):
-                    raise DTypeError(f"{type(self).__name__} optimizes netcl Tensors, got {type(p).__name__}")
-                dtypes.require_float(p.dtype, f"{type(self).__name__} parameter")
-                if not p.is_contiguous():
-                    raise ShapeError(f"{type(self).__name__}: parameter of shape {p.shape} is not contiguous")
-            for key, value in defaults.items():
-                group.setdefault(key, value)
-            self.param_groups.append(group)
+        self.defaults = dict(defaults)
+        self.param_groups: list[dict] = []
         self.state: dict[int, dict] = {}  # id(param) -> state
+        for group in params if isinstance(params[0], dict) else [{"params": params}]:
+            self.add_param_group(group)
+
+    def add_param_group(self, group: dict) -> None:
+        """Add a group of parameters with its own settings (unset ones take the optimizer's defaults)."""
+        group = dict(group)
+        params = group["params"]
+        group["params"] = [params] if isinstance(params, Tensor) else list(params)
+        seen = {id(p) for _, p in self._params()}
+        for p in group["params"]:
+            if not isinstance(p, Tensor):
+                raise DTypeError(f"{type(self).__name__} optimizes netcl Tensors, got {type(p).__name__}")
+            dtypes.require_float(p.dtype, f"{type(self).__name__} parameter")
+            if not p.is_contiguous():
+                raise ShapeError(f"{type(self).__name__}: parameter of shape {p.shape} is not contiguous")
+            if id(p) in seen:
+                raise ShapeError(f"{type(self).__name__}: a parameter of shape {p.shape} appears in two groups")
+        for key, value in self.defaults.items():
+            group.setdefault(key, value)
+        self.param_groups.append(group)
 
     def _params(self):
         for group in self.param_groups:
@@ -55,8 +64,12 @@ class Optimizer:
                 yield group, p
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every gradient (the default, as PyTorch), or with set_to_none=False zero them in place."""
         for _, p in self._params():
-            p.grad = None
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                fill(p.grad, 0)
 
     def step(self) -> None:
         """Update every parameter that has a gradient: one fused launch per group (and dtype/device), at

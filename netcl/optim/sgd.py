@@ -1,4 +1,7 @@
-"""Stochastic gradient descent with momentum, dampening, weight decay and Nesterov (torch.optim.SGD)."""
+"""Stochastic gradient descent with momentum, dampening, weight decay and Nesterov (torch.optim.SGD).
+
+The arguments come in PyTorch's positional order, (params, lr, momentum, dampening, weight_decay, nesterov),
+so a call copied from PyTorch code means the same here."""
 from __future__ import annotations
 
 import math
@@ -14,7 +17,7 @@ class SGD(Optimizer):
     """p -= lr * d, where g = grad + weight_decay·p; with momentum, buf = momentum·buf + (1 − dampening)·g
     (buf = g on the first step) and d = g + momentum·buf (Nesterov) or buf; else d = g."""
 
-    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0, nesterov=False, dampening=0.0):
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
         for name, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay),
                             ("dampening", dampening)):
             if not isinstance(value, (int, float)) or not 0 <= value < math.inf:  # also rejects NaN
