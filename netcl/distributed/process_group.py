@@ -1,0 +1,232 @@
+"""The MPI process group: start-up under mpiexec, each rank's device and core share, and failure handling.
+
+``init_process_group`` imports mpi4py (which initializes MPI), learns the rank's place on its node from
+MPI's shared-memory split, gives the rank its share of the node's cores *before* the first OpenCL call
+(PoCL reads ``POCL_MAX_PTHREAD_COUNT`` once, when the platform initializes; Intel's CPU runtime reads
+``CL_CONFIG_CPU_TBB_NUM_WORKERS``), then picks the rank's device: ``NETCL_DEVICE`` if set, else the
+GPUs (and accelerators) round-robin by local rank, else the default device, shared by the node's ranks.
+
+A rank that raises must not leave the others waiting forever inside a collective: the installed
+``sys.excepthook`` (and :func:`abort` for callers that catch errors themselves, such as the CLI) prints
+``netcl rank r/N failed: ...``, tells the other ranks on a private communicator so that those waiting in
+netcl's collectives print why they stop, and ends the job with ``MPI_Abort``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ..errors import NetclError
+
+INSTALL_HINT = "pip install mpi4py mpich"
+# Seconds the failing rank waits, after telling the others, before MPI_Abort kills them: long enough for
+# a rank waiting in a collective to print its own line, short against the 30 s a failed job may take.
+NOTICE_GRACE_SECONDS = 1.0
+# Environment variables through which CPU drivers take a thread count at platform initialization.
+THREAD_COUNT_VARIABLES = ("POCL_MAX_PTHREAD_COUNT", "CL_CONFIG_CPU_TBB_NUM_WORKERS")
+_FAILURE_TAG = 7
+
+
+class DistributedError(NetclError, RuntimeError):
+    """MPI is missing, the process group is not initialized, or another rank failed."""
+
+
+class _Group:
+    """What init_process_group learned; one per process."""
+
+    def __init__(self, mpi, comm, local_rank: int, local_size: int, threads: dict, device):
+        self.mpi = mpi
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.local_rank = local_rank
+        self.local_size = local_size
+        self.threads = threads  # the thread-count variables init_process_group set (name -> value)
+        self.device = device
+        self.failure_comm = comm.Dup()  # failure notices never match a user's or DDP's messages
+        self.notice = bytearray(4096)
+        self.notice_request = self.failure_comm.Irecv(self.notice, source=mpi.ANY_SOURCE, tag=_FAILURE_TAG)
+        self.failing = False
+
+
+_group: _Group | None = None
+
+
+def _import_mpi():
+    try:
+        from mpi4py import MPI
+    except Exception as exc:  # ImportError without mpi4py; RuntimeError when its MPI library is missing
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DistributedError(f"nc.distributed needs mpi4py and an MPI library ({reason}): "
+                               f"{INSTALL_HINT}") from None
+    return MPI
+
+
+def is_available() -> bool:
+    """Whether mpi4py and an MPI library can be loaded (importing mpi4py.MPI initializes MPI)."""
+    try:
+        _import_mpi()
+    except DistributedError:
+        return False
+    return True
+
+
+def is_initialized() -> bool:
+    return _group is not None
+
+
+def group() -> _Group:
+    if _group is None:
+        raise DistributedError("the process group is not initialized: call "
+                               "nc.distributed.init_process_group(backend='mpi') first (under mpiexec)")
+    return _group
+
+
+def _local_placement(mpi, comm) -> tuple[int, int]:
+    """(local rank, ranks on this node): MPI's shared-memory split, else the launcher's variables."""
+    try:
+        node = comm.Split_type(mpi.COMM_TYPE_SHARED, key=comm.Get_rank())
+        placement = node.Get_rank(), node.Get_size()
+        node.Free()
+        return placement
+    except Exception:  # an MPI without MPI-3 split types
+        pass
+    for rank_var, size_var in (("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+                               ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+                               ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")):
+        if os.environ.get(rank_var, "").isdigit() and os.environ.get(size_var, "").isdigit():
+            return int(os.environ[rank_var]), int(os.environ[size_var])
+    return 0, 1
+
+
+def cores_per_rank(local_size: int) -> int:
+    """The cores this rank may use: what the launcher bound it to, else an equal share of the node's."""
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if available < (os.cpu_count() or available):
+        return available  # the launcher bound the rank (mpiexec -bind-to core): its cores are its share
+    return max(1, available // max(local_size, 1))
+
+
+def _split_cores(local_size: int) -> dict:
+    """Set the CPU drivers' thread counts the user left unset, if no OpenCL platform is open yet."""
+    from ..runtime import device as device_registry
+    if device_registry._devices is not None:
+        return {}  # too late: the drivers have read their variables; they keep all cores
+    threads = str(cores_per_rank(local_size))
+    chosen = {}
+    for name in THREAD_COUNT_VARIABLES:
+        if name not in os.environ:
+            os.environ[name] = threads
+            chosen[name] = threads
+    return chosen
+
+
+def _pick_device(local_rank: int):
+    from ..runtime import device as device_registry
+    if os.environ.get("NETCL_DEVICE"):
+        return device_registry.default_device()
+    accelerators = [d for d in device_registry.devices() if d.kind in ("gpu", "accelerator")]
+    if accelerators:
+        return device_registry.set_default_device(accelerators[local_rank % len(accelerators)])
+    return device_registry.default_device()
+
+
+def init_process_group(backend: str = "mpi") -> None:
+    """Join the job started by mpiexec/mpirun: MPI, this rank's device, failure handling.
+
+    Sets ``POCL_MAX_PTHREAD_COUNT`` (and Intel's ``CL_CONFIG_CPU_TBB_NUM_WORKERS``) to this rank's share of
+    the node's cores when they are unset and no OpenCL platform was opened yet, so call it before creating
+    tensors. Calling it again is a no-op."""
+    global _group
+    if backend != "mpi":
+        raise DistributedError(f"unknown backend {backend!r}: netcl's only backend is 'mpi'")
+    if _group is not None:
+        return
+    mpi = _import_mpi()
+    comm = mpi.COMM_WORLD
+    local_rank, local_size = _local_placement(mpi, comm)
+    threads = _split_cores(local_size)
+    device = _pick_device(local_rank)
+    _group = _Group(mpi, comm, local_rank, local_size, threads, device)
+    _install_excepthook()
+    import atexit
+    atexit.register(_withdraw_notice_receive)  # runs before mpi4py's MPI_Finalize (atexit is LIFO)
+
+
+def get_rank() -> int:
+    return group().rank
+
+
+def get_world_size() -> int:
+    return group().size
+
+
+def get_local_rank() -> int:
+    return group().local_rank
+
+
+def describe() -> dict:
+    """This rank's placement, for logs and metrics."""
+    g = group()
+    return {"rank": g.rank, "world_size": g.size, "local_rank": g.local_rank, "local_size": g.local_size,
+            "device": g.device.describe(), "threads": dict(g.threads)}
+
+
+# ---- failure handling ------------------------------------------------------------------------------
+def check_failures() -> None:
+    """If another rank announced its failure, print why this rank stops and end the job."""
+    g = _group
+    if g is None or g.failing or not g.notice_request.Test():
+        return
+    message = bytes(g.notice).rstrip(b"\0").decode("utf-8", "replace")
+    g.failing = True
+    print(f"netcl rank {g.rank}/{g.size}: stopping because {message}", file=sys.stderr, flush=True)
+    g.comm.Abort(1)
+
+
+def wait(request, poll_seconds: float = 0.0002) -> None:
+    """Wait for a non-blocking MPI request, watching for other ranks' failure notices meanwhile."""
+    delay = 0.0
+    while not request.Test():
+        check_failures()
+        time.sleep(delay)
+        delay = min(poll_seconds if delay == 0.0 else delay * 2, 0.005)
+
+
+def abort(message: str, errorcode: int = 1) -> None:
+    """Print ``netcl rank r/N failed: message``, tell the other ranks, and end the whole job."""
+    g = _group
+    if g is None:
+        return
+    g.failing = True
+    print(f"netcl rank {g.rank}/{g.size} failed: {message}", file=sys.stderr, flush=True)
+    notice = f"rank {g.rank}/{g.size} failed: {message}".encode("utf-8", "replace")[:len(g.notice) - 1]
+    try:
+        requests = [g.failure_comm.Issend(notice, dest=r, tag=_FAILURE_TAG) for r in range(g.size) if r != g.rank]
+        deadline = time.monotonic() + NOTICE_GRACE_SECONDS
+        while time.monotonic() < deadline and not g.mpi.Request.Testall(requests):
+            time.sleep(0.005)
+        time.sleep(0.1)  # the receivers print between noticing and their own abort
+    finally:
+        g.comm.Abort(errorcode)
+
+
+def _withdraw_notice_receive() -> None:
+    g = _group
+    if g is not None and not g.failing and not g.notice_request.Test():
+        g.notice_request.Cancel()
+        g.notice_request.Wait()
+
+
+def _install_excepthook() -> None:
+    previous = sys.excepthook
+
+    def netcl_excepthook(exc_type, exc, tb):
+        if _group is None or issubclass(exc_type, KeyboardInterrupt) and _group.size == 1:
+            return previous(exc_type, exc, tb)
+        previous(exc_type, exc, tb)  # the traceback first, then the one line every rank's log shows
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        abort(f"{exc_type.__name__}: {text}" if text else exc_type.__name__)
+
+    sys.excepthook = netcl_excepthook
