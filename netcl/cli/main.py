@@ -70,6 +70,7 @@ def main(argv=None) -> int:
     if not getattr(args, "command", None):
         build_parser().print_help()
         return 2
+    from ..runtime.device import DeviceSelectorError
     try:
         module = importlib.import_module(f".{args._module}", __package__)
         result = module.run(args)
@@ -77,6 +78,9 @@ def main(argv=None) -> int:
             emit_json(result)
         return 0
     except ArgumentError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except DeviceSelectorError as exc:  # an unknown device is a bad argument; the message lists the devices
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

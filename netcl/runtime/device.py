@@ -1,16 +1,28 @@
 """OpenCL devices: discovery, selection, and the per-device context and queue that tensors carry.
 
 A :class:`Device` owns one ``pyopencl`` context and one in-order queue. Tensors hold a reference to their
-Device, so every operation knows exactly where it runs; the process-wide default (``NETCL_DEVICE``, then
-``PYOPENCL_CTX``, then the first GPU, then the first device) is a convenience on top.
+Device, so every operation knows exactly where it runs; the process-wide default is a convenience on top:
+``NETCL_DEVICE``, then ``PYOPENCL_CTX``, then the first GPU, then the fastest device whose GEMM rate was
+measured (``netcl devices --bench``, ``netcl tune``; netcl.runtime.device_figures), then the first device.
+
+A selector (``NETCL_DEVICE``, ``--device``, :func:`set_default_device`) is an index into :func:`devices`,
+a PYOPENCL_CTX-style "platform:device" pair, or words that must each occur, case-insensitively, in the
+platform's name, vendor or version, the device's name or its kind: ``pocl``, ``intel``, ``nvidia``,
+``haswell``, ``pocl 3.1``, ``gpu``. Several matches take the first in :func:`devices`' order.
+
+Drivers outside the system's vendors directory (Intel's CPU runtime installed from PyPI) are made visible
+by ``ci/setup.sh``, which records an OpenCL vendors directory under netcl's configuration directory
+(``NETCL_CONFIG_DIR``, else the user's config dir). When the environment does not set ``OCL_ICD_VENDORS``
+itself, netcl points it at that directory before it first asks the ICD loader for platforms, so a process
+sees the drivers the set-up installed without sourcing anything (docs/drivers.md).
 """
 from __future__ import annotations
 
 import collections
-
 import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyopencl as cl
 
@@ -22,6 +34,16 @@ INSTALL_HINT = (
     "No OpenCL device found. Install a driver: on Debian/Ubuntu `apt-get install pocl-opencl-icd` "
     "(a CPU device), or your GPU vendor's OpenCL driver; `bash ci/setup.sh` does this for you."
 )
+
+
+class DeviceSelectorError(DeviceError):
+    """A selector (NETCL_DEVICE, --device, set_default_device) that names no device; the message lists
+    them all. The CLI exits with status 2 on it, as on any other bad argument."""
+
+    def __init__(self, message: str, selector: str = "", available: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.selector = selector
+        self.available = tuple(available)
 
 
 # How many kernels the host may queue ahead of the device (several LeNet steps' worth).
@@ -39,6 +61,8 @@ class Device:
         d = self.cl_device
         self.name: str = d.name.strip()
         self.platform: str = d.platform.name.strip()
+        self.platform_vendor: str = d.platform.vendor.strip()
+        self.platform_version: str = d.platform.version.strip()
         self.kind: str = next((v for k, v in _KIND_NAMES.items() if d.type & k), "accelerator")
         self.opencl_version: str = d.version.strip()
         self.driver_version: str = d.driver_version.strip()
@@ -101,11 +125,21 @@ class Device:
     def as_dict(self) -> dict:
         return {
             "index": self.index, "name": self.name, "platform": self.platform, "kind": self.kind,
+            "platform_vendor": self.platform_vendor, "platform_version": self.platform_version,
             "opencl_version": self.opencl_version, "driver_version": self.driver_version, "vendor": self.vendor,
             "compute_units": self.compute_units, "global_mem_bytes": self.global_mem_bytes,
             "max_alloc_bytes": self.max_alloc_bytes, "local_mem_bytes": self.local_mem_bytes,
             "max_work_group_size": self.max_work_group_size, "has_fp64": self.has_fp64, "has_fp16": self.has_fp16,
         }
+
+    @property
+    def platform_key(self) -> tuple:
+        """Which platform this device is on (two PoCL installs share a name but not a version)."""
+        return (self.platform, self.platform_version)
+
+    def selector_text(self) -> str:
+        """What a selector's words are matched against (lower case)."""
+        return " ".join((self.platform, self.platform_vendor, self.platform_version, self.name, self.kind)).lower()
 
     def __repr__(self) -> str:
         return f"Device({self.describe()})"
@@ -122,6 +156,7 @@ def devices() -> list[Device]:
     with _registry_lock:
         if _devices is None:
             found = []
+            _apply_recorded_vendors()
             try:
                 platforms = cl.get_platforms()
             except cl.Error:
@@ -137,7 +172,47 @@ def devices() -> list[Device]:
         return list(_devices)
 
 
-def _select(selector) -> Device:
+def config_dir() -> Path:
+    """Where ci/setup.sh records what it installed: NETCL_CONFIG_DIR, else the user's config directory."""
+    configured = os.environ.get("NETCL_CONFIG_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    try:
+        from platformdirs import user_config_dir
+        return Path(user_config_dir("netcl", appauthor=False))
+    except ImportError:
+        return Path.home() / ".config" / "netcl"
+
+
+def recorded_vendors_dir() -> Path | None:
+    """The OpenCL vendors directory ci/setup.sh recorded (one .icd file per driver), if any."""
+    path = config_dir() / "opencl" / "vendors"
+    try:
+        return path if any(p.suffix == ".icd" for p in path.iterdir()) else None
+    except OSError:
+        return None
+
+
+def _apply_recorded_vendors() -> None:
+    # The ICD loader reads OCL_ICD_VENDORS at its first call, which is the get_platforms() that follows;
+    # a value the user set always wins.
+    if "OCL_ICD_VENDORS" in os.environ:
+        return
+    recorded = recorded_vendors_dir()
+    if recorded is not None:
+        os.environ["OCL_ICD_VENDORS"] = str(recorded)
+
+
+def _listing(all_devices) -> str:
+    return "\n".join(f"  {d.describe()}: {d.platform_version}" for d in all_devices)
+
+
+def _no_match(text: str, all_devices, why: str) -> DeviceSelectorError:
+    return DeviceSelectorError(f"{why}; the devices are:\n{_listing(all_devices)}", selector=text,
+                               available=tuple(d.describe() for d in all_devices))
+
+
+def _select(selector, source: str = "selector") -> Device:
     if isinstance(selector, Device):
         return selector
     all_devices = devices()
@@ -147,23 +222,25 @@ def _select(selector) -> Device:
     if text.isdigit():
         index = int(text)
         if index >= len(all_devices):
-            raise DeviceError(f"device index {index} out of range: {len(all_devices)} device(s) found "
-                              f"({', '.join(d.describe() for d in all_devices)})")
+            raise _no_match(text, all_devices, f"device index {index} ({source}) out of range: "
+                                               f"{len(all_devices)} device(s) found")
         return all_devices[index]
     if ":" in text and all(part.isdigit() for part in text.split(":", 1)):
         # PYOPENCL_CTX style "platform:device"
         p, d = (int(x) for x in text.split(":", 1))
-        platforms = sorted({dev.platform for dev in all_devices}, key=[x.platform for x in all_devices].index)
+        platforms = sorted({dev.platform_key for dev in all_devices},
+                           key=[x.platform_key for x in all_devices].index)
         if p < len(platforms):
-            on_platform = [dev for dev in all_devices if dev.platform == platforms[p]]
+            on_platform = [dev for dev in all_devices if dev.platform_key == platforms[p]]
             if d < len(on_platform):
                 return on_platform[d]
-        raise DeviceError(f"no device '{text}' among: {', '.join(x.describe() for x in all_devices)}")
-    needle = text.lower()
+        raise _no_match(text, all_devices, f"no device '{text}' ({source})")
+    words = text.lower().split()
     for dev in all_devices:
-        if needle in f"{dev.platform} {dev.name}".lower():
+        haystack = dev.selector_text()
+        if words and all(word in haystack for word in words):
             return dev
-    raise DeviceError(f"no device matches '{text}'; available: {', '.join(d.describe() for d in all_devices)}")
+    raise _no_match(text, all_devices, f"no device matches '{text}' ({source})")
 
 
 def default_device() -> Device:
@@ -171,15 +248,25 @@ def default_device() -> Device:
     global _default
     if _default is not None:
         return _default
-    selector = os.environ.get("NETCL_DEVICE") or os.environ.get("PYOPENCL_CTX")
-    if selector:
-        _default = _select(selector)
-    else:
-        all_devices = devices()
-        if not all_devices:
-            raise DeviceError(INSTALL_HINT)
-        _default = next((d for d in all_devices if d.kind == "gpu"), all_devices[0])
+    for variable in ("NETCL_DEVICE", "PYOPENCL_CTX"):
+        selector = os.environ.get(variable)
+        if selector:
+            _default = _select(selector, variable)
+            return _default
+    all_devices = devices()
+    if not all_devices:
+        raise DeviceError(INSTALL_HINT)
+    _default = next((d for d in all_devices if d.kind == "gpu"), None) or fastest_measured(all_devices) \
+        or all_devices[0]
     return _default
+
+
+def fastest_measured(candidates) -> Device | None:
+    """The device with the highest stored GEMM rate (netcl devices --bench), or None if none is measured."""
+    from .device_figures import stored_figures
+    rated = [(stored_figures(d).get("gemm_gflops"), d) for d in candidates]
+    rated = [(rate, d) for rate, d in rated if isinstance(rate, (int, float))]
+    return max(rated, key=lambda pair: pair[0])[1] if rated else None
 
 
 def set_default_device(dev_or_selector) -> Device:
