@@ -84,8 +84,58 @@ class Function:
         return outputs
 
 
+class _HookHandle:
+    def __init__(self, hooks: list, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self) -> None:
+        global _leaf_hook_count
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+            _leaf_hook_count -= 1
+
+
+_leaf_hook_count = 0  # while 0, backward() counts no contributions (no cost without hooks)
+
+
+def register_post_accumulate_grad_hook(tensor, hook) -> _HookHandle:
+    """Call ``hook(tensor)`` once per backward pass through a leaf ``tensor``, after the pass has
+    accumulated into ``tensor.grad`` every gradient it delivers there (torch's hook of the same name);
+    data-parallel training starts a bucket's allreduce from it. Returns a handle with ``remove()``."""
+    global _leaf_hook_count
+    hooks = tensor.__dict__.setdefault("_post_accumulate_grad_hooks", [])
+    hooks.append(hook)
+    _leaf_hook_count += 1
+    return _HookHandle(hooks, hook)
+
+
+def queue_backward_callback(callback) -> None:
+    """Run ``callback()`` when the backward pass now running ends (after every leaf's hooks), once; a
+    pass that raises drops its callbacks. Only valid inside a backward pass (from a hook or a rule)."""
+    queued = getattr(_state, "backward_callbacks", None)
+    if queued is None:
+        raise RuntimeError("queue_backward_callback() called outside a backward pass")
+    queued.append(callback)
+
+
+def _run_leaf_hooks(t) -> None:
+    for hook in list(t.__dict__.get("_post_accumulate_grad_hooks", ())):
+        hook(t)
+
+
 def backward(root, gradient) -> None:
-    """Accumulate d(root)/d(leaf) into every leaf's ``.grad``."""
+    """Accumulate d(root)/d(leaf) into every leaf's ``.grad``; then run the callbacks queued meanwhile."""
+    outer = getattr(_state, "backward_callbacks", None)
+    _state.backward_callbacks = []
+    try:
+        _backward(root, gradient)
+        while _state.backward_callbacks:  # a callback may queue another
+            _state.backward_callbacks.pop(0)()
+    finally:
+        _state.backward_callbacks = outer
+
+
+def _backward(root, gradient) -> None:
     order, seen = [], set()
     stack = [(root._grad_node, False)] if root._grad_node is not None else []
     while stack:  # iterative post-order DFS: deep graphs must not hit the recursion limit
@@ -104,12 +154,24 @@ def backward(root, gradient) -> None:
     grads: dict[int, list] = {id(root._grad_node): [None] * root._grad_node.n_outputs} if root._grad_node else {}
     if root._grad_node is None:
         _accumulate_leaf(root, gradient)
+        if _leaf_hook_count:
+            _run_leaf_hooks(root)
         return
+    # With leaf hooks registered: how many node inputs of this pass are each hooked leaf, so that its
+    # hooks run once, after the last of them has delivered (a weight used twice gets two gradients).
+    pending: dict[int, int] = {}
+    if _leaf_hook_count:
+        for node in order:
+            for t in node.inputs:
+                if t is not None and t._grad_node is None and "_post_accumulate_grad_hooks" in t.__dict__:
+                    pending[id(t)] = pending.get(id(t), 0) + 1
     grads[id(root._grad_node)][root._grad_slot] = gradient
     with _GradMode(False):
         for node in reversed(order):
             outs = grads.pop(id(node), None)
             if outs is None or all(g is None for g in outs):
+                if pending:
+                    _settle_leaves(node, pending)
                 continue
             in_grads = node.function.backward(node.ctx, *outs)
             if not isinstance(in_grads, tuple):
@@ -126,6 +188,18 @@ def backward(root, gradient) -> None:
                     slots = grads.setdefault(id(t._grad_node), [None] * t._grad_node.n_outputs)
                     prev = slots[t._grad_slot]
                     slots[t._grad_slot] = g if prev is None else prev + g
+            if pending:
+                _settle_leaves(node, pending)
+
+
+def _settle_leaves(node, pending: dict) -> None:
+    """Count ``node``'s deliveries to hooked leaves; run a leaf's hooks after its last one."""
+    for t in node.inputs:
+        if t is not None and id(t) in pending:
+            pending[id(t)] -= 1
+            if pending[id(t)] == 0:
+                del pending[id(t)]
+                _run_leaf_hooks(t)
 
 
 def _accumulate_leaf(t, g) -> None:
