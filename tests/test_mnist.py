@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import netcl as nc
-from netcl.data import BatchLoader, mnist
+from netcl.data import mnist
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
 needs_shared = pytest.mark.skipif(not (SHARED / "t10k-labels-idx1-ubyte.gz").exists(),
@@ -109,26 +109,3 @@ def test_malformed_files_raise_data_error(isolated, rng):
         mnist.load_mnist("test", d)
     with pytest.raises(nc.DataError, match="split"):
         mnist.load_mnist("validation", d)
-
-
-def test_batch_loader_shuffles_by_seed_and_normalizes(device, rng):
-    images = rng.integers(0, 256, size=(37, 28, 28), dtype=np.uint8)
-    labels = np.arange(37) % 10
-    loader = BatchLoader(images, labels, 8, seed=3, mean=0.5, std=0.25, device=device)
-    assert len(loader) == 5
-    loader.set_epoch(2)
-    batches = [(x.to_host(), y.to_host()) for x, y in loader]
-    order = np.random.default_rng([3, 2]).permutation(37)
-    seen = np.concatenate([y for _, y in batches])
-    assert np.array_equal(seen, labels[order]) and sorted(order.tolist()) == list(range(37))
-    x0 = batches[0][0]
-    assert x0.shape == (8, 1, 28, 28) and batches[-1][0].shape == (5, 1, 28, 28)
-    assert np.allclose(x0[:, 0], (images[order[:8]] / 255.0 - 0.5) / 0.25, atol=1e-5)
-    loader.set_epoch(2)
-    assert np.array_equal(next(iter(loader))[1].to_host(), batches[0][1]), "epoch order is reproducible"
-    loader.set_epoch(3)
-    assert not np.array_equal(next(iter(loader))[1].to_host(), batches[0][1])
-    assert len(BatchLoader(images, labels, 8, drop_last=True, device=device)) == 4
-    assert len(BatchLoader(images, labels, 8, limit=2, device=device)) == 2
-    with pytest.raises(nc.ShapeError):
-        BatchLoader(images, labels[:5], 8)
