@@ -5,13 +5,16 @@
   Table 4 layout: forward and backward milliseconds of every layer at batch 128;
   first step:     seconds from `import netcl` to the first finished training step in a fresh process,
                   with a cold kernel cache (empty NETCL_CACHE_DIR, POCL_KERNEL_CACHE=0) and a warm one.
-When PyTorch is importable the same model runs in the same process and the ratio netcl / PyTorch is
-printed for every batch size (PyTorch is not a dependency of netcl).
+When PyTorch is available the same model runs in a process of its own (netcl.bench.reference), timed in
+alternating rounds with netcl, and the median of the per-round ratios netcl / PyTorch is printed for every
+batch size (PyTorch is not a dependency of netcl; NETCL_REFERENCE_PYTHON may name an interpreter that has
+it). Without it the comparison is skipped with a note.
 """
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,23 +75,6 @@ def _netcl_train_step(batch: int, device):
     return step, model, x
 
 
-def _torch_train_step(batch: int, torch):
-    nn = torch.nn
-    model = nn.Sequential(nn.Conv2d(1, 20, 5), nn.ReLU(), nn.MaxPool2d(2, 2), nn.Conv2d(20, 50, 5), nn.ReLU(),
-                          nn.MaxPool2d(2, 2), nn.Flatten(), nn.Linear(800, 500), nn.ReLU(), nn.Dropout(0.5),
-                          nn.Linear(500, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-    x = torch.randn(batch, 1, 28, 28)
-    y = torch.randint(0, 10, (batch,))
-
-    def step():
-        opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
-    return step, model, x
-
-
 def _layer_times(model, x, device, seconds: float):
     """{layer: (forward ms, backward ms)} running the model layer by layer on real activations."""
     import netcl as nc
@@ -127,44 +113,52 @@ def _first_step(cold: bool, cache_dir: str) -> float | None:
     return None
 
 
+def _compare(netcl_seconds, ref, request: dict, rounds: int) -> dict:
+    """netcl alone (median of rounds), or alternating with the reference process when it has PyTorch."""
+    from .reference import alternate
+    if ref is None or not ref.has_torch:
+        return {"netcl_seconds": statistics.median(netcl_seconds() for _ in range(rounds))}
+    return alternate(netcl_seconds, lambda: ref.seconds(**request), rounds)
+
+
 def run(args):
     import netcl as nc
+    from .reference import ReferenceProcess
     device = nc.default_device()
     quick = bool(getattr(args, "quick", False))
-    seconds = 0.5 if quick else 2.0
-    min_reps = getattr(args, "repeat", None) or (3 if quick else 10)
-    try:
-        import torch
-        torch.manual_seed(0)
-    except ImportError:
-        torch = None
+    seconds = 0.5 if quick else 1.0
+    rounds = 3 if quick else 5
+    min_reps = getattr(args, "repeat", None) or 3
+    result = {"device": device.describe(), "rounds": rounds, "train_iterations_per_second": {},
+              "torch_iterations_per_second": {}, "ratio_to_torch": {}}
+    with ReferenceProcess() as ref:
+        result["torch_version"] = ref.torch_version
+        if not ref.has_torch:
+            result["torch_note"] = ref.missing_torch_note()
+        for batch in BATCHES:
+            step, model, x = _netcl_train_step(batch, device)
+            r = _compare(lambda: _timed(step, device, seconds, min_reps, 10_000), ref,
+                         {"model": "lenet", "mode": "train", "batch": batch, "seconds": seconds,
+                          "min_reps": min_reps}, rounds)
+            result["train_iterations_per_second"][batch] = 1.0 / r["netcl_seconds"]
+            if "ratio" in r:
+                result["torch_iterations_per_second"][batch] = 1.0 / r["reference_seconds"]
+                result["ratio_to_torch"][batch] = r["ratio"]
+            del step, model, x
 
-    result = {"device": device.describe(), "train_iterations_per_second": {}, "torch_iterations_per_second": {},
-              "ratio_to_torch": {}}
-    for batch in BATCHES:
-        step, model, x = _netcl_train_step(batch, device)
-        result["train_iterations_per_second"][batch] = 1.0 / _timed(step, device, seconds, min_reps, 10_000)
-        if torch is not None:
-            tstep = _torch_train_step(batch, torch)[0]
-            per = _timed(tstep, device, seconds, min_reps, 10_000)
-            result["torch_iterations_per_second"][batch] = 1.0 / per
-            result["ratio_to_torch"][batch] = result["train_iterations_per_second"][batch] * per
+        _, model, x = _netcl_train_step(INFER_BATCH, device)
+        model.eval()
 
-    _, model, x = _netcl_train_step(INFER_BATCH, device)
-    model.eval()
-
-    def infer():
-        with nc.no_grad():
-            model(x)
-    result["inference_images_per_second"] = INFER_BATCH / _timed(infer, device, seconds, min_reps, 10_000)
-    if torch is not None:
-        _, tmodel, tx = _torch_train_step(INFER_BATCH, torch)
-        tmodel.eval()
-
-        def tinfer():
-            with torch.no_grad():
-                tmodel(tx)
-        result["torch_inference_images_per_second"] = INFER_BATCH / _timed(tinfer, device, seconds, min_reps, 10_000)
+        def infer():
+            with nc.no_grad():
+                model(x)
+        r = _compare(lambda: _timed(infer, device, seconds, min_reps, 10_000), ref,
+                     {"model": "lenet", "mode": "infer", "batch": INFER_BATCH, "seconds": seconds,
+                      "min_reps": min_reps}, rounds)
+        result["inference_images_per_second"] = INFER_BATCH / r["netcl_seconds"]
+        if "ratio" in r:
+            result["torch_inference_images_per_second"] = INFER_BATCH / r["reference_seconds"]
+            result["inference_ratio_to_torch"] = r["ratio"]
 
     _, model, x = _netcl_train_step(LAYER_BATCH, device)
     result["layers_ms_batch_128"] = {k: {"forward": f, "backward": b}
@@ -190,11 +184,14 @@ def _print(r) -> None:
         print(f"  {'PyTorch':<16}" + "".join(f"{r['torch_iterations_per_second'][b]:>11.1f}" for b in BATCHES),
               file=out)
         print(f"  {'netcl / PyTorch':<16}" + "".join(f"{r['ratio_to_torch'][b]:>11.2f}" for b in BATCHES), file=out)
+        print(f"  (PyTorch {r['torch_version']} in its own process; ratios are medians over {r['rounds']} "
+              "alternating rounds)", file=out)
     else:
-        print("  (PyTorch is not installed: no ratio)", file=out)
+        print(f"  ({r.get('torch_note', 'no PyTorch')})", file=out)
     line = f"inference at batch {INFER_BATCH}: {r['inference_images_per_second']:.0f} images/s"
     if "torch_inference_images_per_second" in r:
-        line += f" (PyTorch {r['torch_inference_images_per_second']:.0f})"
+        line += (f" (PyTorch {r['torch_inference_images_per_second']:.0f}, median ratio "
+                 f"{r['inference_ratio_to_torch']:.2f})")
     print(line, file=out)
     print(f"per-layer milliseconds at batch {LAYER_BATCH}", file=out)
     print(f"  {'layer':<10}{'forward':>10}{'backward':>10}", file=out)

@@ -1,0 +1,106 @@
+"""Fair comparisons: the reference (PyTorch, NumPy) runs in a process of its own, in alternating rounds.
+
+Measured inside netcl's process, PyTorch shared the cores with PoCL's worker threads and lost a third of
+its speed (LeNet at batch 64: 28.8 it/s there, 34-48 alone). So a :class:`ReferenceProcess` runs
+netcl.bench.reference_worker in a child process (under ``NETCL_REFERENCE_PYTHON`` if set, so PyTorch can
+live in another environment than netcl), and :func:`alternate` times netcl and the reference in turns,
+one after the other, never at once: a burst of load from elsewhere on the machine then hits both sides of
+some rounds alike, and the median of the per-round ratios is what a benchmark reports.
+
+Usage::
+
+    with ReferenceProcess() as ref:
+        if ref.has_torch:
+            r = alternate(lambda: netcl_seconds_per_step(), lambda: ref.seconds(model="lenet", mode="train",
+                          batch=64, seconds=1.0), rounds=5)
+            r["ratio"]  # median over rounds of reference seconds / netcl seconds (> 1: netcl is faster)
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+WORKER = Path(__file__).with_name("reference_worker.py")
+START_TIMEOUT_SECONDS = 120
+
+
+class ReferenceError(RuntimeError):
+    """The reference process could not start or answer."""
+
+
+class ReferenceProcess:
+    """A child process that measures reference workloads on request (see reference_worker's protocol)."""
+
+    def __init__(self, python: str | None = None):
+        self.python = python or os.environ.get("NETCL_REFERENCE_PYTHON") or sys.executable
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+        try:
+            self._proc = subprocess.Popen([self.python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=self._stderr, text=True, env=env)
+        except OSError as exc:
+            raise ReferenceError(f"cannot start the reference process {self.python}: {exc}") from exc
+        self.info = self._read()
+        self.torch_version: str | None = self.info.get("torch")
+        self.has_torch = self.torch_version is not None
+
+    def _read(self) -> dict:
+        line = self._proc.stdout.readline()
+        if not line:
+            self._stderr.seek(0)
+            tail = self._stderr.read()[-2000:].strip()
+            raise ReferenceError(f"the reference process ({self.python}) stopped: {tail or 'no message'}")
+        return json.loads(line)
+
+    def seconds(self, **request) -> float:
+        """Seconds per iteration of one workload (built and warmed up at its first request)."""
+        self._proc.stdin.write(json.dumps(request) + "\n")
+        self._proc.stdin.flush()
+        answer = self._read()
+        if "error" in answer:
+            raise ReferenceError(f"reference {request.get('model')}: {answer['error']}")
+        return float(answer["seconds_per_iteration"])
+
+    def missing_torch_note(self) -> str:
+        return (f"PyTorch is not installed for {self.python}: no comparison (pip install torch, or point "
+                f"NETCL_REFERENCE_PYTHON at an interpreter that has it)")
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._stderr.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def alternate(netcl_seconds, reference_seconds, rounds: int) -> dict:
+    """Time both sides ``rounds`` times in turns (which goes first alternates too) and summarize.
+
+    Each argument is a callable returning seconds per iteration. Returns the medians of both, the median
+    of the per-round ratios reference / netcl (above 1 means netcl is faster) and every round's figures.
+    """
+    ours, theirs = [], []
+    for i in range(rounds):
+        if i % 2 == 0:
+            ours.append(netcl_seconds())
+            theirs.append(reference_seconds())
+        else:
+            theirs.append(reference_seconds())
+            ours.append(netcl_seconds())
+    ratios = [t / o for o, t in zip(ours, theirs)]
+    return {"netcl_seconds": statistics.median(ours), "reference_seconds": statistics.median(theirs),
+            "ratio": statistics.median(ratios), "rounds": [{"netcl": o, "reference": t} for o, t in zip(ours, theirs)]}
