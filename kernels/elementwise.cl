@@ -11,6 +11,7 @@ Template parameters (all have defaults):
              k>0: inputs are strided views over a k-dim output shape; shape and strides come
              in `meta` as [shape[0..k), strides of a0 [0..k), strides of a1 ...]   (default 0)
 
+bool tensors are "uchar" buffers holding exactly 0 or 1 (the caller wraps EXPR in `!= 0` for a bool output).
 Launch: 1-D, one work-item per output element; global size may exceed n (the tail is guarded).
 Each tensor input comes with an element offset so views into a larger buffer need no copy.
 </%doc>

@@ -8,17 +8,19 @@ Template parameters (all have defaults):
   IN_TYPE   C type of the input                     (default "float")
   ACC_TYPE  accumulator type                        (default IN_TYPE)
   OUT_TYPE  C type of the values written            (default IN_TYPE)
-  OP        "sum" | "max" | "argmax"                (default "sum")
+  OP        "sum" | "max" | "min" | "argmax" | "argmin"   (default "sum")
   WITH_INDEX  input comes with an index array (second pass of argmax)   (default False)
 
-argmax writes values to `out` and their indices (long) to `out_index`; ties pick the lowest index,
-as NumPy does. NaN propagates through max (as in NumPy).
+argmax/argmin write values to `out` and their indices (long) to `out_index`; ties pick the lowest
+index, as NumPy does. NaN propagates through max/min and is what argmax/argmin point at (as in NumPy
+and PyTorch).
 Launch: 3-D global size (inner, chunks, outer); any local size.
 </%doc>
 <%page args="IN_TYPE='float', ACC_TYPE=None, OUT_TYPE=None, OP='sum', WITH_INDEX=False"/>
 <%
     ACC = ACC_TYPE or IN_TYPE
     OUT = OUT_TYPE or IN_TYPE
+    BETTER = '<' if OP in ('min', 'argmin') else '>'
 %>
 % if 'double' in (IN_TYPE, ACC, OUT):
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -50,7 +52,7 @@ __kernel void reduce_axis(
   % endif
     for (long r = r0 + 1; r < r1; ++r) {
         const ${ACC} v = (${ACC}) p[r * inner];
-        if (v > best || (v != v && best == best)) {
+        if (v ${BETTER} best || (v != v && best == best)) {
             best = v;
   % if WITH_INDEX:
             best_at = q[r * inner];
@@ -60,7 +62,7 @@ __kernel void reduce_axis(
         }
     }
     out[out_off + (o * chunks + c) * inner + i] = (${OUT}) best;
-  % if OP == 'argmax':
+  % if OP in ('argmax', 'argmin'):
     out_index[out_index_off + (o * chunks + c) * inner + i] = best_at;
   % endif
 % endif

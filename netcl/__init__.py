@@ -10,12 +10,17 @@ from .random import manual_seed
 from .factories import arange, empty, full, ones, rand, randn, tensor, zeros, zeros_like
 from .runtime.device import Device, default_device, devices, set_default_device
 from .tensor import Tensor
+from .autograd.rules_tensor import cat, clamp, maximum, minimum, stack, where
 
 float32 = "float32"
 float64 = "float64"
+int32 = "int32"
+int64 = "int64"
+bool = "bool"  # noqa: A001 — nc.bool, as torch.bool
 
 __all__ = [
-    "Tensor", "tensor", "manual_seed", "empty", "zeros", "ones", "full", "rand", "randn", "arange", "zeros_like",
+    "Tensor", "tensor", "empty", "zeros", "ones", "full", "rand", "randn", "arange", "zeros_like",
+    "manual_seed", "cat", "stack", "where", "clamp", "maximum", "minimum",
     "Device", "devices", "default_device", "set_default_device", "no_grad", "enable_grad", "is_grad_enabled",
     "NetclError", "ShapeError", "DTypeError", "DeviceError", "KernelBuildError", "DeviceMemoryError",
     "CheckpointError", "DataError", "__version__",

@@ -17,6 +17,8 @@ from .autograd import function as _ag
 from .errors import DeviceError, ShapeError
 from .runtime import memory
 from .runtime.device import Device, resolve_device
+from .tensor_math import MathMethods
+from .tensor_shape import ShapeMethods
 
 
 def _contiguous_strides(shape) -> tuple[int, ...]:
@@ -39,8 +41,11 @@ def _check_shape(shape) -> tuple[int, ...]:
     return shape
 
 
-class Tensor:
-    """An n-d array in device memory. Create with :func:`Tensor.from_host` or the factories."""
+class Tensor(ShapeMethods, MathMethods):
+    """An n-d array in device memory. Create with :func:`Tensor.from_host` or the factories.
+
+    Views, conversions and device moves are in tensor_shape.py, reductions and clamp in tensor_math.py.
+    """
 
     __array_priority__ = 1000  # make ndarray <op> Tensor defer to Tensor's reflected operators
 
@@ -68,11 +73,14 @@ class Tensor:
 
     @classmethod
     def from_host(cls, array, device=None, requires_grad: bool = False, dtype=None) -> "Tensor":
-        """Copy a host array (anything ``np.asarray`` accepts) to the device."""
+        """Copy a host array (anything ``np.asarray`` accepts) to the device. Without ``dtype``, Python
+        floats become float32 and Python ints int64 (PyTorch's defaults); NumPy arrays keep their dtype
+        where netcl has it (see dtypes.host_dtype_for)."""
         if isinstance(array, Tensor):
             array = array.to_host()
+        from_python = not isinstance(array, (np.ndarray, np.generic))
         host = np.asarray(array)
-        target = dtypes.as_dtype(dtype) if dtype is not None else dtypes.host_dtype_for(host)
+        target = dtypes.as_dtype(dtype) if dtype is not None else dtypes.host_dtype_for(host, from_python)
         host = np.asarray(host, dtype=target, order="C")
         t = cls.empty(host.shape, target, device)
         memory.upload(t.device, t.buffer, host, t.offset * target.itemsize)
@@ -86,8 +94,6 @@ class Tensor:
         src = self if self.is_contiguous() else self.contiguous()
         out = np.empty(src.shape, dtype=src.dtype)
         return memory.download(src.device, src.buffer, out, src.offset * src.dtype.itemsize)
-
-    numpy = to_host
 
     def __array__(self, dtype=None, copy=None):
         host = self.to_host()
@@ -113,10 +119,6 @@ class Tensor:
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
-
-    @property
-    def T(self) -> "Tensor":
-        return self.permute(*reversed(range(self.ndim)))
 
     def __len__(self) -> int:
         if not self.shape:
@@ -168,51 +170,6 @@ class Tensor:
         self.requires_grad = flag
         return self
 
-    # ---- views and copies (differentiable; rules in autograd/rules.py) ---------------------------
-    def reshape(self, *shape) -> "Tensor":
-        from .autograd import rules
-        shape = shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape
-        return rules.reshape(self, shape)
-
-    view = reshape
-
-    def flatten(self, start_dim: int = 0) -> "Tensor":
-        start_dim = start_dim % max(self.ndim, 1)
-        return self.reshape(self.shape[:start_dim] + (-1,))
-
-    def permute(self, *axes) -> "Tensor":
-        from .autograd import rules
-        axes = tuple(axes[0]) if len(axes) == 1 and not isinstance(axes[0], numbers.Integral) else axes
-        return rules.Permute.apply(self, axes)
-
-    def transpose(self, a: int = 0, b: int = 1) -> "Tensor":
-        axes = list(range(self.ndim))
-        axes[a], axes[b] = axes[b], axes[a]
-        return self.permute(*axes)
-
-    def contiguous(self) -> "Tensor":
-        if self.is_contiguous():
-            return self
-        from .autograd import rules
-        return rules.Contiguous.apply(self)
-
-    def expand(self, *shape) -> "Tensor":
-        from .autograd import rules
-        shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape
-        return rules.Expand.apply(self, tuple(shape))
-
-    def __getitem__(self, index) -> "Tensor":
-        from .autograd import rules
-        return rules.Slice.apply(self, index)
-
-    def astype(self, dtype) -> "Tensor":
-        from .autograd import rules
-        return rules.Cast.apply(self, dtypes.as_dtype(dtype))
-
-    def clone(self) -> "Tensor":
-        from .autograd import rules
-        return rules.Cast.apply(self, self.dtype)
-
     # ---- arithmetic -----------------------------------------------------------------------------
     def _binary(self, other, op: str, reflected: bool = False) -> "Tensor":
         from .autograd import rules
@@ -242,6 +199,17 @@ class Tensor:
         from .autograd import rules
         return rules.matmul(other, self)
 
+    def __and__(self, o): return self._binary(o, "and")
+    def __rand__(self, o): return self._binary(o, "and", True)
+    def __or__(self, o): return self._binary(o, "or")
+    def __ror__(self, o): return self._binary(o, "or", True)
+    def __xor__(self, o): return self._binary(o, "xor")
+    def __rxor__(self, o): return self._binary(o, "xor", True)
+
+    def __invert__(self):
+        from .autograd import rules
+        return rules.unary("invert", self)
+
     def __eq__(self, o): return self._binary(o, "eq")
     def __ne__(self, o): return self._binary(o, "ne")
     def __lt__(self, o): return self._binary(o, "lt")
@@ -266,20 +234,3 @@ class Tensor:
     def _unary(self, op: str) -> "Tensor":
         from .autograd import rules
         return rules.unary(op, self)
-
-    # ---- reductions -----------------------------------------------------------------------------
-    def sum(self, axis=None, keepdims: bool = False) -> "Tensor":
-        from .autograd import rules
-        return rules.reduce("sum", self, axis, keepdims)
-
-    def mean(self, axis=None, keepdims: bool = False) -> "Tensor":
-        from .autograd import rules
-        return rules.reduce("mean", self, axis, keepdims)
-
-    def max(self, axis=None, keepdims: bool = False) -> "Tensor":
-        from .autograd import rules
-        return rules.reduce("max", self, axis, keepdims)
-
-    def argmax(self, axis=None, keepdims: bool = False) -> "Tensor":
-        from .ops import reduce as reduce_ops
-        return reduce_ops.argmax(self, axis, keepdims)

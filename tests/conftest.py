@@ -20,7 +20,9 @@ from netcl.tensor import Tensor, _check_shape
 
 GUARD = 37  # elements on each side; odd so that guarded tensors are misaligned for vector loads
 SENTINEL = {np.dtype(np.float32): np.float32(-7.654321e29), np.dtype(np.float64): np.float64(-7.654321e29),
-            np.dtype(np.int32): np.int32(-123456789), np.dtype(np.int64): np.int64(-123456789012)}
+            np.dtype(np.int32): np.int32(-123456789), np.dtype(np.int64): np.int64(-123456789012),
+            np.dtype(np.bool_): np.uint8(0xA5)}  # bool guards are bytes no kernel writes (it writes 0 or 1)
+GUARD_HOST_DTYPE = {np.dtype(np.bool_): np.dtype(np.uint8)}
 
 
 @pytest.fixture(scope="session")
@@ -47,14 +49,14 @@ class Canaries:
         dev = resolve_device(device)
         n = math.prod(shape)
         buf = memory.allocate(dev, (n + 2 * GUARD) * dt.itemsize)
-        host = np.full(n + 2 * GUARD, SENTINEL[dt], dtype=dt)
+        host = np.full(n + 2 * GUARD, SENTINEL[dt], dtype=GUARD_HOST_DTYPE.get(dt, dt))
         memory.upload(dev, buf, host)
         self.guarded.append((buf, n, dt, dev, shape))
         return cls(buf, shape, dt, dev, offset=GUARD)
 
     def check(self):
         for buf, n, dt, dev, shape in self.guarded:
-            host = np.empty(n + 2 * GUARD, dtype=dt)
+            host = np.empty(n + 2 * GUARD, dtype=GUARD_HOST_DTYPE.get(dt, dt))
             memory.download(dev, buf, host)
             head, tail = host[:GUARD], host[GUARD + n:]
             bad = np.flatnonzero(head != SENTINEL[dt]).tolist() + [GUARD + n + i for i in np.flatnonzero(tail != SENTINEL[dt])]

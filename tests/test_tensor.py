@@ -23,7 +23,11 @@ def test_round_trip(dtype, n, rng, canaries):
 def test_host_conversions():
     assert nc.tensor(np.arange(6.)).dtype == np.float64
     assert nc.tensor(np.zeros(3, np.uint8)).dtype == np.int32
-    assert nc.tensor([1.5, 2.5]).dtype == np.float64
+    assert nc.tensor([1.5, 2.5]).dtype == np.float32  # Python floats are float32, as PyTorch's default
+    assert nc.tensor([0.1, 0.2]).dtype == nc.float32 and nc.tensor(2.5).dtype == np.float32
+    assert nc.tensor([1, 2]).dtype == np.int64 and nc.tensor(np.arange(3, dtype=np.int32)).dtype == np.int32
+    assert nc.tensor([True, False]).dtype == np.bool_ and nc.tensor(np.ones(2, bool)).dtype == np.bool_
+    assert nc.tensor(np.float64(2.5)).dtype == np.float64  # a NumPy float64 stays float64
     assert nc.tensor(np.ones(2, np.float32), dtype=np.float64).dtype == np.float64
     assert nc.tensor(np.float32(3.0)).item() == 3.0
     empty = nc.tensor(np.zeros((0, 3), np.float32))

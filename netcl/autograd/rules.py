@@ -206,7 +206,7 @@ def binary(op: str, a, b) -> Tensor:
         device = a.device if isinstance(a, Tensor) else b.device
         a = Tensor.from_host(a, device) if isinstance(a, np.ndarray) else a
         b = Tensor.from_host(b, device) if isinstance(b, np.ndarray) else b
-    if op in ("eq", "ne", "lt", "le", "gt", "ge"):
+    if op in ew.COMPARISONS or op in ew.BITWISE:  # bool/int results: nothing to differentiate
         return ew.binary(op, a, b)
     return Binary.apply(a, b, op)
 
@@ -258,7 +258,7 @@ class Reduce(Function):
         if ctx.op == "mean":
             count = math.prod(x.shape[a] for a in ctx.axes) if x.ndim else 1
             return (g / float(max(count, 1))).expand(x.shape).contiguous(), None, None, None
-        # max: the gradient is shared equally among the tied maxima
+        # max/min: the gradient is shared equally among the tied extrema (PyTorch's amax/amin rule)
         mask = ew.binary("eq", x, ctx.out.reshape(kept))
         mask = ew.cast(mask, x.dtype)
         count = red.reduce(mask, "sum", ctx.axes, keepdims=True)

@@ -13,17 +13,22 @@ from ..tensor import Tensor
 
 BINARY_EXPR = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
-    "pow": "pow({0}, {1})", "maximum": "max({0}, {1})", "minimum": "min({0}, {1})",
+    "pow": "pow({0}, {1})",
+    # NaN propagates (PyTorch's maximum/minimum), unlike OpenCL's max/fmax which drop it
+    "maximum": "({0} > {1} || {0} != {0}) ? {0} : {1}", "minimum": "({0} < {1} || {0} != {0}) ? {0} : {1}",
     "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
     "gt": "{0} > {1}", "ge": "{0} >= {1}",
+    "and": "{0} & {1}", "or": "{0} | {1}", "xor": "{0} ^ {1}",
 }
 UNARY_EXPR = {
     "neg": "-{0}", "exp": "exp({0})", "log": "log({0})", "tanh": "tanh({0})", "sqrt": "sqrt({0})",
     "abs": "fabs({0})", "relu": "max({0}, ({T})0)", "sigmoid": "({T})1 / (({T})1 + exp(-{0}))",
-    "relu_mask": "{0} > ({T})0 ? ({T})1 : ({T})0",
+    "relu_mask": "{0} > ({T})0 ? ({T})1 : ({T})0", "invert": "~{0}", "logical_not": "!{0}",
 }
-FLOAT_ONLY = {"exp", "log", "tanh", "sqrt", "sigmoid", "pow"}
-INTEGER_SAFE = {"neg", "abs", "relu", "relu_mask"}
+FLOAT_ONLY = {"exp", "log", "tanh", "sqrt", "sigmoid", "pow", "div"}
+INTEGER_SAFE = {"neg", "abs", "relu", "relu_mask", "invert", "logical_not"}
+COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
+BITWISE = {"and", "or", "xor", "invert"}
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
@@ -47,10 +52,15 @@ def broadcast_strides(t: Tensor, shape) -> tuple[int, ...]:
 
 
 def result_dtype(*operands) -> np.dtype:
+    """PyTorch's promotion: tensors decide among themselves; a Python float lifts ints and bools to float32,
+    a Python int lifts bools to int64."""
     tensor_dtypes = [o.dtype for o in operands if isinstance(o, Tensor)]
     dt = np.result_type(*tensor_dtypes) if tensor_dtypes else np.dtype(np.float32)
-    if dt.kind != "f" and any(isinstance(o, float) for o in operands):
+    if dt.kind != "f" and any(isinstance(o, (float, np.floating)) for o in operands):
         dt = np.dtype(np.float32)
+    elif dt.kind == "b" and any(isinstance(o, numbers.Integral) and not isinstance(o, (bool, np.bool_))
+                                for o in operands):
+        dt = np.dtype(np.int64)
     return dtypes.as_dtype(dt)
 
 
@@ -98,6 +108,8 @@ def map_expr(template_expr: str, operands, out_dtype=None, compute_dtype=None) -
             names.append(f"s{len(args_s)}")
             args_s.append(o)
     expr = template_expr.format(*names, T=ct)
+    if out_dt == dtypes.BOOL:
+        expr = f"(({expr}) != ({ct})0)"  # a bool is stored as exactly 0 or 1, whatever the expression gave
     stride_sets = [broadcast_strides(t, shape) for t in args_t]
     contiguous = all(t.shape == shape and t.is_contiguous() for t in args_t)
     if contiguous:
@@ -112,18 +124,25 @@ def map_expr(template_expr: str, operands, out_dtype=None, compute_dtype=None) -
     args = [out.buffer, np.int64(out.offset)]
     for t in args_t:
         args += [t.buffer, np.int64(t.offset)]
-    args += [compute.type(s) for s in args_s]
+    args += [np.uint8(bool(s)) if compute == dtypes.BOOL else compute.type(s) for s in args_s]
     args += [meta, np.int64(out.size)]
     launch(first.device, kernel, (out.size,), local_size_1d(first.device, out.size), *args)
     return out
 
 
 def binary(op: str, a, b) -> Tensor:
+    """a <op> b with broadcasting. Comparisons give bool; div and pow of ints compute in float32 (true
+    division, as PyTorch's default dtype); and/or/xor take ints and bools."""
     if op not in BINARY_EXPR:
         raise ValueError(f"unknown binary op {op!r}")
-    if op in FLOAT_ONLY and result_dtype(a, b).kind != "f":
+    dt = result_dtype(a, b)
+    if op in COMPARISONS:
+        return map_expr(BINARY_EXPR[op], [a, b], out_dtype=dtypes.BOOL, compute_dtype=dt)
+    if op in BITWISE and dt.kind == "f":
+        raise DTypeError(f"{op} takes int or bool tensors, got {dt}")
+    if op in FLOAT_ONLY and dt.kind != "f":
         return map_expr(BINARY_EXPR[op], [a, b], compute_dtype=np.float32)
-    return map_expr(BINARY_EXPR[op], [a, b])
+    return map_expr(BINARY_EXPR[op], [a, b], compute_dtype=dt)
 
 
 def unary(op: str, a: Tensor) -> Tensor:
@@ -131,11 +150,46 @@ def unary(op: str, a: Tensor) -> Tensor:
         raise ValueError(f"unknown unary op {op!r}")
     if a.dtype.kind != "f" and op not in INTEGER_SAFE:
         raise DTypeError(f"{op} needs a float tensor, got {a.dtype}")
+    if op in BITWISE and a.dtype.kind == "f":
+        raise DTypeError(f"{op} takes an int or bool tensor, got {a.dtype}")
+    if op == "invert" and a.dtype == dtypes.BOOL:
+        op = "logical_not"  # ~mask flips a bool, as in PyTorch (a bitwise ~ of 1 would give 254)
+    if op == "abs" and a.dtype.kind != "f":
+        return map_expr("{0} < 0 ? -{0} : {0}", [a])  # fabs is float-only in OpenCL C
     return map_expr(UNARY_EXPR[op], [a])
 
 
 def cast(a: Tensor, dtype) -> Tensor:
-    return map_expr("{0}", [a], out_dtype=dtype, compute_dtype=dtype)
+    dtype = dtypes.as_dtype(dtype)
+    # to bool compares in the source type (0.5 is True); other casts convert first
+    return map_expr("{0}", [a], out_dtype=dtype, compute_dtype=a.dtype if dtype == dtypes.BOOL else dtype)
+
+
+def where(cond: Tensor, a, b) -> Tensor:
+    """cond ? a : b elementwise with broadcasting; a and b are tensors or numbers, cond any dtype (nonzero
+    is true)."""
+    if not isinstance(cond, Tensor):
+        raise DTypeError(f"where's condition is a tensor, got {type(cond).__name__}")
+    if cond.dtype != dtypes.BOOL:
+        cond = cast(cond, dtypes.BOOL)
+    dt = result_dtype(a, b)
+    return map_expr("{0} != ({T})0 ? {1} : {2}", [cond, a, b], out_dtype=dt, compute_dtype=dt)
+
+
+def clamp(x: Tensor, low=None, high=None) -> Tensor:
+    """min(max(x, low), high) elementwise (NaN stays NaN; low > high gives high, as PyTorch); bounds are
+    tensors, numbers or None."""
+    if low is None and high is None:
+        raise ShapeError("clamp needs at least one of min and max")
+    operands = [x] + [v for v in (low, high) if v is not None]
+    dt = result_dtype(*operands)
+    if low is not None and high is not None:
+        expr = "(({0} < {1} ? {1} : {0}) > {2} ? {2} : ({0} < {1} ? {1} : {0}))"
+    elif low is not None:
+        expr = "({0} < {1} ? {1} : {0})"
+    else:
+        expr = "({0} > {1} ? {1} : {0})"
+    return map_expr(expr, operands, compute_dtype=dt)
 
 
 def copy_into(dst: Tensor, src: Tensor) -> Tensor:
@@ -170,7 +224,8 @@ def fill(t: Tensor, value) -> Tensor:
     if t.size == 0:
         return t
     if t.is_contiguous():
-        memory.fill(t.device, t.buffer, t.dtype.type(value), t.nbytes, t.offset * t.dtype.itemsize)
+        pattern = np.uint8(bool(value)) if t.dtype == dtypes.BOOL else t.dtype.type(value)
+        memory.fill(t.device, t.buffer, pattern, t.nbytes, t.offset * t.dtype.itemsize)
     else:
         copy_into(t, Tensor.from_host(np.asarray(value, dtype=t.dtype), t.device))
     return t

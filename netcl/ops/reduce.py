@@ -1,4 +1,4 @@
-"""Reductions over one or more axes: sum, mean, max, argmax (kernels/reduce.cl)."""
+"""Reductions over one or more axes: sum, mean, max, min, argmax, argmin (kernels/reduce.cl)."""
 from __future__ import annotations
 
 import math
@@ -12,6 +12,7 @@ from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 
 CHUNK = 2048
+ARG_OPS = ("argmax", "argmin")
 
 
 def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
@@ -37,17 +38,18 @@ def reduced_shape(shape, axes, keepdims: bool) -> tuple[int, ...]:
 def _reduce_one(x: Tensor, outer: int, R: int, inner: int, op: str, index: Tensor | None = None):
     """One chunked pass over (outer, R, inner); returns (values, indices, chunks)."""
     chunks = max(1, -(-R // CHUNK))
-    acc = "double" if x.dtype == np.float64 else ("long" if x.dtype.kind == "i" and op == "sum" else None)
+    acc = "double" if x.dtype == np.float64 else ("long" if x.dtype.kind in "ib" and op == "sum" else None)
     out_dtype = np.dtype(np.int64) if acc == "long" else x.dtype
     values = Tensor.empty((outer, chunks, inner), out_dtype, x.device)
-    indices = Tensor.empty((outer, chunks, inner), np.int64, x.device) if op == "argmax" else values
+    with_indices = op in ARG_OPS
+    indices = Tensor.empty((outer, chunks, inner), np.int64, x.device) if with_indices else values
     kernel = get_kernel(x.device, "reduce.cl", "reduce_axis", IN_TYPE=dtypes.c_type(x.dtype), ACC_TYPE=acc,
                         OUT_TYPE=dtypes.c_type(out_dtype), OP=op, WITH_INDEX=index is not None)
     index = index if index is not None else values
     launch(x.device, kernel, (inner, chunks, outer), None, values.buffer, np.int64(values.offset),
            indices.buffer, np.int64(indices.offset), x.buffer, np.int64(x.offset), index.buffer, np.int64(index.offset),
            np.int64(outer), np.int64(R), np.int64(inner), np.int64(min(CHUNK, max(R, 1))))
-    return values, (indices if op == "argmax" else None), chunks
+    return values, (indices if with_indices else None), chunks
 
 
 def _reduce_axis(x: Tensor, axis: int, op: str):
@@ -67,7 +69,8 @@ def _check_nonempty(x: Tensor, axes, op: str) -> None:
 
 
 def reduce(x: Tensor, op: str, axis=None, keepdims: bool = False) -> Tensor:
-    """sum / max / mean of x over axis (None: all axes). mean of ints is float32."""
+    """sum / max / min / mean of x over axis (None: all axes). mean of ints is float32; sum of ints and
+    bools is int64."""
     axes = normalize_axes(axis, x.ndim)
     _check_nonempty(x, axes, op)
     base = "sum" if op == "mean" else op
@@ -87,14 +90,40 @@ def reduce(x: Tensor, op: str, axis=None, keepdims: bool = False) -> Tensor:
     return y.reshape(reduced_shape(x.shape, axes, keepdims) if x.ndim else ())
 
 
-def argmax(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
-    """Index of the largest element (first on ties) along axis, or into the flattened tensor."""
+def arg_reduce(x: Tensor, op: str, axis=None, keepdims: bool = False) -> Tensor:
+    """Index of the largest ("argmax") or smallest ("argmin") element (first on ties) along axis, or into
+    the flattened tensor when axis is None."""
     if axis is None:
         if x.size == 0:
-            raise ShapeError("argmax of an empty tensor")
-        _, idx = _reduce_axis(x.contiguous().reshape((x.size,)), 0, "argmax")
+            raise ShapeError(f"{op} of an empty tensor")
+        _, idx = _reduce_axis(x.contiguous().reshape((x.size,)), 0, op)
         return idx.reshape((1,) * x.ndim if keepdims else ())
+    return reduce_with_indices(x, op, axis, keepdims)[1]
+
+
+def reduce_with_indices(x: Tensor, op: str, axis: int, keepdims: bool = False) -> tuple[Tensor, Tensor]:
+    """(values, int64 indices) of the max ("argmax") or min ("argmin") along one axis (first on ties)."""
+    if op not in ARG_OPS:
+        raise ValueError(f"unknown indexed reduction {op!r}")
+    if x.ndim == 0:
+        if axis not in (0, -1):
+            raise ShapeError(f"axis {axis} is out of range for a 0-d tensor")
+        values, idx = _reduce_axis(x.reshape((1,)), 0, op)
+        return values.reshape(()), idx.reshape(())
+    if not isinstance(axis, numbers.Integral):
+        raise ShapeError(f"{op} along one axis takes an int axis, got {axis!r}")
     (a,) = normalize_axes(axis, x.ndim)
-    _check_nonempty(x, (a,), "argmax")
-    _, idx = _reduce_axis(x.contiguous(), a, "argmax")
-    return idx if keepdims else idx.reshape(reduced_shape(x.shape, (a,), False))
+    _check_nonempty(x, (a,), op)
+    values, idx = _reduce_axis(x.contiguous(), a, op)
+    if keepdims:
+        return values, idx
+    shape = reduced_shape(x.shape, (a,), False)
+    return values.reshape(shape), idx.reshape(shape)
+
+
+def argmax(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    return arg_reduce(x, "argmax", axis, keepdims)
+
+
+def argmin(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    return arg_reduce(x, "argmin", axis, keepdims)
