@@ -6,6 +6,7 @@ failure notice, so a rank never sits forever in a collective that a failed rank 
 from __future__ import annotations
 
 import numpy as np
+import pyopencl as cl
 
 from ..errors import DTypeError, ShapeError
 from ..runtime import memory
@@ -102,6 +103,20 @@ def _scatter(flat: np.ndarray, tensors, wait: bool) -> None:
     for t in tensors:
         memory.upload(t.device, t.buffer, flat[start:start + t.size], t.offset * t.dtype.itemsize, wait=wait)
         start += t.size
+
+
+def download_async(tensor: Tensor, out: np.ndarray):
+    """Queue a copy of contiguous ``tensor`` into ``out`` behind the work already queued; returns its event
+    (data-parallel buckets poll it so the host keeps queueing the backward pass meanwhile)."""
+    try:
+        return cl.enqueue_copy(tensor.device.queue, out, tensor.buffer,
+                               src_offset=tensor.offset * tensor.dtype.itemsize, is_blocking=False)
+    except cl.Error as exc:
+        raise memory._translate(tensor.device, exc, "downloading", out.nbytes) from None
+
+
+def event_done(event) -> bool:
+    return event.command_execution_status == cl.command_execution_status.COMPLETE
 
 
 def barrier() -> None:

@@ -3,6 +3,8 @@ from . import functional, init
 from .layers import (AvgPool2d, Conv2d, CrossEntropyLoss, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential,
                      Tanh)
 from .module import Module
+from . import parallel  # nc.nn.parallel.DistributedDataParallel (mpi4py only when one is made)
 
 __all__ = ["Module", "Conv2d", "Linear", "ReLU", "Tanh", "MaxPool2d", "AvgPool2d", "Dropout", "Flatten",
            "Sequential", "CrossEntropyLoss", "functional", "init"]
+__all__ += ["parallel"]

@@ -1,0 +1,206 @@
+"""nc.nn.parallel.DistributedDataParallel: gradients averaged over MPI ranks, overlapped with backward.
+
+Each rank runs the same model on its own share of the batch. At wrap time rank 0's parameters (and
+buffers) are broadcast so all ranks start equal. The parameters, in reverse order (roughly the order in
+which backward produces their gradients), are packed into buckets of about ``bucket_cap_mb``. During
+``loss.backward()`` a gradient hook (autograd's ``register_post_accumulate_grad_hook``) marks a parameter
+ready; once a bucket is complete its gradients are copied to a host buffer by non-blocking downloads
+queued behind the kernels that compute them, and the bucket's ``MPI_Iallreduce`` starts as soon as the
+copies have landed, while the host goes on queueing the rest of the backward pass. When the pass ends (a
+backward callback), the remaining buckets are reduced, divided by the world size and uploaded into each
+``.grad``; so after ``backward()`` every rank holds the averaged gradients and the optimizer step is the
+one a single process takes with the whole global batch.
+
+Buckets start strictly in their order, the same on every rank, as MPI requires of collectives on one
+communicator. BatchNorm normalizes each rank's batch with that batch's own statistics (PyTorch's default,
+not SyncBatchNorm); with ``broadcast_buffers=True`` (PyTorch's default) rank 0's buffers, the running
+statistics among them, are broadcast at every training forward, so all ranks evaluate alike.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..autograd import function as autograd_engine
+from ..errors import ShapeError
+from ..tensor import Tensor
+from .module import Module
+
+MEBIBYTE = 1 << 20
+
+
+class _Bucket:
+    """A run of parameters of one dtype whose gradients travel in one allreduce."""
+
+    def __init__(self, index: int, params: list):
+        self.index = index
+        self.params = params
+        self.dtype = params[0].dtype
+        self.offsets = np.cumsum([0] + [p.size for p in params]).tolist()
+        self.host = np.empty(self.offsets[-1], dtype=self.dtype)
+        self.reset()
+
+    @property
+    def nbytes(self) -> int:
+        return self.host.nbytes
+
+    def reset(self) -> None:
+        self.waiting = {id(p) for p in self.params}
+        self.events = None  # the downloads' events once the bucket is complete
+        self.request = None  # the Iallreduce once started
+
+    def download(self, collectives) -> None:
+        self.events = []
+        for p, start, stop in zip(self.params, self.offsets, self.offsets[1:]):
+            view = self.host[start:stop]
+            if p.grad is None:
+                view.fill(0)  # unused on this rank this pass: it adds nothing to the sum
+                continue
+            grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
+            self.events.append(collectives.download_async(grad, view))
+
+
+class DistributedDataParallel(Module):
+    """Wrap ``module`` so that ``backward()`` leaves every rank with the gradients averaged over ranks.
+
+    Args:
+        module: the model (its parameters on this rank's device); ``self.module`` is it, and the wrapper's
+            ``state_dict`` keys carry PyTorch's ``module.`` prefix (save ``ddp.module.state_dict()`` for a
+            checkpoint that loads without the wrapper).
+        bucket_cap_mb: the size of a gradient bucket, in MiB (PyTorch's default, 25).
+        broadcast_buffers: broadcast rank 0's buffers (BatchNorm running statistics) at every training
+            forward, as PyTorch does by default.
+
+    Needs ``nc.distributed.init_process_group()`` first. ``with ddp.no_sync():`` skips the averaging
+    (gradient accumulation over several backward passes; the first pass outside it averages the sum).
+    """
+
+    def __init__(self, module: Module, bucket_cap_mb: float = 25, broadcast_buffers: bool = True):
+        super().__init__()
+        from .. import distributed
+        from ..distributed import collectives, process_group
+        if not isinstance(module, Module):
+            raise ShapeError(f"DistributedDataParallel wraps an nc.nn.Module, got {type(module).__name__}")
+        if not isinstance(bucket_cap_mb, (int, float)) or not 0 < bucket_cap_mb < float("inf"):
+            raise ShapeError(f"bucket_cap_mb must be a positive number, got {bucket_cap_mb!r}")
+        self.module = module
+        object.__setattr__(self, "_group", process_group.group())
+        object.__setattr__(self, "_collectives", collectives)
+        object.__setattr__(self, "_comm", self._group.comm.Dup())  # never interleaves with user collectives
+        self.bucket_cap_mb = bucket_cap_mb
+        self.broadcast_buffers = bool(broadcast_buffers)
+        self.require_sync = True
+        distributed.barrier()
+        collectives.broadcast_many([p.detach() for p in module.parameters()] +
+                                   [b for _, b in module.named_buffers()], src=0)
+        object.__setattr__(self, "_buckets", self._make_buckets(module.parameters(), bucket_cap_mb * MEBIBYTE))
+        object.__setattr__(self, "_bucket_of", {id(p): b for b in self._buckets for p in b.params})
+        object.__setattr__(self, "_hooks", [])
+        object.__setattr__(self, "_pass_open", False)
+        object.__setattr__(self, "_next_to_start", 0)
+        if self._group.size > 1:
+            for p in module.parameters():
+                if p.requires_grad:
+                    self._hooks.append(autograd_engine.register_post_accumulate_grad_hook(p, self._grad_ready))
+
+    @staticmethod
+    def _make_buckets(params, cap_bytes: float) -> list:
+        buckets, current, current_bytes = [], [], 0
+        for p in reversed([p for p in params if p.requires_grad]):
+            if current and (current_bytes + p.nbytes > cap_bytes or p.dtype != current[0].dtype):
+                buckets.append(_Bucket(len(buckets), current))
+                current, current_bytes = [], 0
+            current.append(p)
+            current_bytes += p.nbytes
+        if current:
+            buckets.append(_Bucket(len(buckets), current))
+        return buckets
+
+    @property
+    def bucket_sizes(self) -> list[int]:
+        """Elements per bucket, in the order their allreduces start."""
+        return [b.host.size for b in self._buckets]
+
+    # ---- forward -----------------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        if self.training and self.broadcast_buffers and self._group.size > 1:
+            buffers = [b for _, b in self.module.named_buffers()]
+            if buffers:
+                self._collectives.broadcast_many(buffers, src=0)
+        return self.module(*args, **kwargs)
+
+    def no_sync(self):
+        """Context manager: backward passes inside it accumulate local gradients without averaging."""
+        ddp = self
+
+        class _NoSync:
+            def __enter__(self):
+                self.previous = ddp.require_sync
+                ddp.require_sync = False
+
+            def __exit__(self, *exc):
+                ddp.require_sync = self.previous
+
+        return _NoSync()
+
+    # ---- the gradient pipeline ----------------------------------------------------------------------
+    def _grad_ready(self, param: Tensor) -> None:
+        if not self.require_sync:
+            return
+        if not self._pass_open:
+            object.__setattr__(self, "_pass_open", True)
+            autograd_engine.queue_backward_callback(self._finish_pass)
+        bucket = self._bucket_of[id(param)]
+        bucket.waiting.discard(id(param))
+        if not bucket.waiting and bucket.events is None:
+            bucket.download(self._collectives)
+        self._start_ready_buckets(block=False)
+
+    def _start_ready_buckets(self, block: bool) -> None:
+        """Start, in bucket order, the allreduces whose host copies have landed (all of them if block)."""
+        done = self._collectives.event_done
+        while self._next_to_start < len(self._buckets):
+            bucket = self._buckets[self._next_to_start]
+            if bucket.events is None:
+                if not block:
+                    break
+                bucket.download(self._collectives)  # parameters this pass never reached
+            if block:
+                for event in bucket.events:
+                    event.wait()
+            elif not all(done(e) for e in bucket.events):
+                break
+            bucket.request = self._comm.Iallreduce(self._group.mpi.IN_PLACE, bucket.host, op=self._group.mpi.SUM)
+            object.__setattr__(self, "_next_to_start", self._next_to_start + 1)
+        for bucket in self._buckets[:self._next_to_start]:
+            if bucket.request is not None:
+                bucket.request.Test()  # MPI progresses non-blocking collectives only inside MPI calls
+
+    def _finish_pass(self) -> None:
+        from ..distributed import process_group
+        try:
+            self._start_ready_buckets(block=True)
+            scale = 1.0 / self._group.size
+            for bucket in self._buckets:
+                process_group.wait(bucket.request)
+                bucket.host *= bucket.dtype.type(scale)
+                self._write_back(bucket)
+        finally:
+            for bucket in self._buckets:
+                bucket.reset()
+            object.__setattr__(self, "_pass_open", False)
+            object.__setattr__(self, "_next_to_start", 0)
+
+    @staticmethod
+    def _write_back(bucket: _Bucket) -> None:
+        from ..runtime import memory
+        for p, start, stop in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
+            averaged = bucket.host[start:stop]
+            if p.grad is None or not p.grad.is_contiguous():
+                p.grad = Tensor.from_host(averaged.reshape(p.shape), p.device)
+                continue
+            # Asynchronous: the next pass downloads into this host buffer only behind this upload.
+            memory.upload(p.device, p.grad.buffer, averaged, p.grad.offset * p.dtype.itemsize, wait=False)
+
+    def extra_repr(self) -> str:
+        return (f"world_size={self._group.size}, buckets={len(self._buckets)}, "
+                f"bucket_cap_mb={self.bucket_cap_mb}")

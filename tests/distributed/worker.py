@@ -1,0 +1,111 @@
+"""Run under `mpiexec -n N python tests/distributed/worker.py SCENARIO OUTDIR` by tests/test_distributed.py.
+
+Each scenario leaves its results in OUTDIR/<scenario>-rank<r>.npz for the test to check; nothing is
+asserted here, so a failure shows up as a test failure with the data, not as a hung job.
+  equivalence  k SGD steps of a small conv net with DistributedDataParallel, each rank on its own
+               BATCH-image share of one global batch, for several bucket caps
+  collectives  all_reduce with each op, broadcast and barrier on odd sizes
+  fail         rank FAILING_RANK raises while the others wait in an all_reduce
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+import netcl as nc
+
+STEPS = 3
+BATCH = 7          # per rank; the single-process reference takes world_size * BATCH
+IMAGE = (1, 9, 9)
+CLASSES = 3
+LR, MOMENTUM = 0.1, 0.9
+# MiB: PyTorch's default (one bucket here) and a cap below the smallest parameter (one bucket each).
+BUCKET_CAPS = (25, 1e-4)
+FAILING_RANK = 1
+
+
+def small_convnet(seed: int):
+    """Conv -> ReLU -> max pool -> Linear -> ReLU -> Linear: no batch statistics, no dropout."""
+    nc.manual_seed(seed)
+    return nc.nn.Sequential(OrderedDict([
+        ("conv", nc.nn.Conv2d(1, 5, 3)), ("relu1", nc.nn.ReLU()), ("pool", nc.nn.MaxPool2d(2)),
+        ("flatten", nc.nn.Flatten()), ("fc1", nc.nn.Linear(5 * 3 * 3, 13)), ("relu2", nc.nn.ReLU()),
+        ("fc2", nc.nn.Linear(13, CLASSES)),
+    ]))
+
+
+def global_batches(seed: int, world_size: int):
+    """STEPS global batches (images, labels) of world_size * BATCH samples, the same on every process."""
+    rng = np.random.default_rng(seed)
+    n = world_size * BATCH
+    return [(rng.standard_normal((n,) + IMAGE).astype(np.float32), rng.integers(0, CLASSES, n).astype(np.int64))
+            for _ in range(STEPS)]
+
+
+def train(model, batches, rank: int, world_size: int):
+    """SGD steps on this rank's contiguous share of each global batch; the parameters afterwards."""
+    optimizer = nc.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    loss_fn = nc.nn.CrossEntropyLoss()
+    for images, labels in batches:
+        share = slice(rank * BATCH, (rank + 1) * BATCH) if world_size > 1 else slice(None)
+        optimizer.zero_grad()
+        loss = loss_fn(model(nc.tensor(images[share])), nc.tensor(labels[share]))
+        loss.backward()
+        optimizer.step()
+    return OrderedDict((name, p.to_host()) for name, p in model.named_parameters())
+
+
+def equivalence(out: Path, seed: int) -> None:
+    rank, world = nc.distributed.get_rank(), nc.distributed.get_world_size()
+    batches = global_batches(seed, world)
+    results, buckets = {}, {}
+    for cap in BUCKET_CAPS:
+        # Every rank but 0 starts from other weights: the wrap's broadcast must make them equal.
+        ddp = nc.nn.parallel.DistributedDataParallel(small_convnet(seed + rank), bucket_cap_mb=cap)
+        buckets[cap] = ddp.bucket_sizes
+        for name, value in train(ddp, batches, rank, world).items():
+            results[f"cap{cap}/{name}"] = value
+    np.savez(out / f"equivalence-rank{rank}.npz", **results)
+    (out / f"equivalence-rank{rank}.json").write_text(json.dumps({"world_size": world, "buckets": {
+        str(k): v for k, v in buckets.items()}}))
+
+
+def collectives(out: Path, seed: int) -> None:
+    rank, world = nc.distributed.get_rank(), nc.distributed.get_world_size()
+    results = {}
+    for size in (1, 7, 13, 31):
+        for dtype in (np.float32, np.int32):
+            data = np.random.default_rng([seed, rank, size]).integers(-50, 50, size).astype(dtype)
+            results[f"input/{size}/{np.dtype(dtype).name}"] = data
+            for op in nc.distributed.REDUCE_OPS:
+                if op == "avg" and np.dtype(dtype).kind != "f":
+                    continue
+                t = nc.tensor(data)
+                returned = nc.distributed.all_reduce(t, op=op)
+                results[f"{op}/{size}/{np.dtype(dtype).name}"] = t.to_host()
+                results[f"same_object/{op}/{size}/{np.dtype(dtype).name}"] = np.array(returned is t)
+        t = nc.tensor(np.full(size, rank, dtype=np.float32))
+        nc.distributed.broadcast(t, src=world - 1)
+        results[f"broadcast/{size}"] = t.to_host()
+    nc.distributed.barrier()
+    np.savez(out / f"collectives-rank{rank}.npz", **results)
+
+
+def fail(out: Path, seed: int) -> None:
+    rank = nc.distributed.get_rank()
+    t = nc.tensor(np.ones(13, dtype=np.float32))
+    nc.distributed.all_reduce(t)  # every rank is up and talking before the failure
+    if rank == FAILING_RANK:
+        raise ValueError("deliberate failure for the test")
+    nc.distributed.all_reduce(t)  # never completes: the failing rank does not join
+    (out / f"fail-rank{rank}-finished").write_text("the all_reduce returned")
+
+
+if __name__ == "__main__":
+    scenario, out_dir = sys.argv[1], Path(sys.argv[2])
+    nc.distributed.init_process_group(backend="mpi")
+    {"equivalence": equivalence, "collectives": collectives, "fail": fail}[scenario](out_dir, int(sys.argv[3]))

@@ -1,0 +1,140 @@
+"""nc.distributed and DistributedDataParallel, 2 ranks under the MPI wheel's mpiexec (one PoCL thread each).
+
+The jobs run tests/distributed/worker.py, which saves each rank's results; the checks are here, against
+NumPy (collectives) and against one process training on the whole global batch (DistributedDataParallel).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+WORKER = Path(__file__).parent / "distributed" / "worker.py"
+RANKS = 2
+MPIEXEC = shutil.which("mpiexec") or shutil.which("mpirun")
+# A failed job must end within this many seconds (the issue's bound), and a healthy one well within it.
+FAILURE_DEADLINE_SECONDS = 30
+
+needs_mpi = pytest.mark.skipif(
+    importlib.util.find_spec("mpi4py") is None or MPIEXEC is None,
+    reason="nc.distributed's tests need mpi4py and mpiexec: pip install mpi4py mpich")
+
+sys.path.insert(0, str(WORKER.parent))
+import worker  # noqa: E402  (the worker's model, data and recipe, shared with the reference run)
+
+
+def run_job(scenario: str, out: Path, seed: int, timeout: float = 120):
+    env = dict(os.environ, POCL_MAX_PTHREAD_COUNT="1", PYTHONUNBUFFERED="1")
+    started = time.monotonic()
+    proc = subprocess.run([MPIEXEC, "-n", str(RANKS), sys.executable, str(WORKER), scenario, str(out), str(seed)],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - started
+
+
+def load_ranks(out: Path, scenario: str) -> list:
+    return [dict(np.load(out / f"{scenario}-rank{r}.npz")) for r in range(RANKS)]
+
+
+@pytest.fixture
+def seed(rng):
+    return int(rng.integers(0, 2**31))
+
+
+@needs_mpi
+def test_all_reduce_ops_and_broadcast(tmp_path, seed):
+    proc, _ = run_job("collectives", tmp_path, seed)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = load_ranks(tmp_path, "collectives")
+    for size in (1, 7, 13, 31):
+        for dtype in ("float32", "int32"):
+            inputs = np.stack([r[f"input/{size}/{dtype}"].astype(np.float64) for r in ranks])
+            assert not np.array_equal(inputs[0], inputs[1]) or size == 1  # the ranks reduce different data
+            expected = {"sum": inputs.sum(0), "max": inputs.max(0), "min": inputs.min(0), "avg": inputs.mean(0)}
+            for op, want in expected.items():
+                if op == "avg" and dtype != "float32":
+                    continue
+                for r in ranks:
+                    got = r[f"{op}/{size}/{dtype}"]
+                    assert got.dtype == np.dtype(dtype)
+                    np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"{op} of {size} {dtype}")
+                    assert r[f"same_object/{op}/{size}/{dtype}"], "all_reduce returns the tensor it reduced"
+        for r in ranks:
+            np.testing.assert_array_equal(r[f"broadcast/{size}"], np.full(size, RANKS - 1, np.float32))
+
+
+@needs_mpi
+def test_ddp_equals_one_process_with_the_global_batch(tmp_path, seed):
+    proc, _ = run_job("equivalence", tmp_path, seed)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    meta = json.loads((tmp_path / "equivalence-rank0.json").read_text())
+    assert meta["world_size"] == RANKS, "mpiexec started singletons: its MPI is not the one mpi4py loads"
+    caps = [str(c) for c in worker.BUCKET_CAPS]
+    assert len(meta["buckets"][caps[0]]) == 1 and len(meta["buckets"][caps[1]]) == 6  # one, and one per tensor
+    ranks = load_ranks(tmp_path, "equivalence")
+    reference = worker.train(worker.small_convnet(seed), worker.global_batches(seed, RANKS), 0, 1)
+    initial = {n: p.to_host() for n, p in worker.small_convnet(seed).named_parameters()}
+    for cap in worker.BUCKET_CAPS:
+        for name, want in reference.items():
+            key = f"cap{cap}/module.{name}"
+            assert not np.allclose(want, initial[name]), "the steps changed the parameters"
+            for r in ranks:
+                error = np.abs(r[key] - want).max() / np.abs(want).max()
+                assert error <= 1e-5, f"{key}: relative difference {error:.2e} from the single process"
+            np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=f"{key} differs between ranks")
+    for name in reference:  # several buckets reduce to the same values as one
+        np.testing.assert_allclose(ranks[0][f"cap{worker.BUCKET_CAPS[1]}/module.{name}"],
+                                   ranks[0][f"cap{worker.BUCKET_CAPS[0]}/module.{name}"], rtol=1e-6, atol=1e-7)
+
+
+@needs_mpi
+def test_a_failing_rank_ends_the_job_with_a_message_on_every_rank(tmp_path, seed):
+    proc, seconds = run_job("fail", tmp_path, seed, timeout=FAILURE_DEADLINE_SECONDS + 30)
+    assert proc.returncode != 0
+    assert seconds < FAILURE_DEADLINE_SECONDS, f"the failed job took {seconds:.1f} s to end"
+    assert f"netcl rank {worker.FAILING_RANK}/{RANKS} failed: ValueError: deliberate failure for the test" \
+        in proc.stderr, proc.stderr[-3000:]
+    for r in range(RANKS):
+        if r != worker.FAILING_RANK:
+            assert f"netcl rank {r}/{RANKS}: stopping because rank {worker.FAILING_RANK}/{RANKS} failed" \
+                in proc.stderr, proc.stderr[-3000:]
+            assert not (tmp_path / f"fail-rank{r}-finished").exists()
+
+
+def test_missing_mpi_is_a_one_line_error_naming_the_install(monkeypatch):
+    import netcl as nc
+    from netcl.distributed import process_group
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # makes `from mpi4py import MPI` raise ImportError
+    monkeypatch.setattr(process_group, "_group", None)
+    with pytest.raises(nc.NetclError) as info:
+        nc.distributed.init_process_group(backend="mpi")
+    message = str(info.value)
+    assert "pip install mpi4py mpich" in message and "\n" not in message
+    with pytest.raises(nc.NetclError, match="init_process_group"):
+        nc.distributed.get_rank()
+
+
+def test_bad_arguments_raise_typed_errors(monkeypatch):
+    import netcl as nc
+    from netcl.distributed import process_group
+    monkeypatch.setattr(process_group, "_group", None)
+    with pytest.raises(nc.NetclError, match="backend"):
+        nc.distributed.init_process_group(backend="nccl")
+    with pytest.raises(nc.NetclError, match="init_process_group"):
+        nc.nn.parallel.DistributedDataParallel(nc.nn.Linear(3, 2))
+
+
+def test_cores_per_rank_splits_the_node(monkeypatch):
+    from netcl.distributed import process_group
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert [process_group.cores_per_rank(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3}, raising=False)
+    assert process_group.cores_per_rank(4) == 2  # bound by the launcher: its cores are the rank's share
