@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("gemm", "im2col", "conv", "lenet", "dense")
+BENCHMARKS = ("gemm", "im2col", "conv", "lenet", "resnet", "dense")
 
 
 def add_arguments(p) -> None:

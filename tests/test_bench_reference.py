@@ -1,0 +1,70 @@
+"""The reference-process runner of the benchmarks (netcl.bench.reference) and `netcl bench resnet`."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import netcl as nc
+from netcl.bench.reference import ReferenceError, ReferenceProcess, alternate
+
+
+def test_alternate_takes_turns_and_reports_the_median_ratio():
+    calls = []
+    ours = iter([1.0, 2.0, 1.0, 4.0, 1.0])
+    theirs = iter([2.0, 2.0, 3.0, 4.0, 0.5])
+
+    def netcl_seconds():
+        calls.append("netcl")
+        return next(ours)
+
+    def reference_seconds():
+        calls.append("reference")
+        return next(theirs)
+    r = alternate(netcl_seconds, reference_seconds, rounds=5)
+    assert calls[:4] == ["netcl", "reference", "reference", "netcl"]  # who goes first alternates
+    assert r["ratio"] == 1.0  # per-round ratios 2, 1, 3, 1, 0.5
+    assert r["netcl_seconds"] == 1.0 and r["reference_seconds"] == 2.0 and len(r["rounds"]) == 5
+
+
+def test_reference_process_measures_numpy_in_another_process():
+    with ReferenceProcess(python=sys.executable) as ref:
+        assert ref.info["ready"] and ref.info["numpy"]
+        first = ref.seconds(model="matmul", M=31, N=13, K=7, seconds=0.05, min_reps=3)
+        again = ref.seconds(model="matmul", M=31, N=13, K=7, seconds=0.05, min_reps=3)
+        assert 0 < first < 1 and 0 < again < 1
+        with pytest.raises(ReferenceError, match="no_such_model"):
+            ref.seconds(model="no_such_model", batch=1)
+        if not ref.has_torch:
+            assert "NETCL_REFERENCE_PYTHON" in ref.missing_torch_note()
+        assert ref.seconds(model="matmul", M=7, N=7, K=7, seconds=0.01) > 0  # still answering after an error
+
+
+def test_reference_worker_imports_no_opencl():
+    code = ("import importlib.util as u, sys; spec = u.spec_from_file_location('worker', sys.argv[1]); "
+            "spec.loader.exec_module(u.module_from_spec(spec)); "
+            "print(sorted(k for k in sys.modules if k.split('.')[0] in ('netcl', 'pyopencl')))")
+    from netcl.bench.reference import WORKER
+    out = subprocess.run([sys.executable, "-c", code, str(WORKER)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_missing_interpreter_is_a_reference_error(tmp_path):
+    with pytest.raises(ReferenceError, match="cannot start"):
+        ReferenceProcess(python=str(tmp_path / "no-python"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(nc.models, "resnet20"), reason="nc.models.resnet20 has not landed")
+def test_bench_resnet_quick_reports_every_figure():
+    out = subprocess.run([sys.executable, "-m", "netcl", "bench", "resnet", "--quick", "--json"], capture_output=True,
+                         text=True, timeout=1800, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["train_iterations_per_second"]["32"] > 0 and r["inference_images_per_second"]["32"] > 0
+    assert "layer3.2.conv2" in r["layers_ms"] and "layer2.0.downsample" in r["layers_ms"]
+    assert all(t["forward"] > 0 for t in r["layers_ms"].values())
+    assert r["ratio_to_torch"] or "PyTorch is not installed" in r["torch_note"]
+    assert "ResNet-20 at 3x32x32" in out.stdout
