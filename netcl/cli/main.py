@@ -91,4 +91,13 @@ def main(argv=None) -> int:
             raise
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"error: {type(exc).__name__}: {message}", file=sys.stderr)
+        _abort_distributed_job(f"{type(exc).__name__}: {message}")
         return 1
+
+
+def _abort_distributed_job(message: str) -> None:
+    """Under mpiexec a failed rank ends the whole job (nc.distributed.abort), so that no other rank waits
+    forever in a collective this one will never join."""
+    process_group = sys.modules.get("netcl.distributed.process_group")
+    if process_group is not None and process_group.is_initialized() and process_group.get_world_size() > 1:
+        process_group.abort(message)
