@@ -14,7 +14,10 @@ from netcl import serialization
 from netcl.cli.main import main
 from netcl.data.mnist import FILES, load_mnist
 from netcl.training import cli as training
+from netcl.data import DataLoader, TensorDataset
+from netcl.training import recipes
 from netcl.training.loop import evaluate
+from netcl.training.progress import plot_curves
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
 pytestmark = pytest.mark.skipif(not (SHARED / "train-images-idx3-ubyte.gz").exists(),
@@ -47,7 +50,8 @@ def test_checkpoint_load_eval_gives_the_same_accuracy(trained, device):
     model = nc.models.lenet(seed=123)
     model.load_state_dict(state["model_state"])
     x, y = load_mnist("test", SHARED)
-    assert evaluate(model, x[:EVAL_IMAGES], y[:EVAL_IMAGES])["accuracy"] == summary["test_accuracy"]
+    test_set = TensorDataset(x[:EVAL_IMAGES], y[:EVAL_IMAGES], recipes.transforms("lenet", train=False))
+    assert evaluate(model, DataLoader(test_set, 250))["accuracy"] == summary["test_accuracy"]
 
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, monkeypatch):
@@ -121,8 +125,8 @@ def test_training_curves_png_only_with_matplotlib(tmp_path):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        assert training._plot(history, tmp_path / "curves.png") is None
+        assert plot_curves(history, tmp_path / "curves.png") is None
         assert not (tmp_path / "curves.png").exists()
         return
-    path = training._plot(history, tmp_path / "curves.png")
+    path = plot_curves(history, tmp_path / "curves.png")
     assert path and (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

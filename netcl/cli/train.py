@@ -1,10 +1,11 @@
-"""`netcl train lenet ...`: the arguments of shared/API.md; the work is in netcl.training."""
+"""`netcl train lenet|resnet8|resnet20|resnet32 ...`: the arguments of shared/API.md; the work is in
+netcl.training."""
 from __future__ import annotations
 
 import argparse
 import math
 
-MODELS = ("lenet",)
+MODELS = ("lenet", "resnet8", "resnet20", "resnet32")  # netcl.training.recipes.MODELS, without importing it
 
 
 def positive_int(text: str) -> int:
@@ -33,11 +34,13 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-size", type=positive_int, default=64, help="images per step (default 64)")
     p.add_argument("--lr", type=positive_float, default=None, help="learning rate (default: the model's recipe)")
     p.add_argument("--data-dir", default=None, help="directory with the four MNIST IDX files")
-    p.add_argument("--out", default="runs/lenet", help="directory for checkpoints and metrics (default runs/lenet)")
+    p.add_argument("--out", default=None, help="directory for checkpoints and metrics (default runs/MODEL)")
     p.add_argument("--device", default=None, help="device index or name substring (see `netcl devices`)")
     p.add_argument("--seed", type=int, default=0, help="seed for initialization and shuffling")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     p.add_argument("--limit-steps", type=positive_int, default=None, help="stop each epoch after this many steps")
+    p.add_argument("--distributed", action="store_true",
+                   help="data-parallel over the ranks of `mpiexec -n N` (--batch-size is the global batch)")
     p.add_argument("--json", action="store_true", help="end with one JSON summary object")
 
 

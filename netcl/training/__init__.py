@@ -1,4 +1,5 @@
-"""Training loops and the `netcl train` / `netcl eval` commands (netcl.training.cli)."""
-from .loop import RECIPE, evaluate, learning_rate, train_epoch
+"""Training loops, recipes and the `netcl train` / `netcl eval` commands (netcl.training.cli)."""
+from .loop import evaluate, predict_counts, train_epoch
+from .recipes import MODELS, RECIPES
 
-__all__ = ["RECIPE", "evaluate", "learning_rate", "train_epoch"]
+__all__ = ["MODELS", "RECIPES", "evaluate", "predict_counts", "train_epoch"]
