@@ -185,13 +185,16 @@ def check_failures() -> None:
     g.comm.Abort(1)
 
 
-def wait(request, poll_seconds: float = 0.0002) -> None:
-    """Wait for a non-blocking MPI request, watching for other ranks' failure notices meanwhile."""
+def wait(request, first_sleep_seconds: float = 5e-5, longest_sleep_seconds: float = 1e-3) -> None:
+    """Wait for a non-blocking MPI request, watching for other ranks' failure notices meanwhile.
+
+    Polls with growing sleeps instead of MPI's blocking wait, which spins: ranks sharing a node's cores
+    would take them from the devices (PoCL's threads) that the late rank still computes on."""
     delay = 0.0
     while not request.Test():
         check_failures()
         time.sleep(delay)
-        delay = min(poll_seconds if delay == 0.0 else delay * 2, 0.005)
+        delay = min(first_sleep_seconds if delay == 0.0 else delay * 2, longest_sleep_seconds)
 
 
 def abort(message: str, errorcode: int = 1) -> None:

@@ -18,6 +18,8 @@ statistics among them, are broadcast at every training forward, so all ranks eva
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ..autograd import function as autograd_engine
@@ -97,6 +99,9 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "_hooks", [])
         object.__setattr__(self, "_pass_open", False)
         object.__setattr__(self, "_next_to_start", 0)
+        # Seconds the host waited at the ends of backward passes, for the device's last gradients and for
+        # the allreduces not finished by then, and how many buckets started while backward still ran.
+        self.stats = {"passes": 0, "device_wait_s": 0.0, "mpi_wait_s": 0.0, "buckets_started_early": 0}
         if self._group.size > 1:
             for p in module.parameters():
                 if p.requires_grad:
@@ -171,6 +176,7 @@ class DistributedDataParallel(Module):
                 break
             bucket.request = self._comm.Iallreduce(self._group.mpi.IN_PLACE, bucket.host, op=self._group.mpi.SUM)
             object.__setattr__(self, "_next_to_start", self._next_to_start + 1)
+            self.stats["buckets_started_early"] += not block
         for bucket in self._buckets[:self._next_to_start]:
             if bucket.request is not None:
                 bucket.request.Test()  # MPI progresses non-blocking collectives only inside MPI calls
@@ -178,10 +184,16 @@ class DistributedDataParallel(Module):
     def _finish_pass(self) -> None:
         from ..distributed import process_group
         try:
+            started = time.perf_counter()
             self._start_ready_buckets(block=True)
-            scale = 1.0 / self._group.size
+            device_done = time.perf_counter()
             for bucket in self._buckets:
                 process_group.wait(bucket.request)
+            self.stats["passes"] += 1
+            self.stats["device_wait_s"] += device_done - started
+            self.stats["mpi_wait_s"] += time.perf_counter() - device_done
+            scale = 1.0 / self._group.size
+            for bucket in self._buckets:
                 bucket.host *= bucket.dtype.type(scale)
                 self._write_back(bucket)
         finally:

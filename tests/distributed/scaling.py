@@ -1,0 +1,103 @@
+"""Data-parallel throughput: `mpiexec -n N python tests/distributed/scaling.py MODEL [--batch B] [--steps S]`.
+
+Each rank trains MODEL (lenet, or resnet20 on 3x32x32) on synthetic batches of B images with SGD; with
+N > 1 the model is wrapped in DistributedDataParallel, with N = 1 it is not (the baseline). Rank 0 prints
+one JSON line: global images/s over the timed steps (after --warmup untimed ones), the mean step time, and
+the mean time each step spent finishing the gradient allreduce after backward. The scaling efficiency of
+N ranks is their global images/s over N times the images/s of one rank with the same per-rank threads
+(POCL_MAX_PTHREAD_COUNT); `--rounds R` alternates R runs of each and reports the median (docs/distributed.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def build(model_name: str):
+    import netcl as nc
+    if model_name == "lenet":
+        return nc.models.lenet(seed=0), (1, 28, 28)
+    return getattr(nc.models, model_name)(num_classes=10, in_channels=3), (3, 32, 32)
+
+
+def measure(model_name: str, batch: int, steps: int, warmup: int) -> dict | None:
+    import netcl as nc
+    nc.distributed.init_process_group(backend="mpi")
+    rank, world = nc.distributed.get_rank(), nc.distributed.get_world_size()
+    model, image = build(model_name)
+    if world > 1:
+        model = nc.nn.parallel.DistributedDataParallel(model)
+    optimizer = nc.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nc.nn.CrossEntropyLoss()
+    rng = np.random.default_rng(rank)
+    x = nc.tensor(rng.standard_normal((batch,) + image).astype(np.float32))
+    y = nc.tensor(rng.integers(0, 10, batch).astype(np.int64))
+    finishing = 0.0
+    if world > 1:  # time spent in the end-of-backward callback: the allreduce not hidden behind backward
+        finish = model._finish_pass
+
+        def timed_finish():
+            nonlocal finishing
+            started = time.perf_counter()
+            finish()
+            finishing += time.perf_counter() - started
+        model._finish_pass = timed_finish
+    for step in range(warmup + steps):
+        if step == warmup:
+            loss.item()
+            nc.distributed.barrier()
+            finishing = 0.0
+            start = time.perf_counter()
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+    loss.item()
+    nc.distributed.barrier()
+    seconds = time.perf_counter() - start
+    if rank != 0:
+        return None
+    return {"model": model_name, "ranks": world, "batch_per_rank": batch, "steps": steps,
+            "threads_per_rank": os.environ.get("POCL_MAX_PTHREAD_COUNT"),
+            "global_images_per_second": world * batch * steps / seconds, "step_ms": 1e3 * seconds / steps,
+            "finish_allreduce_ms": 1e3 * finishing / steps}
+
+
+def alternate(args) -> dict:
+    """Alternate one-rank and N-rank runs; the median efficiency over the rounds."""
+    env = dict(os.environ, POCL_MAX_PTHREAD_COUNT=os.environ.get("POCL_MAX_PTHREAD_COUNT", "1"))
+    runs = {1: [], args.ranks: []}
+    for _ in range(args.rounds):
+        for n in (1, args.ranks):
+            out = subprocess.run(["mpiexec", "-n", str(n), sys.executable, __file__, args.model, "--batch",
+                                  str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup)],
+                                 env=env, capture_output=True, text=True, check=True).stdout
+            runs[n].append(json.loads(out.strip().splitlines()[-1]))
+    efficiencies = [m["global_images_per_second"] / (args.ranks * s["global_images_per_second"])
+                    for s, m in zip(runs[1], runs[args.ranks])]
+    return {"model": args.model, "ranks": args.ranks, "batch_per_rank": args.batch,
+            "efficiency_median": statistics.median(efficiencies), "efficiencies": efficiencies,
+            "one_rank_images_per_second": [r["global_images_per_second"] for r in runs[1]],
+            "n_ranks_images_per_second": [r["global_images_per_second"] for r in runs[args.ranks]],
+            "finish_allreduce_ms": [r["finish_allreduce_ms"] for r in runs[args.ranks]]}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", choices=("lenet", "resnet8", "resnet20", "resnet32"))
+    parser.add_argument("--batch", type=int, default=64, help="images per rank and step")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=0, help="alternate this many 1-rank / N-rank runs")
+    parser.add_argument("--ranks", type=int, default=2, help="N for --rounds")
+    cli = parser.parse_args()
+    result = alternate(cli) if cli.rounds else measure(cli.model, cli.batch, cli.steps, cli.warmup)
+    if result is not None:
+        print(json.dumps(result))
