@@ -4,15 +4,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import rules_nn
+from ..autograd.rules_activation import ActivationFunction, AddReLUFunction, SoftmaxFunction
+from ..autograd.rules_norm import BatchNormFunction
 from ..errors import DTypeError, ShapeError
+from ..ops.loss import LossOptions
 from ..ops.pool import PoolGeometry
 from ..tensor import Tensor
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1,
            strategy: str = "auto") -> Tensor:
-    """netcl.ops.conv2d.conv2d (already differentiable in x, weight and bias)."""
-    from ..ops.conv2d import conv2d as _conv2d
+    """2-D convolution, differentiable in x, weight and bias (netcl.autograd.rules_conv.conv2d)."""
+    from ..autograd.rules_conv import conv2d as _conv2d
     return _conv2d(x, weight, bias, stride, padding, dilation, groups, strategy)
 
 
@@ -50,17 +53,94 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, count
     return _pool(x, "avg", kernel_size, stride, padding, dilation, count_include_pad)
 
 
-def cross_entropy(logits: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Mean (or sum) over rows of −log softmax(logits)[target]; targets are int class indices."""
-    if not isinstance(target, Tensor):
-        if not isinstance(logits, Tensor):
-            raise DTypeError(f"cross_entropy: logits must be a netcl Tensor, got {type(logits).__name__}")
-        target = Tensor.from_host(np.asarray(target, dtype=np.int64), logits.device)
-    return rules_nn.CrossEntropyFunction.apply(logits, target, reduction)
+def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:
+    """Average over adaptive bins (PyTorch's): output (N, C, *output_size); output_size 1 is the global
+    average pool."""
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"adaptive_avg_pool2d: input must be a netcl Tensor, got {type(x).__name__}")
+    return rules_nn.AdaptiveAvgPool2dFunction.apply(x, output_size)
 
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed=None) -> Tensor:
-    """Zero each element with probability p and scale the rest by 1/(1−p); identity when not training."""
+def _as_target(target, x, what: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{what}: input must be a netcl Tensor, got {type(x).__name__}")
+    if isinstance(target, Tensor):
+        return target
+    return Tensor.from_host(np.asarray(target, dtype=np.int64), x.device)
+
+
+def _loss(x, target, weight, opts: LossOptions, what: str) -> Tensor:
+    target = _as_target(target, x, what)
+    if weight is not None and not isinstance(weight, Tensor):
+        weight = Tensor.from_host(np.asarray(weight, dtype=x.dtype), x.device)
+    if weight is not None and weight.dtype != x.dtype:
+        weight = weight.astype(x.dtype)
+    return rules_nn.LossFunction.apply(x, target, weight, opts)
+
+
+def cross_entropy(input: Tensor, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """−log softmax(input)[target] per row with PyTorch's options (class ``weight``s, ``ignore_index``,
+    ``label_smoothing``), reduced by "mean" (divided by the summed weights of the rows not ignored), "sum"
+    or "none". input (N, C) logits, target (N,) int class indices. size_average/reduce are PyTorch's
+    deprecated switches and must stay None."""
+    _no_legacy(size_average, reduce, "cross_entropy")
+    return _loss(input, target, weight, LossOptions("ce", reduction, int(ignore_index), float(label_smoothing)),
+                 "cross_entropy")
+
+
+def nll_loss(input: Tensor, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+             reduction: str = "mean") -> Tensor:
+    """−weight[target]·input[n, target] per row (input holds log-probabilities), reduced as cross_entropy."""
+    _no_legacy(size_average, reduce, "nll_loss")
+    return _loss(input, target, weight, LossOptions("nll", reduction, int(ignore_index)), "nll_loss")
+
+
+def _no_legacy(size_average, reduce, what: str) -> None:
+    if size_average is not None or reduce is not None:
+        raise ShapeError(f"{what}: size_average and reduce are deprecated in PyTorch; use reduction=")
+
+
+def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
+    """(input − target)² reduced by "mean", "sum" or "none"; shapes must match (PyTorch warns and
+    broadcasts; a mismatch is almost always a bug, so it is an error here)."""
+    _no_legacy(size_average, reduce, "mse_loss")
+    if not isinstance(input, Tensor) or not isinstance(target, Tensor):
+        raise DTypeError("mse_loss takes netcl Tensors")
+    if input.shape != target.shape:
+        raise ShapeError(f"mse_loss: input {input.shape} and target {target.shape} must have the same shape")
+    if reduction not in ("mean", "sum", "none"):
+        raise ShapeError(f"mse_loss reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    diff = input - target
+    squared = diff * diff
+    if reduction == "none":
+        return squared
+    return squared.mean() if reduction == "mean" else squared.sum()
+
+
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
+               bias: Tensor | None = None, training: bool = False, momentum: float | None = 0.1,
+               eps: float = 1e-5, *, num_batches_tracked: Tensor | None = None, relu: bool = False,
+               residual: Tensor | None = None) -> Tensor:
+    """Batch normalization over axis 1 of (N, C, ...), PyTorch's signature.
+
+    ``training``: normalize by the batch's statistics (biased variance) and move running_mean/var (when
+    given) by ``momentum`` with the unbiased variance; else normalize by running_mean/var. netcl's
+    keyword-only extensions: ``num_batches_tracked`` is incremented in training (and is what momentum=None,
+    the cumulative average, divides by); ``residual`` is added and ``relu`` applied in the same kernel."""
+    if not isinstance(input, Tensor):
+        raise DTypeError(f"batch_norm: input must be a netcl Tensor, got {type(input).__name__}")
+    if not training and (running_mean is None or running_var is None):
+        raise ShapeError("batch_norm: evaluation (training=False) needs running_mean and running_var")
+    if momentum is None and training and running_mean is not None and num_batches_tracked is None:
+        raise ShapeError("batch_norm: momentum=None (cumulative average) needs num_batches_tracked")
+    return BatchNormFunction.apply(input, weight, bias, residual, running_mean, running_var,
+                                   num_batches_tracked, bool(training), momentum, float(eps), bool(relu))
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, seed=None) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1/(1−p); identity when not training.
+    ``inplace`` is accepted for PyTorch's signature; the result is always a new tensor."""
     if not 0.0 <= p <= 1.0:
         raise ShapeError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0.0:
@@ -70,9 +150,43 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed=None) -> Tens
     return rules_nn.DropoutFunction.apply(x, float(p), seed)
 
 
-def relu(x: Tensor) -> Tensor:
+def relu(x: Tensor, inplace: bool = False) -> Tensor:
     return x.relu()
 
 
 def tanh(x: Tensor) -> Tensor:
     return x.tanh()
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return x.sigmoid()
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    return ActivationFunction.apply(x, "leaky_relu", float(negative_slope))
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """x·Φ(x) with the exact erf (PyTorch's default) or approximate="tanh"."""
+    if approximate not in ("none", "tanh"):
+        raise ShapeError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+    return ActivationFunction.apply(x, "gelu" if approximate == "none" else "gelu_tanh", 0.0)
+
+
+def softmax(x: Tensor, dim: int | None = None, dtype=None) -> Tensor:
+    return SoftmaxFunction.apply(_cast(x, dtype), dim, False)
+
+
+def log_softmax(x: Tensor, dim: int | None = None, dtype=None) -> Tensor:
+    return SoftmaxFunction.apply(_cast(x, dtype), dim, True)
+
+
+def _cast(x: Tensor, dtype) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"softmax: input must be a netcl Tensor, got {type(x).__name__}")
+    return x if dtype is None or np.dtype(dtype) == x.dtype else x.astype(dtype)
+
+
+def add_relu(a: Tensor, b: Tensor) -> Tensor:
+    """relu(a + b) in one kernel (a residual block's tail); same shapes."""
+    return AddReLUFunction.apply(a, b)

@@ -1,7 +1,10 @@
-"""conv2d: one entry point over every convolution strategy, differentiable in x, w and bias.
+"""conv2d's ops: validate a convolution, choose the strategy of each pass and run it.
 
-Strategies live in their own modules (conv_direct.py, conv_im2col.py, ...) and register themselves in
-netcl.ops.conv_common; ``strategy="auto"`` asks netcl.ops.conv2d_planner, separately for each pass.
+The differentiable entry point is netcl.autograd.rules_conv.conv2d (also reached as
+``netcl.ops.conv2d.conv2d``, shared/API.md's name, and as ``nn.functional.conv2d``): functional ->
+autograd rule -> these ops, as for linear and pooling. Strategies are listed in netcl.ops.conv_registry;
+"auto" asks netcl.ops.conv2d_planner per pass and, in training, measures its choices over the first
+steps (netcl.ops.conv_online).
 """
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ import os
 from .. import dtypes
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
-from .conv_common import ConvLayer, strategies
+from .conv_common import ConvLayer
+from .conv_registry import strategies
 
 CONV2D_DIRECT = "direct"
 CONV2D_IM2COL = "im2col"
@@ -21,41 +25,9 @@ CONV2D_MEC = "mec"
 CONV2D_AUTO = "auto"
 ALL_STRATEGIES = (CONV2D_DIRECT, CONV2D_IM2COL, CONV2D_GEMM, CONV2D_IMPLICIT_GEMM, CONV2D_WINOGRAD, CONV2D_MEC)
 
-# Importing a strategy module registers it (order = preference when nothing else decides).
-from . import conv_direct  # noqa: E402,F401
-from . import conv_im2col  # noqa: E402,F401
-from . import conv_gemm  # noqa: E402,F401
-from . import conv_implicit_gemm  # noqa: E402,F401
-from . import conv_winograd  # noqa: E402,F401
-from . import conv_mec  # noqa: E402,F401
 
-
-def strategy_for(layer: ConvLayer, pass_: str, strategy: str) -> object:
-    """The strategy object that runs ``pass_`` of ``layer``: the forced one (checked), or the planner's."""
-    registry = strategies()
-    if strategy in (None, CONV2D_AUTO):
-        from .conv2d_planner import plan_conv2d_layer
-        strategy = plan_conv2d_layer(layer, pass_).strategy
-    if strategy not in ALL_STRATEGIES:
-        raise ShapeError(f"unknown conv2d strategy {strategy!r}; choose one of {', '.join(ALL_STRATEGIES)} or 'auto'")
-    impl = registry.get(strategy)
-    if impl is None:
-        raise ShapeError(f"conv2d strategy {strategy!r} is not available in this build")
-    why = impl.why_not(layer, pass_)
-    if why:
-        raise ShapeError(f"conv2d strategy {strategy!r} cannot run the {pass_} pass of this layer: {why} "
-                         f"({layer.describe()})")
-    return impl
-
-
-def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1,
-           strategy: str = CONV2D_AUTO) -> Tensor:
-    """2-D cross-correlation of an (N, C, H, W) input with a (K, C/groups, R, S) weight.
-
-    Output shape: (N, K, Ho, Wo) with Ho = (H + 2·pad_h − dil_h·(R−1) − 1) // stride_h + 1 (same for Wo).
-    ``strategy`` forces one algorithm (a ShapeError says why when it cannot serve the layer);
-    "auto" lets the planner choose per pass. NETCL_CONV_STRATEGY overrides "auto" globally.
-    """
+def check_conv2d(x: Tensor, w: Tensor, bias: Tensor | None, stride, padding, dilation, groups) -> ConvLayer:
+    """The layer of conv2d(x, w, bias, ...), or a typed error naming the offending shapes and dtypes."""
     for name, t in (("input", x), ("weight", w)) + ((("bias", bias),) if bias is not None else ()):
         if not isinstance(t, Tensor):
             raise DTypeError(f"conv2d: {name} must be a netcl Tensor, got {type(t).__name__}")
@@ -70,7 +42,63 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0
             raise ShapeError(f"conv2d: bias must have shape ({layer.k},) for weight {w.shape}, got {bias.shape}")
         if bias.dtype != x.dtype:
             raise DTypeError(f"conv2d: bias is {bias.dtype} but input is {x.dtype}")
+    return layer
+
+
+def resolve_strategy(strategy) -> str:
+    """"auto" unless the caller or NETCL_CONV_STRATEGY names one."""
     if strategy in (None, CONV2D_AUTO):
-        strategy = os.environ.get("NETCL_CONV_STRATEGY", CONV2D_AUTO).strip() or CONV2D_AUTO
-    from ..autograd.rules_conv import Conv2dFunction
-    return Conv2dFunction.apply(x, w, bias, layer, strategy)
+        return os.environ.get("NETCL_CONV_STRATEGY", CONV2D_AUTO).strip() or CONV2D_AUTO
+    return strategy
+
+
+def strategy_for(layer: ConvLayer, pass_: str, strategy: str, device=None) -> object:
+    """The strategy object that runs ``pass_`` of ``layer`` on ``device``: the forced one (checked), or
+    the planner's choice for that device."""
+    from ..runtime.device import resolve_device
+    device = resolve_device(device)
+    if strategy in (None, CONV2D_AUTO):
+        from .conv2d_planner import env_mode, plan_conv2d_layer
+        mode = env_mode()
+        strategy = plan_conv2d_layer(layer, pass_, "heuristic" if mode == "online" else mode, device=device).strategy
+    impl = strategies().get(strategy)
+    if impl is None:
+        raise ShapeError(f"unknown conv2d strategy {strategy!r}; choose one of {', '.join(strategies())} or 'auto'")
+    why = impl.why_not(layer, pass_, device)
+    if why:
+        raise ShapeError(f"conv2d strategy {strategy!r} cannot run the {pass_} pass of this layer: {why} "
+                         f"({layer.describe()})")
+    return impl
+
+
+def run_pass(pass_: str, a: Tensor, b: Tensor, layer: ConvLayer, strategy: str, bias: Tensor | None = None,
+             training: bool = False) -> Tensor:
+    """One pass of the convolution on the operands' device: forward (x, w [, bias]), backward_data
+    (grad_y, w) or backward_weight (x, grad_y). ``training`` with strategy "auto" lets the planner measure
+    its choice on these calls (netcl.ops.conv_online) unless NETCL_CONV_PLAN_MODE says otherwise."""
+    device = a.device
+    a, b = a.contiguous(), b.contiguous()
+
+    def execute(name):
+        impl = strategy_for(layer, pass_, name, device)
+        if pass_ != "forward" or bias is None:
+            return impl.run(pass_, a, b, layer)
+        if getattr(impl, "fuses_bias", False):
+            return impl.forward(a, b, layer, bias=bias.contiguous())
+        from .bias import add_bias_
+        return add_bias_(impl.forward(a, b, layer), bias)
+    if strategy in (None, CONV2D_AUTO) and training:
+        from .conv2d_planner import env_mode
+        if env_mode("online") == "online":
+            from . import conv_online
+            return conv_online.run(pass_, layer, a, b, device, execute)
+    return execute(strategy)
+
+
+def __getattr__(name):
+    # shared/API.md names netcl.ops.conv2d.conv2d; the differentiable function is the autograd rule's,
+    # resolved at first use so that no module of netcl.ops imports netcl.autograd.
+    if name == "conv2d":
+        import importlib
+        return importlib.import_module("netcl.autograd.rules_conv").conv2d
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,19 +1,22 @@
-"""Convolution geometry and the strategy registry shared by conv2d, its strategies and the planner.
+"""Convolution geometry and the protocol every conv2d strategy implements.
 
-A strategy is a module-level object with:
-  name                                   one of the CONV2D_* constants
-  why_not(layer, pass_) -> str | None    None when it can serve the layer for that pass, else the rule
-  workspace_bytes(layer, pass_) -> int   exact extra device memory it allocates for that pass
-  forward(x, w, layer) -> y              y without bias, shape layer.output_shape
+A strategy is an object (a :class:`ConvStrategy`) that states, in its own module:
+  name                                              the name conv2d(strategy=...) and the planner use
+  fuses_bias                                        True when forward(x, w, layer, bias=b) adds the bias
+  why_not(layer, pass_, device) -> str | None       None when it can serve that pass on that device
+  workspace_bytes(layer, pass_, device) -> int      exact extra device memory it allocates for the pass
+  cost_terms(layer, pass_, device) -> CostTerms     what the pass does: GEMM products, arithmetic in its
+                                                    own kernels, bytes moved, launches (the cost model
+                                                    turns these into time with the device's calibration)
+  forward(x, w, layer) -> y                         y without bias (unless it fuses it), layer.output_shape
   backward_data(grad_y, w, layer) -> grad_x
   backward_weight(x, grad_y, layer) -> grad_w
-Strategies register themselves with :func:`register`; the order of registration is the order of
-preference when nothing else decides.
+``device`` may be None (the default device). The list of strategies is netcl.ops.conv_registry.
 """
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -130,15 +133,70 @@ class ConvLayer:
                 f"padding {(self.pad_h, self.pad_w)}, dilation {(self.dil_h, self.dil_w)}, groups {self.groups}")
 
 
-_registry: dict[str, object] = {}
+@dataclass(frozen=True)
+class Product:
+    """One (batched) matrix product a pass hands to netcl.ops.gemm: (m × k) · (k × n), ``batch`` of them
+    per call, ``calls`` calls."""
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    calls: int = 1
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch * self.calls
 
 
-def register(strategy) -> object:
-    _registry[strategy.name] = strategy
-    return strategy
+@dataclass
+class CostTerms:
+    """What one pass of one strategy does on a layer, in the units the device profile measures.
+
+    products       GEMM products run by netcl.ops.gemm (timed at the device's rate for their shape class)
+    kernel_flops   arithmetic in the strategy's own kernels (timed at the device's large-GEMM rate until
+                   the calibration says how fast that strategy's kernels really are)
+    bytes_moved    memory traffic outside the products (lowering, transforms, layout changes), read + write
+    launches       kernel launches and driver copies
+    """
+    products: list = field(default_factory=list)
+    kernel_flops: float = 0.0
+    bytes_moved: float = 0.0
+    launches: int = 0
+
+    @property
+    def flops(self) -> float:
+        return self.kernel_flops + sum(p.flops for p in self.products)
+
+
+class ConvStrategy:
+    """Defaults of the protocol (see the module docstring); a strategy overrides what it needs."""
+
+    name = "?"
+    fuses_bias = False
+
+    def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
+        return None
+
+    def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
+        return 0
+
+    def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
+        """The definition's flops in the strategy's own kernel, every tensor read or written once."""
+        return CostTerms(kernel_flops=layer.flops, bytes_moved=tensor_bytes(layer), launches=1)
+
+    def run(self, pass_: str, a, b, layer: ConvLayer):
+        """One pass by name: (x, w), (grad_y, w) or (x, grad_y) as the pass takes them."""
+        return getattr(self, pass_)(a, b, layer)
+
+
+def tensor_bytes(layer: ConvLayer) -> int:
+    """Bytes of x, w and y together: what any strategy reads or writes at least once."""
+    cg = layer.c // layer.groups
+    return (layer.n * layer.c * layer.h * layer.w + layer.k * cg * layer.r * layer.s
+            + layer.n * layer.k * layer.out_h * layer.out_w) * layer.itemsize
 
 
 def strategies() -> dict[str, object]:
-    """Every registered strategy by name (importing netcl.ops.conv2d registers the built-in ones)."""
-    from . import conv2d  # noqa: F401  (registers)
-    return dict(_registry)
+    """Every registered strategy by name (netcl.ops.conv_registry.strategies)."""
+    from .conv_registry import strategies as registered
+    return registered()

@@ -8,7 +8,7 @@ from .. import dtypes
 from ..runtime import memory
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
-from .conv_common import ConvLayer, register
+from .conv_common import ConvLayer, ConvStrategy, CostTerms, tensor_bytes
 
 
 def geometry(device, layer: ConvLayer):
@@ -29,14 +29,23 @@ def _run(kernel_name: str, a: Tensor, b: Tensor, out_shape, layer: ConvLayer) ->
     return out
 
 
-class DirectStrategy:
+class DirectStrategy(ConvStrategy):
+    """Serves every layer and pass with no workspace (why_not and workspace_bytes: the defaults)."""
+
     name = "direct"
 
-    def why_not(self, layer: ConvLayer, pass_: str) -> str | None:
-        return None
-
-    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
-        return 0
+    def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
+        """The definition's flops, one work-item per output element (too few of them leave compute units
+        idle), and each multiply-add loads both operands: no register tile reuses them."""
+        from ..runtime.device import resolve_device
+        units = resolve_device(device).compute_units
+        cg, rs = layer.c // layer.groups, layer.r * layer.s
+        outputs = {"forward": layer.n * layer.k * layer.out_h * layer.out_w,
+                   "backward_data": layer.n * layer.c * layer.h * layer.w,
+                   "backward_weight": layer.k * cg * rs}[pass_]
+        busy = min(1.0, outputs / (256 * units))
+        return CostTerms(kernel_flops=layer.flops / busy, launches=1,
+                         bytes_moved=tensor_bytes(layer) + layer.flops * layer.itemsize)
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         return _run("conv_direct_forward", x, w, layer.output_shape, layer)
@@ -48,4 +57,4 @@ class DirectStrategy:
         return _run("conv_direct_backward_weight", x, grad_y, layer.weight_shape, layer)
 
 
-STRATEGY = register(DirectStrategy())
+STRATEGY = DirectStrategy()

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..runtime.device import resolve_device
 from ..tensor import Tensor
-from .conv_common import ConvLayer, register
+from .conv_common import ConvLayer, ConvStrategy, CostTerms, Product
 from . import gemm as gemm_module
 from .gemm import gemm_batched, params_for
 
@@ -42,10 +42,10 @@ def _weight_views(w: Tensor, layer: ConvLayer, *, by_group: bool, index: int):
     return _view(w, (1, kg, cg), (0, cg, 1), index * kg * cg)
 
 
-class GemmStrategy:
+class GemmStrategy(ConvStrategy):
     name = "gemm"
 
-    def why_not(self, layer: ConvLayer, pass_: str) -> str | None:
+    def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         if (layer.r, layer.s) != (1, 1):
             return f"the kernel is {layer.r}×{layer.s}; the gemm strategy needs a 1×1 kernel"
         if (layer.stride_h, layer.stride_w) != (1, 1):
@@ -54,19 +54,33 @@ class GemmStrategy:
             return f"the padding is {(layer.pad_h, layer.pad_w)}; the gemm strategy needs padding 0"
         return None
 
-    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
+    def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
         """No lowering; only GEMM's operand packing (equal-shaped calls share its buffers)."""
         kg, cg, hw, dt = layer.k // layer.groups, layer.c // layer.groups, layer.h * layer.w, layer.dtype
         by_group = self._plan(layer)[0]
         batch = layer.groups if by_group else layer.n
         a_batches = layer.groups if by_group else 1
         if pass_ == "forward":
-            per_call = gemm_pack_bytes(dt, kg, hw, cg, a_batches, batch, 1, 1)
+            per_call = gemm_pack_bytes(dt, kg, hw, cg, a_batches, batch, 1, 1, device)
         elif pass_ == "backward_data":
-            per_call = gemm_pack_bytes(dt, cg, hw, kg, a_batches, batch, cg, 1)
+            per_call = gemm_pack_bytes(dt, cg, hw, kg, a_batches, batch, cg, 1, device)
         else:
-            per_call = gemm_pack_bytes(dt, kg, cg, hw, layer.groups, layer.groups, 1, hw)
+            per_call = gemm_pack_bytes(dt, kg, cg, hw, layer.groups, layer.groups, 1, hw, device)
         return per_call
+
+    def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
+        """The products on the NCHW tensors in place: no lowering, x, w and y each moved once (the weight
+        gradient once per image, as it accumulates)."""
+        b, g, n = layer.itemsize, layer.groups, layer.n
+        kg, cg, hw = layer.k // g, layer.c // g, layer.h * layer.w
+        x_bytes, y_bytes, w_bytes = n * layer.c * hw * b, n * layer.k * hw * b, layer.k * cg * b
+        if pass_ == "backward_weight":
+            return CostTerms(products=[Product(kg, cg, hw, batch=g, calls=n)], launches=n,
+                             bytes_moved=x_bytes + y_bytes + n * w_bytes)
+        by_group, calls = self._plan(layer)
+        m, k = (kg, cg) if pass_ == "forward" else (cg, kg)
+        return CostTerms(products=[Product(m, hw, k, batch=n * g // len(calls), calls=len(calls))],
+                         launches=len(calls), bytes_moved=x_bytes + y_bytes + w_bytes)
 
     def _plan(self, layer: ConvLayer):
         """Batch over images, one call per group; or, when there are more groups than images, batch over
@@ -105,4 +119,4 @@ class GemmStrategy:
         return grad_w
 
 
-STRATEGY = register(GemmStrategy())
+STRATEGY = GemmStrategy()

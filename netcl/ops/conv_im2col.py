@@ -18,7 +18,7 @@ from .. import dtypes
 from ..runtime.device import resolve_device
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
-from .conv_common import ConvLayer, register
+from .conv_common import ConvLayer, ConvStrategy, CostTerms, Product
 from .conv_gemm import gemm_pack_bytes
 from .gemm import gemm_batched
 from .im2col import col2im_into, im2col_into
@@ -55,11 +55,11 @@ def swap_outer_axes(src: Tensor, dst: Tensor, a: int, b: int, rows: int) -> Tens
     return dst
 
 
-class Im2colStrategy:
+class Im2colStrategy(ConvStrategy):
     name = "im2col"
 
-    def why_not(self, layer: ConvLayer, pass_: str) -> str | None:
-        device = resolve_device(None)
+    def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
+        device = resolve_device(device)
         for what, elems in (("column matrix (C·R·S, N·P·Q)", _cols_elems(layer)),
                             ("(K, N·P·Q) product", _kmat_elems(layer))):
             if elems * layer.itemsize > device.max_alloc_bytes:
@@ -67,21 +67,38 @@ class Im2colStrategy:
                         f"allocation {device.name} allows ({device.max_alloc_bytes:,})")
         return None
 
-    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
+    def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
         """The column matrix, the (K, NPQ) matrix when N > 1, and what GEMM allocates to pack operands."""
+        device = resolve_device(device)
         g, npq = layer.groups, layer.n * layer.out_h * layer.out_w
         kg, crs_g = layer.k // g, layer.c // g * layer.r * layer.s
         if pass_ == "forward":
-            packs = gemm_pack_bytes(layer.dtype, kg, npq, crs_g, g, g, 1, 1)
+            packs = gemm_pack_bytes(layer.dtype, kg, npq, crs_g, g, g, 1, 1, device)
         elif pass_ == "backward_data" and g == 1:  # _backward_data_per_image: no (K, NPQ) matrix
             pq = layer.out_h * layer.out_w
             return _cols_elems(layer) * layer.itemsize + gemm_pack_bytes(layer.dtype, pq, crs_g, kg, layer.n, 1,
-                                                                         pq, 1)
+                                                                         pq, 1, device)
         elif pass_ == "backward_data":
-            packs = gemm_pack_bytes(layer.dtype, crs_g, npq, kg, g, g, crs_g, 1)
+            packs = gemm_pack_bytes(layer.dtype, crs_g, npq, kg, g, g, crs_g, 1, device)
         else:
-            packs = gemm_pack_bytes(layer.dtype, kg, crs_g, npq, g, g, 1, npq)
+            packs = gemm_pack_bytes(layer.dtype, kg, crs_g, npq, g, g, 1, npq, device)
         return (_cols_elems(layer) + _kmat_elems(layer)) * layer.itemsize + packs
+
+    def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
+        """One product per group on the column matrix; the lowering (im2col, or col2im's read of the
+        gradient columns and scatter), the (K, N, PQ) <-> (N, K, PQ) transform when N > 1, and the product
+        reading the columns again."""
+        b, g = layer.itemsize, layer.groups
+        cg, kg, rs, pq = layer.c // g, layer.k // g, layer.r * layer.s, layer.out_h * layer.out_w
+        n = layer.n
+        x_bytes, y_bytes, w_bytes = n * layer.c * layer.h * layer.w * b, n * layer.k * pq * b, layer.k * cg * rs * b
+        cols = _cols_elems(layer) * b
+        dims = {"forward": (kg, n * pq, cg * rs), "backward_data": (cg * rs, n * pq, kg),
+                "backward_weight": (kg, cg * rs, n * pq)}[pass_]
+        transform = 2 * y_bytes if n > 1 else 0
+        lowering = x_bytes + cols if pass_ != "backward_data" else 2 * cols + x_bytes
+        return CostTerms(products=[Product(*dims, batch=g)], launches=3,
+                         bytes_moved=lowering + transform + cols + w_bytes + y_bytes)
 
     def _columns(self, x: Tensor, layer: ConvLayer) -> Tensor:
         cols = Tensor.empty((layer.c * layer.r * layer.s, layer.n * layer.out_h * layer.out_w), x.dtype, x.device)
@@ -135,4 +152,4 @@ class Im2colStrategy:
         return grad_w
 
 
-STRATEGY = register(Im2colStrategy())
+STRATEGY = Im2colStrategy()

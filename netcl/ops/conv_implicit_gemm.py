@@ -11,7 +11,7 @@ from .. import dtypes
 from ..runtime import memory
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
-from .conv_common import ConvLayer, register
+from .conv_common import ConvLayer, ConvStrategy, CostTerms, tensor_bytes
 
 # (TM, TN, TK): a work-item (= work-group, see kernels/implicit_gemm.cl) multiplies a TM-row slice of A
 # into one vector of TN columns; TM follows the row count (small layers waste little, large ones reuse
@@ -72,10 +72,35 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, ti
     return out
 
 
-class ImplicitGemmStrategy:
+WORK_PER_UNIT = 4  # work-groups per compute unit that keep it busy
+
+
+def tile_efficiency(layer: ConvLayer, pass_: str, units: int) -> float:
+    """Useful fraction of the kernel's arithmetic: what padding to its granularity wastes, and
+    work-groups too few to fill the device's compute units."""
+    (m, n, k), tile = gemm_dims(layer, pass_), choose_tile(layer, pass_)
+    slices = layer.groups * (layer.stride_h * layer.stride_w if pass_ == "backward_data" else 1)
+    padded = 1.0
+    for d, g in zip((m, n, k), padding_granularity(tile)):
+        padded *= d / (-(-d // g) * g)
+    groups = -(-m // tile[0]) * -(-n // tile[1]) * slices
+    return padded * min(1.0, groups / (WORK_PER_UNIT * units))
+
+
+class ImplicitGemmStrategy(ConvStrategy):
     name = "implicit_gemm"
 
-    def why_not(self, layer: ConvLayer, pass_: str) -> str | None:
+    def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
+        """One tiled product in its own kernel (the padding and idle units it wastes counted as flops),
+        every tensor read in place once."""
+        from ..runtime.device import resolve_device
+        rows, cols, inner = gemm_dims(layer, pass_)
+        slices = layer.groups * (layer.stride_h * layer.stride_w if pass_ == "backward_data" else 1)
+        useful = 2.0 * rows * cols * inner * slices
+        return CostTerms(kernel_flops=useful / tile_efficiency(layer, pass_, resolve_device(device).compute_units),
+                         bytes_moved=tensor_bytes(layer), launches=1)
+
+    def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         rows, cols, inner = gemm_dims(layer, pass_)
         # the kernel indexes with 32-bit ints
         biggest = max(layer.n * layer.c * layer.h * layer.w, layer.n * layer.k * layer.out_h * layer.out_w,
@@ -83,9 +108,6 @@ class ImplicitGemmStrategy:
         if biggest >= 2 ** 31 - 2 ** 30:
             return f"a tensor or GEMM dimension of {biggest:,} elements exceeds the kernel's 32-bit indexing"
         return None
-
-    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
-        return 0
 
     fuses_bias = True  # forward(..., bias=) adds the bias as it stores the output
 
@@ -99,4 +121,4 @@ class ImplicitGemmStrategy:
         return run_pass("backward_weight", grad_y, x, Tensor.empty(layer.weight_shape, x.dtype, x.device), layer)
 
 
-STRATEGY = register(ImplicitGemmStrategy())
+STRATEGY = ImplicitGemmStrategy()

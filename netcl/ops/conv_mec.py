@@ -32,7 +32,7 @@ from .. import dtypes
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
 from ..tuning import db
-from .conv_common import ConvLayer, register
+from .conv_common import ConvLayer, ConvStrategy, CostTerms, Product, tensor_bytes
 from .conv_implicit_gemm import geometry
 from .conv_winograd import gemm_packing_bytes
 from .elementwise import copy_into, fill
@@ -108,15 +108,15 @@ def _pack_weight(w: Tensor, layer: ConvLayer) -> Tensor:
                           col_split=(rs, layer.k, cg * layer.k))
 
 
-class MecStrategy:
+class MecStrategy(ConvStrategy):
     name = "mec"
 
-    def why_not(self, layer: ConvLayer, pass_: str) -> str | None:
+    def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         if layer.dil_h != 1:
             return (f"needs dilation 1 along the height, got {layer.dil_h} (a partition of L must be "
                     f"consecutive rows)")
-        from ..runtime.device import default_device
-        device = default_device()
+        from ..runtime.device import resolve_device
+        device = resolve_device(device)
         if layer.w * layer.itemsize > device.local_mem_bytes:
             return (f"its lowering kernel stages whole input rows in local memory: a row of {layer.w} "
                     f"elements needs {layer.w * layer.itemsize:,} bytes, {device.name} has "
@@ -132,7 +132,7 @@ class MecStrategy:
         from ..runtime.device import resolve_device
         return "A" if uses_solution_a(layer, threshold(resolve_device(device))) else "B"
 
-    def workspace_breakdown(self, layer: ConvLayer, pass_: str) -> dict:
+    def workspace_breakdown(self, layer: ConvLayer, pass_: str, device=None) -> dict:
         """Every byte a pass allocates besides its result, by purpose:
           lowering      L (or grad_L): in·ow·ih·kw·ic elements (ih = H + 2·pad_h), every pass
           filter        forward: the filter as the paper's (kh·kw·ic) × kc matrix; backward_data: its
@@ -141,14 +141,15 @@ class MecStrategy:
           gemm_packing  the packing buffers netcl.ops.gemm allocates for the products, from an empty
                         GEMM cache (netcl's convention; GEMM keeps them per device)
         Solution A reuses L and y's own buffer for its h-n-w-c detour, so it adds nothing."""
-        from ..runtime.device import default_device
+        from ..runtime.device import resolve_device
+        device = resolve_device(device)
         cg, kg, ih, ld, block, shift, width = _dims(layer)
         n, k, p, q = layer.output_shape
         g = layer.groups
         size = layer.itemsize
         if pass_ == "forward":
             # (M, N, K, a_batches, b_batches, a_cs, b_cs, b_rs) of every gemm_batched call, in order
-            if uses_solution_a(layer, threshold(default_device())):
+            if uses_solution_a(layer, threshold(device)):
                 calls = [(n * q, kg, width, p, 1, 1, 1, k)] * g
             elif n <= p:
                 calls = [(q, kg, width, p, 1, 1, 1, k)] * (n * g)
@@ -161,11 +162,31 @@ class MecStrategy:
         return {"lowering": lowered_elements(layer) * size,
                 "filter": layer.k * cg * layer.r * layer.s * size,
                 "grad_rows": output_elements(layer) * size if pass_ == "backward_weight" and n > 1 else 0,
-                "gemm_packing": gemm_packing_bytes(default_device(), layer.dtype, calls)}
+                "gemm_packing": gemm_packing_bytes(device, layer.dtype, calls)}
 
-    def workspace_bytes(self, layer: ConvLayer, pass_: str) -> int:
+    def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
         """Exact bytes a pass allocates besides its result: the sum of :meth:`workspace_breakdown`."""
-        return sum(self.workspace_breakdown(layer, pass_).values())
+        return sum(self.workspace_breakdown(layer, pass_, device).values())
+
+    def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
+        """The compact lowering L (about R/stride times smaller than im2col's), written and read back, and
+        products on shifted partitions of it: Solution A oh calls of (n·ow × RSC)·(RSC × K), Solution B
+        n·oh of (ow × RSC)·(RSC × K), batched per image."""
+        n, g, q, p = layer.n, layer.groups, layer.out_w, layer.out_h
+        cg, kg = layer.c // g, layer.k // g
+        width = cg * layer.r * layer.s
+        lowered = lowered_elements(layer) * layer.itemsize
+        y_bytes = output_elements(layer) * layer.itemsize
+        if pass_ == "forward" and self.solution(layer, device) == "A":
+            product, launches = Product(n * q, kg, width, batch=p * g), 3
+        elif pass_ == "forward":
+            product, launches = Product(q, kg, width, batch=n * p * g), n * g + 2
+        elif pass_ == "backward_data":
+            product, launches = Product(width, q, kg, batch=n * p * g), p * g + 2
+        else:
+            product, launches = Product(kg, width, n * q, batch=p * g), p * g + 2
+        return CostTerms(products=[product], launches=launches,
+                         bytes_moved=tensor_bytes(layer) + 3 * lowered + y_bytes)
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, solution: str | None = None) -> Tensor:
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
@@ -249,7 +270,7 @@ class MecStrategy:
         return gw
 
 
-STRATEGY = register(MecStrategy())
+STRATEGY = MecStrategy()
 
 
 def choose_threshold(results) -> int:
@@ -270,7 +291,7 @@ def tune_threshold(device, layers, repeat: int = 2, store: bool = True) -> dict:
     rng = np.random.default_rng(0)
     results = []
     for layer in layers:
-        if output_elements(layer) > lowered_elements(layer) or STRATEGY.why_not(layer, "forward"):
+        if output_elements(layer) > lowered_elements(layer) or STRATEGY.why_not(layer, "forward", device):
             continue
         x = Tensor.from_host(rng.standard_normal(layer.input_shape).astype(layer.dtype), device)
         w = Tensor.from_host(rng.standard_normal(layer.weight_shape).astype(layer.dtype), device)

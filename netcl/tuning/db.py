@@ -1,7 +1,7 @@
 """The per-device tuning database: kernel parameters (and measured rates) that a tuner found best.
 
 Entries are keyed by the device's identity (platform | device | driver | OpenCL version), a kernel
-*family* ("gemm", "mec", ...) and an optional *key* inside the family (a dtype, a shape class...).
+*family* ("gemm", "mec", "conv_calibration", "conv_plans"...) and an optional *key* inside the family (a dtype, a shape class...).
 Two layers answer a :func:`lookup`, first match wins:
 
 1. the user's file ``<cache dir>/tuning/tuning.json`` (written by ``netcl tune`` through :func:`store`,
@@ -219,8 +219,15 @@ def entries(device) -> dict:
     return copy.deepcopy(_user_devices().get(_identity_of(device), {}))
 
 
+# Families that record what was measured with the kernels rather than choose the kernels' parameters
+# (the conv planner's calibration and measured plans): they do not enter identity(), which keys them.
+DERIVED_FAMILIES = ("conv_calibration", "conv_plans")
+
+
 def identity(device) -> str:
-    """A short hash of every entry a lookup on ``device`` can return (user and built-in)."""
-    blob = json.dumps({"format": FORMAT, "user": _user_devices().get(_identity_of(device), {}),
+    """A short hash of every kernel-parameter entry a lookup on ``device`` can return (user and
+    built-in; the DERIVED_FAMILIES are left out)."""
+    user = {f: v for f, v in _user_devices().get(_identity_of(device), {}).items() if f not in DERIVED_FAMILIES}
+    blob = json.dumps({"format": FORMAT, "user": user,
                        "builtin": {k: BUILTIN.get(k, {}) for k in (_kind_of(device), "any")}}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,125 @@
+"""Measured plans for training, without holding up the first step.
+
+With strategy="auto", the first call of a (device, layer, pass, dtype) that has no measured plan runs the
+model's choice. The following calls of that pass run, one per call, the candidates the model cannot rule
+out (predicted within ``MARGIN``× of its best, at most ``MAX_CANDIDATES``), each ``RUNS`` times on the
+real data (the first run warms its kernels up; the rest are its samples). Once every candidate has its
+samples, the fastest becomes the plan: stored per device (netcl.ops.conv2d_planner's plan store, mode
+"training"), used by every later call and process, and its timings refine the device's calibration.
+The cost of measuring (the trial runs' time beyond what the winner would have taken) is in the stored
+plan and in :func:`stats`.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from ..runtime.memo import DeviceMemo
+from .conv_common import ConvLayer
+
+MARGIN = 3.0
+MAX_CANDIDATES = 4
+RUNS = 3  # per candidate: one warm-up, then the samples
+
+_trials = DeviceMemo("conv training trials")
+_totals = {"trials_done": 0, "cost_s": 0.0, "runs": 0}
+_lock = threading.Lock()
+
+
+class Trial:
+    """The measuring of one layer and pass: which candidate runs next, and its results."""
+
+    def __init__(self, heuristic: str, candidates: list):
+        self.heuristic = heuristic
+        self.order = [heuristic] + [c for c in candidates if c != heuristic]
+        self.samples: dict[str, list] = {name: [] for name in self.order}
+        self.done = len(self.order) < 2
+        self.calls = 0
+        self.spent_s = 0.0
+
+    def next_strategy(self) -> str | None:
+        """The candidate this call should run and time, or None (run the heuristic, untimed)."""
+        self.calls += 1
+        if self.done or self.calls == 1:
+            return None  # the first call is the cold step: no extra synchronizations
+        for name in self.order:
+            if len(self.samples[name]) < RUNS:
+                return name
+        return None
+
+    def add(self, name: str, seconds: float) -> None:
+        self.samples[name].append(seconds)
+        self.spent_s += seconds
+
+    def complete(self) -> bool:
+        return all(len(v) >= RUNS for v in self.samples.values())
+
+    def results_ms(self) -> dict:
+        """Each candidate's fastest sample after its warm-up run."""
+        return {name: min(v[1:]) * 1e3 for name, v in self.samples.items() if len(v) > 1}
+
+
+def _trial_for(layer: ConvLayer, pass_: str, device):
+    from . import conv2d_planner as planner
+    key = (layer.signature(), pass_)
+    trial = _trials.get(device, key)
+    if trial is None:
+        plan = planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device)
+        if plan.source in ("cache", "training", "override"):
+            return plan, None
+        candidates = [c.strategy for c in planner.worth_measuring(plan.candidates, MARGIN)]
+        best_first = sorted(candidates, key=lambda n: plan.candidate(n).predicted_ms)[:MAX_CANDIDATES]
+        trial = _trials.put(device, key, Trial(plan.strategy, best_first))
+    if trial.done:
+        return planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device), None
+    return None, trial
+
+
+def run(pass_: str, layer: ConvLayer, a, b, device, execute):
+    """Run ``pass_`` with the strategy training should use now: ``execute(name)`` runs it and returns
+    the result. Measures a candidate on this call when one is due."""
+    from . import conv2d_planner as planner
+    plan, trial = _trial_for(layer, pass_, device)
+    if trial is None:
+        return execute(plan.strategy)
+    with _lock:
+        name = trial.next_strategy()
+    if name is None:
+        return execute(trial.heuristic)
+    device.synchronize()
+    start = time.perf_counter()
+    out = execute(name)
+    device.synchronize()
+    trial.add(name, time.perf_counter() - start)
+    if trial.complete() and not trial.done:
+        _finish(trial, layer, pass_, device, planner)
+    return out
+
+
+def _finish(trial: Trial, layer: ConvLayer, pass_: str, device, planner) -> None:
+    from . import conv_profile
+    trial.done = True
+    measured = trial.results_ms()
+    best_ms = min(measured.values())
+    runs = sum(len(v) for v in trial.samples.values())
+    cost_s = max(0.0, trial.spent_s - runs * best_ms / 1e3)
+    names = tuple(planner.strategies())
+    terms = {a.strategy: a.terms for a in planner.answers(layer, pass_, device) if a.terms is not None}
+    conv_profile.record(device, layer.dtype, pass_, measured, terms, layer.signature())
+    planner.store_plan(device, layer, pass_, names, {"mode": "training", "measured_ms": measured,
+                                                      "cost_s": round(cost_s, 4), "runs": runs})
+    with _lock:
+        _totals["trials_done"] += 1
+        _totals["cost_s"] += cost_s
+        _totals["runs"] += runs
+
+
+def stats() -> dict:
+    """{trials_done, cost_s, runs} of this process: layer-passes measured in training, the time it cost
+    beyond the winners' and the trial runs made (the training loop reports them with its metrics)."""
+    with _lock:
+        return {"trials_done": _totals["trials_done"], "cost_s": round(_totals["cost_s"], 4), "runs": _totals["runs"]}
+
+
+def clear() -> None:
+    _trials.clear()

@@ -1,0 +1,205 @@
+"""What the conv planner knows about a device, measured on it and kept in the tuning database.
+
+One entry per device and dtype (family "conv_calibration" of netcl.tuning.db, beside the GEMM tuning):
+  bandwidth_gbs, launch_ms, class_gflops   the device quantities (measure_basics: a copy kernel, a tiny
+                                           kernel and one product per GEMM shape class)
+  samples                                  {"strategy|pass": [[arith_ms, other_ms, measured_ms], ...]}:
+                                           measured times of each strategy against the model's two parts,
+                                           from `netcl tune conv` and from every measured plan
+  calibrated_by                            who measured last: "netcl tune conv" or "measured plans"
+The entry is valid for one context (netcl's version, the GEMM kernel's source, the device's kernel
+tuning); another context's entry is ignored. :func:`device_profile` turns it into a DeviceProfile with
+the fitted coefficients (netcl.ops.conv_cost.fit).
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+
+from ..runtime.memo import DeviceMemo
+from ..tuning import db
+from . import conv_cost
+
+FAMILY = "conv_calibration"
+# One representative product per GEMM shape class (netcl.ops.gemm.shape_class), conv-like and quick.
+CLASS_SHAPES = {"large": (256, 256, 256), "small_k": (32, 9216, 50), "small_mn": (50, 2048, 500),
+                "tiny": (64, 10, 500)}
+CALIBRATION_VERSION = 3  # bumped whenever the stored quantities are measured differently
+
+_profiles = DeviceMemo("conv device profiles")
+_lock = threading.RLock()
+
+
+def context(device) -> str:
+    """What a stored calibration is valid for."""
+    from .. import __version__
+    from ..runtime.kernels import kernels_dir
+    try:
+        gemm_source = (kernels_dir() / "gemm.cl").read_bytes()
+    except OSError:
+        gemm_source = b""
+    blob = b"|".join((__version__.encode(), str(CALIBRATION_VERSION).encode(), db.identity(device).encode(),
+                      hashlib.sha256(gemm_source).hexdigest().encode()))
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def stored(device, dtype: str = "float32") -> dict:
+    """This device's calibration entry for ``dtype`` ({} when there is none for today's context)."""
+    try:
+        entry = db.lookup(device, FAMILY, np.dtype(dtype).name, default=None)
+    except Exception:  # an unreadable database costs the model its measurements, never a convolution
+        entry = None
+    if not isinstance(entry, dict) or entry.get("context") != context(device):
+        return {}
+    return entry
+
+
+def update(device, dtype: str, mutate) -> None:
+    """Read-modify-write of the device's entry (``mutate(entry)`` edits it in place)."""
+    with _lock:
+        entry = stored(device, dtype) or {"context": context(device)}
+        mutate(entry)
+        try:
+            db.store(device, FAMILY, entry, key=np.dtype(dtype).name)
+        except OSError:
+            pass  # an unwritable cache costs the next process these measurements only
+        _profiles.pop(device, np.dtype(dtype).name)
+
+
+def _positive(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def _tuned_rates(device, dtype: str) -> dict:
+    try:
+        from ..tuning.gemm import expected_gflops
+    except ImportError:
+        return {}
+    rates = {}
+    for cls, (m, n, k) in CLASS_SHAPES.items():
+        try:
+            value = expected_gflops(device, dtype, m, n, k)
+        except Exception:
+            value = None
+        if value:
+            rates[cls] = float(value)
+    return rates
+
+
+def device_profile(device, dtype: str = "float32") -> conv_cost.DeviceProfile:
+    """The cost model's view of the device: measured quantities (else the GEMM tuner's rates, else the
+    estimate) and the coefficients fitted to this device's measurements."""
+    dtype = np.dtype(dtype).name
+    return _profiles.get_or_make(device, dtype, lambda: _build_profile(device, dtype))
+
+
+def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
+    profile = conv_cost.estimate(device)
+    tuned = _tuned_rates(device, dtype)
+    if tuned:
+        profile.class_gflops = dict(tuned)
+        profile.gemm_gflops = tuned.get("large", profile.gemm_gflops)
+        profile.source = "tuning database"
+    entry = stored(device, dtype)
+    basics = [_positive(entry.get(k)) for k in ("bandwidth_gbs", "launch_ms")]
+    classes = entry.get("class_gflops") if isinstance(entry.get("class_gflops"), dict) else {}
+    classes = {k: _positive(v) for k, v in classes.items() if _positive(v)}
+    if all(basics) and classes.get("large"):
+        profile.bandwidth_gbs, profile.launch_ms = basics
+        profile.class_gflops, profile.gemm_gflops = classes, classes["large"]
+        profile.source = "measured"
+    samples = entry.get("samples") if isinstance(entry.get("samples"), dict) else {}
+    for key, rows in samples.items():
+        valid = [r[:3] for r in rows if isinstance(r, list) and len(r) >= 3] if isinstance(rows, list) else []
+        fitted = conv_cost.fit(valid)
+        if fitted:
+            profile.coefficients[key] = (fitted[0], fitted[1], len(valid))
+    if profile.coefficients:
+        profile.calibration = str(entry.get("calibrated_by") or "measured plans")
+    return profile
+
+
+def has_basics(device, dtype: str = "float32") -> bool:
+    return device_profile(device, dtype).source == "measured"
+
+
+def record(device, dtype: str, pass_: str, measured: dict, terms: dict, layer_signature: str,
+           by: str = "measured plans") -> None:
+    """Add measured milliseconds {strategy: ms} of one layer and pass to the device's samples, each with
+    the model's (arith_ms, other_ms) for it under today's profile (``terms``: {strategy: CostTerms})."""
+    profile = device_profile(device, dtype)
+    rows = {}
+    for name, ms in measured.items():
+        if name in terms and isinstance(ms, (int, float)) and ms > 0:
+            arith, other = conv_cost.split_ms(terms[name], profile)
+            rows[f"{name}|{pass_}"] = [round(arith, 6), round(other, 6), round(float(ms), 6), layer_signature]
+    if not rows:
+        return
+
+    def mutate(entry):
+        samples = entry.setdefault("samples", {})
+        for key, row in rows.items():
+            kept = [r for r in samples.get(key, []) if isinstance(r, list) and r[3:4] != [layer_signature]]
+            samples[key] = (kept + [row])[-conv_cost.SAMPLES_KEPT:]
+        if by == "netcl tune conv" or not entry.get("calibrated_by"):
+            entry["calibrated_by"] = by
+    update(device, dtype, mutate)
+
+
+def measure_basics(device, dtype: str = "float32") -> dict:
+    """Measure copy bandwidth, launch time and one GEMM rate per shape class, and store them (the samples
+    recorded against other basics are dropped: their model parts were computed with those)."""
+    from ..runtime.timing import sample
+    from ..tensor import Tensor
+    from ..tuning.gemm import calls_per_sample
+    from .copy_probe import CopyProbe
+    from .elementwise import copy_into
+    from .gemm import gemm
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(0)
+    tiny_src, tiny_dst = Tensor.from_host(np.ones(1, dt), device=device), Tensor.empty((1,), dt, device)
+    copy = CopyProbe(device, 64 << 20)  # beyond the last-level cache of today's CPUs
+    # The fastest sample: a device characteristic, which other processes on a shared CPU only slow down.
+    launch_s = sample(lambda: copy_into(tiny_dst, tiny_src), device, repeats=20, statistic="min").seconds
+    copy_s = sample(copy, device, repeats=9, statistic="min").seconds
+    rates = {}
+    for cls, (m, n, k) in CLASS_SHAPES.items():
+        a = Tensor.from_host(rng.uniform(-1, 1, (m, k)).astype(dt), device=device)
+        b = Tensor.from_host(rng.uniform(-1, 1, (k, n)).astype(dt), device=device)
+        c = Tensor.empty((m, n), dt, device)
+        flop = 2.0 * m * n * k
+        calls = calls_per_sample(flop)
+        seconds = sample(lambda: gemm(a, b, c), device, repeats=9, calls=calls, statistic="min").seconds
+        rates[cls] = round(flop / max(seconds - launch_s / calls, 1e-7) / 1e9, 3)
+    basics = {"bandwidth_gbs": round(copy.gbps(max(copy_s - launch_s, 1e-7)), 3),
+              "launch_ms": round(launch_s * 1e3, 5), "class_gflops": rates}
+
+    def mutate(entry):
+        entry.update(basics)
+        entry["samples"] = {}
+        entry.pop("calibrated_by", None)
+    update(device, dtype, mutate)
+    return basics
+
+
+def ensure_basics(device, dtype: str = "float32") -> conv_cost.DeviceProfile:
+    if not has_basics(device, dtype):
+        measure_basics(device, dtype)
+    return device_profile(device, dtype)
+
+
+def calibration_summary(device, dtype: str = "float32") -> str:
+    """One line: whether the device is calibrated and by what (`netcl plan`, `netcl devices`)."""
+    profile = device_profile(device, dtype)
+    if profile.calibrated:
+        pairs = len(profile.coefficients)
+        return (f"calibrated ({profile.calibration}; {pairs} strategy-pass pairs, device quantities "
+                f"{profile.source})")
+    return (f"not calibrated: the model uses the fallback (strategies as fast as the device's GEMM and copy, "
+            f"quantities {profile.source}); run `netcl tune conv`")
+
+
+def clear_memory() -> None:
+    _profiles.clear()

@@ -1,0 +1,112 @@
+"""The one way netcl times device work: warm-up, synchronized samples, rotated order, a named statistic.
+
+Everything that times kernels (the conv planner, its calibration, the GEMM tuner, `netcl bench`) goes
+through :func:`sample` (one runner) or :func:`compare` (several runners in interleaved rounds). Rules:
+- warm-up runs are not timed: kernel builds, PoCL's code generation at a kernel's first launch and
+  first-touch page faults of fresh buffers are not what a runner costs in steady state;
+- the device queue is drained before and after each sample, so a sample is the runner's own work;
+- ``calls`` > 1 times a run of back-to-back calls between two waits and divides (a training loop issues
+  small products that way; one call between waits would time the driver's wake-up latency);
+- several runners are timed in rounds whose order rotates, so a burst of load from another process and
+  the caches one runner leaves for the next hit every runner alike;
+- the statistic is named: "median" (the default: a burst must span half the samples to move it) or
+  "min" (a device characteristic that load can only slow down: tuners use it).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+STATISTICS = {"median": lambda v: float(np.median(v)), "min": lambda v: float(np.min(v)),
+              "mean": lambda v: float(np.mean(v))}
+
+
+@dataclass
+class Timing:
+    """Seconds per call of one runner: every sample and the named statistic of them."""
+    samples: list = field(default_factory=list)
+    statistic: str = "median"
+
+    @property
+    def seconds(self) -> float:
+        return STATISTICS[self.statistic](self.samples) if self.samples else float("inf")
+
+    @property
+    def ms(self) -> float:
+        return self.seconds * 1e3
+
+
+def _check_statistic(statistic: str) -> None:
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+
+
+def timed_call(fn, device, calls: int = 1, settle: bool = False) -> float:
+    """Seconds per call of ``calls`` back-to-back calls of ``fn`` between two waits on ``device``'s
+    queue (``settle``: one untimed call first, so the sample starts from the runner's own state)."""
+    if settle:
+        fn()
+    device.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    device.synchronize()
+    return (time.perf_counter() - start) / calls
+
+
+def sample(fn, device, repeats: int = 5, warmup: int = 1, calls: int = 1, statistic: str = "median") -> Timing:
+    """``repeats`` timed samples of ``fn`` after ``warmup`` untimed runs."""
+    _check_statistic(statistic)
+    for _ in range(warmup):
+        fn()
+    return Timing([timed_call(fn, device, calls) for _ in range(repeats)], statistic)
+
+
+def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_runs: int = 40,
+            time_budget_s: float = 3.0, contention: float = 1.3, settle_below_s: float = 0.05,
+            slow_s: float = 1.0, statistic: str = "median", errors: tuple = (Exception,)) -> dict:
+    """Time several runners against each other: {name: Timing, or the exception a runner raised}.
+
+    Each runner gets ``warmup`` untimed runs, then the runners take turns in rounds whose order
+    rotates. Every runner gets ``min_runs`` samples, except one whose single sample already exceeds
+    ``slow_s`` and three times the best; runners within ``contention`` of the best get further rounds,
+    up to ``max_runs``, while the timed total stays within ``time_budget_s``. A runner faster than
+    ``settle_below_s`` runs once untimed before each sample: what ran before it (a 70 ms direct
+    convolution) left caches that slowed a 5 ms runner 1.5×.
+    """
+    _check_statistic(statistic)
+    results: dict[str, object] = {}
+    timings: dict[str, Timing] = {}
+    for name, fn in runners.items():
+        try:
+            for _ in range(warmup):
+                fn()
+            device.synchronize()
+            timings[name] = Timing([], statistic)
+        except errors as exc:
+            results[name] = exc
+    spent, rounds = 0.0, 0
+    while timings and rounds < max_runs:
+        best = min((t.seconds for t in timings.values() if t.samples), default=None)
+        active = []
+        for name, t in timings.items():
+            current = t.seconds if t.samples else None
+            if current is None or best is None:
+                active.append(name)
+            elif rounds < min_runs and not (current > slow_s and current > 3 * best):
+                active.append(name)
+            elif current <= contention * best and spent < time_budget_s:
+                active.append(name)
+        if not active:
+            break
+        shift = rounds % len(active)
+        for name in active[shift:] + active[:shift]:
+            t = timings[name]
+            elapsed = timed_call(runners[name], device, settle=not t.samples or t.seconds < settle_below_s)
+            t.samples.append(elapsed)
+            spent += elapsed
+        rounds += 1
+    results.update(timings)
+    return results
