@@ -91,10 +91,9 @@ class ShapeMethods:
         return rules.Slice.apply(self, index)
 
     def __iter__(self):
-        if self.ndim == 0:
+        if self.ndim == 0:  # raised by iter() itself, as PyTorch, not at the first next()
             raise TypeError("iteration over a 0-d tensor")
-        for k in range(self.shape[0]):
-            yield self[k]
+        return (self[k] for k in range(self.shape[0]))
 
     def numel(self) -> int:
         return self.size
