@@ -1,8 +1,11 @@
 """Build and run a real kernel on every OpenCL device; print the first that computes correctly.
 
 Exit status 0 with the device's description on stdout, or 1 with the reason on stderr. It uses plain
-pyopencl (not netcl) so that it diagnoses the driver, not our code.
+pyopencl (not netcl) so that it diagnoses the driver, not our code. With ``--all``, print one JSON object
+per working device instead ({"platform", "platform_version", "device", "kind"}), still exiting 1 if none
+works; with ``--kind gpu`` only GPUs count.
 """
+import json
 import sys
 
 import numpy as np
@@ -16,7 +19,10 @@ SOURCE = "__kernel void saxpy(__global const float* x, __global float* y, const 
          " const int i = get_global_id(0); y[i] = a * x[i] + y[i]; }"
 
 
-def main() -> int:
+def main(argv) -> int:
+    every = "--all" in argv
+    kind = argv[argv.index("--kind") + 1] if "--kind" in argv else None
+    working = 0
     try:
         platforms = cl.get_platforms()
     except cl.Error as exc:
@@ -25,6 +31,8 @@ def main() -> int:
     failures = []
     for platform in platforms:
         for device in platform.get_devices():
+            if kind == "gpu" and not device.type & cl.device_type.GPU:
+                continue
             label = f"{platform.name.strip()} / {device.name.strip()}"
             try:
                 ctx = cl.Context([device])
@@ -41,11 +49,18 @@ def main() -> int:
             except Exception as exc:  # any driver failure means "this device does not work"
                 failures.append(f"{label}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}")
                 continue
-            print(label)
-            return 0
+            if not every:
+                print(label)
+                return 0
+            working += 1
+            print(json.dumps({"platform": platform.name.strip(), "platform_version": platform.version.strip(),
+                              "device": device.name.strip(),
+                              "kind": "gpu" if device.type & cl.device_type.GPU else "cpu"}))
+    if working:
+        return 0
     print("; ".join(failures) or "no OpenCL device found", file=sys.stderr)
     return 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
