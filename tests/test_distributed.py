@@ -138,3 +138,23 @@ def test_cores_per_rank_splits_the_node(monkeypatch):
     assert [process_group.cores_per_rank(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3}, raising=False)
     assert process_group.cores_per_rank(4) == 2  # bound by the launcher: its cores are the rank's share
+
+
+def test_cost_model_closed_forms():
+    from netcl.distributed import cost_model as cm
+    alpha, beta, mib = 5e-6, 1e-10, 2**20
+    assert cm.ring_allreduce_seconds(10 * mib, 1, alpha, beta) == 0.0
+    # N = 2: two steps of latency, and each rank sends and receives half the buffer twice (= b in all)
+    assert cm.ring_allreduce_seconds(10 * mib, 2, alpha, beta) == pytest.approx(2 * alpha + 10 * mib * beta)
+    # the bandwidth term tends to 2·b·β, the latency term grows linearly with N
+    big = cm.ring_allreduce_seconds(10 * mib, 512, alpha, beta)
+    assert big == pytest.approx(2 * 511 * alpha + 2 * 511 / 512 * 10 * mib * beta)
+    assert cm.bucket_bytes(60 * mib, 25 * mib) == [25 * mib, 25 * mib, 10 * mib]
+    cost = dict(model_bytes=60 * mib, ranks=8, alpha=alpha, beta=beta, copy_bytes_per_second=1e10)
+    last = cm.ring_allreduce_seconds(10 * mib, 8, alpha, beta) + 2 * 10 * mib / 1e10
+    # a long backward hides every bucket but the last; a zero-length one hides nothing
+    assert cm.step_overhead_seconds(backward_seconds=10.0, **cost) == pytest.approx(last)
+    everything = sum(cm.ring_allreduce_seconds(b, 8, alpha, beta) + 2 * b / 1e10 for b in cm.bucket_bytes(60 * mib, 25 * mib))
+    assert cm.step_overhead_seconds(backward_seconds=0.0, **cost) == pytest.approx(everything)
+    assert cm.scaling_efficiency(1.0, **cost) == pytest.approx(1.0 / (1.0 + last))
+    assert cm.scaling_efficiency(1.0, **dict(cost, ranks=1)) == 1.0
