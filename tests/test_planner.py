@@ -1,5 +1,5 @@
 """The conv2d planner: applicability and workspace straight from the strategies, budget, overrides,
-measured plans reused across processes, damaged cache files, and `netcl plan`."""
+measured plans reused across processes, damaged stores, and `netcl plan`."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,8 @@ import pytest
 
 import netcl as nc
 from netcl.ops import conv2d_planner as planner
-from netcl.ops import conv_common
+from netcl.ops import conv_registry
+from netcl.ops.conv_common import ConvStrategy
 from netcl.ops.conv2d_planner import plan_conv2d, plan_conv2d_layer
 from netcl.ops.conv_common import PASSES, ConvLayer, strategies
 
@@ -42,16 +43,16 @@ def fresh_planner(tmp_path, monkeypatch):
     planner.clear_memory_cache()
 
 
-class FakeLowering:
+class FakeLowering(ConvStrategy):
     """A strategy that declares an im2col-sized workspace and computes with the direct kernels."""
 
     def __init__(self, name="im2col"):
         self.name = name
 
-    def why_not(self, layer, pass_):
+    def why_not(self, layer, pass_, device=None):
         return "it is only for stride 1" if layer.stride_h != 1 else None
 
-    def workspace_bytes(self, layer, pass_):
+    def workspace_bytes(self, layer, pass_, device=None):
         return layer.n * layer.out_h * layer.out_w * layer.c * layer.r * layer.s * layer.itemsize
 
     def forward(self, x, w, layer):
@@ -68,7 +69,7 @@ def _with_lowering(monkeypatch):
     """The real im2col when it is registered, else the fake one."""
     registry = strategies()
     if "im2col" not in registry:
-        monkeypatch.setitem(conv_common._registry, "im2col", FakeLowering())
+        monkeypatch.setitem(conv_registry._registry, "im2col", FakeLowering())
     return strategies()["im2col"]
 
 
@@ -84,11 +85,11 @@ def test_candidates_report_the_strategies_own_rules_and_workspace(spec, pass_, d
     registry = strategies()
     assert [c.strategy for c in plan.candidates] == list(registry)
     for c in plan.candidates:
-        why = registry[c.strategy].why_not(layer, pass_)
+        why = registry[c.strategy].why_not(layer, pass_, device)
         assert c.applicable == (why is None)
         assert c.why_not == why
         if c.applicable:
-            assert c.workspace_bytes == registry[c.strategy].workspace_bytes(layer, pass_)
+            assert c.workspace_bytes == registry[c.strategy].workspace_bytes(layer, pass_, device)
             assert c.predicted_ms > 0 and np.isfinite(c.predicted_ms)
         else:
             assert c.workspace_bytes is None and c.why_not
@@ -123,9 +124,13 @@ def test_budget_below_lowering_workspace_is_never_exceeded(device, monkeypatch):
     need = im2col.workspace_bytes(layer, "forward")
     assert need > 0
     # Make the lowering the model's favourite so that the budget has to overrule it.
-    real = planner.conv_cost.predict_ms
-    monkeypatch.setattr(planner.conv_cost, "predict_ms",
-                        lambda name, *a, **k: 0.01 if name == "im2col" else 1000.0 + real(name, *a, **k))
+    from netcl.ops import conv_cost
+    real = conv_cost.predict_ms
+
+    def favour_im2col(name, *a, **k):
+        ms, calibrated = real(name, *a, **k)
+        return (0.01 if name == "im2col" else 1000.0 + ms), calibrated
+    monkeypatch.setattr(conv_cost, "predict_ms", favour_im2col)
     free = plan_conv2d_layer(layer, "forward", device=device)
     assert free.strategy == "im2col" and "budget" not in free.reason
     budget = need - 1
@@ -156,20 +161,20 @@ def test_default_budget_comes_from_the_device(device):
 
 def test_nothing_fits_the_budget_picks_the_smallest_workspace(device, monkeypatch):
     big, small = FakeLowering("im2col"), FakeLowering("mec")
-    small.workspace_bytes = lambda layer, pass_: 64
-    monkeypatch.setattr(conv_common, "_registry", {"im2col": big, "mec": small})
+    small.workspace_bytes = lambda layer, pass_, device=None: 64
+    monkeypatch.setattr(conv_registry, "_registry", {"im2col": big, "mec": small})
     plan = plan_conv2d((1, 2, 9, 9), (3, 2, 3, 3), device=device, budget_bytes=8)
     assert plan.strategy == "mec" and "budget" in plan.reason
 
 
 def test_no_applicable_strategy_raises_with_every_rule(device, monkeypatch):
-    monkeypatch.setattr(conv_common, "_registry", {"im2col": FakeLowering()})
+    monkeypatch.setattr(conv_registry, "_registry", {"im2col": FakeLowering()})
     with pytest.raises(nc.ShapeError, match="only for stride 1"):
         plan_conv2d((1, 2, 9, 9), (3, 2, 3, 3), stride=2, device=device)
 
 
 def test_caller_override_wins_and_is_the_reason(device, monkeypatch):
-    monkeypatch.setitem(conv_common._registry, "winograd", FakeLowering("winograd"))
+    monkeypatch.setitem(conv_registry._registry, "winograd", FakeLowering("winograd"))
     plan = plan_conv2d((2, 4, 13, 13), (6, 4, 3, 3), device=device, strategy="winograd")
     assert plan.strategy == "winograd" and "forced by the caller" in plan.reason and plan.source == "override"
     with pytest.raises(nc.ShapeError, match="winograd.*only for stride 1"):
@@ -195,6 +200,7 @@ def test_conv2d_auto_runs_the_planned_strategy(device, monkeypatch, rng):
 
     def spy(layer, pass_, *a, **k):
         asked.append(pass_)
+        assert k.get("device") is device
         return real(layer, pass_, *a, **k)
     monkeypatch.setattr(planner, "plan_conv2d_layer", spy)
     x = rng.uniform(-1, 1, (2, 3, 7, 7)).astype(np.float32)
@@ -243,28 +249,27 @@ def test_measured_plan_is_reused_by_a_later_process(tmp_path):
     assert other_pass["source"] == "model"
 
 
-def test_damaged_plan_cache_is_ignored_with_a_warning(tmp_path):
+def test_damaged_plan_store_is_ignored_with_a_warning(tmp_path):
     first, _ = _child(tmp_path, "measure")
-    files = list((tmp_path / "cache" / "plans").glob("*.json"))
-    assert len(files) == 1
-    files[0].write_text("{not json")
-    for cal in (tmp_path / "cache" / "planner").glob("*.json"):
-        cal.write_text("\x00garbage")
+    store = tmp_path / "cache" / "tuning" / "tuning.json"
+    assert "conv_plans" in store.read_text() and "conv_calibration" in store.read_text()
+    store.write_text("{not json")
     again, stderr = _child(tmp_path, "heuristic")
     assert again["source"] == "model" and "damaged" in stderr
     remeasured, _ = _child(tmp_path, "measure")
     assert remeasured["source"] == "measured"
-    assert json.loads(files[0].read_text())
+    assert json.loads(store.read_text())
 
 
-def test_cache_key_includes_version_and_tuning_identity(device, monkeypatch):
+def test_plan_context_includes_version_tuning_and_strategy_set(device, monkeypatch):
     names = tuple(strategies())
-    base = planner._plan_file(device, names)
-    monkeypatch.setattr(planner, "tuning_identity", lambda d: "retuned")
-    assert planner._plan_file(device, names) != base
+    base = planner.plan_context(device, names)
+    assert planner.plan_context(device, names + ("toy",)) != base
+    monkeypatch.setattr(planner.db, "identity", lambda d: "retuned")
+    assert planner.plan_context(device, names) != base
     monkeypatch.undo()
     monkeypatch.setattr(nc, "__version__", "999.0")
-    assert planner._plan_file(device, names) != base
+    assert planner.plan_context(device, names) != base
 
 
 def _args(**kw):
@@ -275,9 +280,10 @@ def _args(**kw):
 
 
 def test_plan_command_lenet_is_fast_and_complete(capsys):
+    from netcl.cli.plan import run as plan_command
     start = time.perf_counter()
-    out = planner.plan_command(_args())
-    assert time.perf_counter() - start < 1.0
+    out = plan_command(_args())
+    assert time.perf_counter() - start < 0.5
     assert [(l["name"], l["pass"]) for l in out["layers"]] == [(n, p) for n in ("conv1", "conv2") for p in PASSES]
     for layer in out["layers"]:
         assert {"name", "pass", "strategy", "reason", "candidates"} <= set(layer)
@@ -289,11 +295,27 @@ def test_plan_command_lenet_is_fast_and_complete(capsys):
 
 
 def test_plan_command_mec_and_conv():
-    out = planner.plan_command(_args(network="mec", batch=1, pass_="forward"))
+    from netcl.cli.plan import run as plan_command
+    out = plan_command(_args(network="mec", batch=1, pass_="forward"))
     assert [l["name"] for l in out["layers"]] == [f"cv{i}" for i in range(1, 13)]
-    out = planner.plan_command(_args(network="conv", input="2x3x9x9", weight="4x3x3x3", stride="2",
-                                     padding="1x0", pass_="backward_data"))
+    out = plan_command(_args(network="conv", input="2x3x9x9", weight="4x3x3x3", stride="2",
+                             padding="1x0", pass_="backward_data"))
     assert len(out["layers"]) == 1 and "stride (2, 2), padding (1, 0)" in out["layers"][0]["layer"]
+
+
+def test_plan_command_resnet20_explains_every_layer_and_pass(capsys):
+    from netcl.cli.plan import run as plan_command
+    out = plan_command(_args(network="resnet20", batch=32))
+    names = [l["name"] for l in out["layers"]]
+    assert names[0] == "conv1" and "layer3.0.downsample.0" in names and len(names) == 8 * 3
+    shapes = {l["name"]: l["layer"] for l in out["layers"]}
+    assert "input (32, 3, 32, 32)" in shapes["conv1"]
+    assert "weight (64, 32, 1, 1), stride (2, 2)" in shapes["layer3.0.downsample.0"]
+    assert "input (32, 64, 8, 8)" in shapes["layer3.0.conv2"]
+    assert all(l["reason"].endswith(".") for l in out["layers"])
+    assert out["calibrated"] is False and "not calibrated" in out["calibration"]
+    assert "uncalibrated fallback" in out["layers"][0]["reason"]
+    assert "not calibrated" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv", [
@@ -333,8 +355,7 @@ def test_cached_measurements_all_over_a_new_budget_fall_back_to_the_model(device
     names = tuple(strategies())
     fitting = [n for n in names if strategies()[n].why_not(layer, "forward") is None
                and strategies()[n].workspace_bytes(layer, "forward") == 0]
-    planner._remember(device, names, f"{layer.signature()}|forward",
-                      {"mode": "measure", "measured_ms": {"im2col": 0.5}})
+    planner.store_plan(device, layer, "forward", names, {"mode": "measure", "measured_ms": {"im2col": 0.5}})
     plan = plan_conv2d_layer(layer, "forward", device=device, budget_bytes=0)
     assert plan.strategy in fitting and plan.source == "model"
     assert "predicted" in plan.reason and "inf ms" not in plan.reason
@@ -342,22 +363,25 @@ def test_cached_measurements_all_over_a_new_budget_fall_back_to_the_model(device
 
 
 def test_measure_mode_with_one_candidate_times_nothing(device, monkeypatch):
-    monkeypatch.setattr(conv_common, "_registry", {"direct": strategies()["direct"], "im2col": FakeLowering()})
+    monkeypatch.setattr(conv_registry, "_registry", {"direct": strategies()["direct"], "im2col": FakeLowering()})
     monkeypatch.setattr(planner, "time_strategies", lambda *a, **k: pytest.fail("nothing to compare"))
     plan = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device, mode="measure", budget_bytes=0)
     assert plan.strategy == "direct" and plan.source == "model"
     assert not plan.candidate("im2col").within_budget and "budget" in plan.reason
 
 
-def test_calibration_file_with_wrong_types_is_tolerated(device):
-    planner._write_calibration(device, lambda d: d.update(
-        {"bandwidth_gbs": "fast", "launch_ms": -1, "gemm_gflops_float32": None, "corrections": [1, 2],
-         "gemm_class_gflops_float32": {"large": "x"}}))
+def test_calibration_entry_with_wrong_types_is_tolerated(device):
+    from netcl.ops import conv_profile
+    conv_profile.update(device, "float32", lambda d: d.update(
+        {"bandwidth_gbs": "fast", "launch_ms": -1, "class_gflops": {"large": "x"}, "samples": [1, 2]}))
     planner.clear_memory_cache()
     plan = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device)
     assert all(c.predicted_ms > 0 for c in plan.candidates if c.applicable)
-    planner._write_calibration(device, lambda d: d.update({"corrections": {"direct|forward": ["a", -3, 2.0]}}))
+    assert not plan.calibrated
+    conv_profile.update(device, "float32", lambda d: d.update(
+        {"samples": {"direct|forward": ["a", [1.0, 0.5, 3.0, "sig"], [None, 1, 2]]}}))
     planner.clear_memory_cache()
-    corrected = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device).candidate("direct").predicted_ms
-    shrink = 1 / (1 + planner.CORRECTION_PRIOR)  # one valid ratio, shrunk toward 1
-    assert corrected == pytest.approx(2.0 ** shrink * plan.candidate("direct").predicted_ms)
+    calibrated = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device)
+    direct = calibrated.candidate("direct")
+    assert direct.calibrated and calibrated.calibrated
+    assert direct.predicted_ms == pytest.approx(2.0 * plan.candidate("direct").predicted_ms)  # 3 / (1 + 0.5)

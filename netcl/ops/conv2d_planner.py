@@ -113,8 +113,10 @@ def forget(device, layer: ConvLayer, pass_: str) -> None:
 
 def clear_memory_cache() -> None:
     """Forget every plan and profile held in this process (the stores on disk stay)."""
+    from . import conv_online
     _plans.clear()
     conv_profile.clear_memory()
+    conv_online.clear()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,0 +1,67 @@
+"""The convolution layer tables `netcl plan`, `netcl tune conv` and the planner benchmark use."""
+from __future__ import annotations
+
+from ..ops.conv_common import ConvLayer
+
+
+def lenet_layers(batch: int) -> list:
+    """The two convolutions of the modified LeNet (seeds/000, Table 2)."""
+    return [("conv1", ConvLayer.from_shapes((batch, 1, 28, 28), (20, 1, 5, 5))),
+            ("conv2", ConvLayer.from_shapes((batch, 20, 12, 12), (50, 20, 5, 5)))]
+
+
+# cv1–cv12 of the MEC paper (seeds/004, Table 2): input ih×iw×ic, kernel kh×kw×oc, stride; no padding.
+MEC_LAYERS = (
+    ("cv1", 227, 3, 11, 96, 4), ("cv2", 231, 3, 11, 96, 4), ("cv3", 227, 3, 7, 64, 2),
+    ("cv4", 224, 64, 7, 64, 2), ("cv5", 24, 96, 5, 256, 1), ("cv6", 12, 256, 3, 512, 1),
+    ("cv7", 224, 3, 3, 64, 1), ("cv8", 112, 64, 3, 128, 1), ("cv9", 56, 64, 3, 64, 1),
+    ("cv10", 28, 128, 3, 128, 1), ("cv11", 14, 256, 3, 256, 1), ("cv12", 7, 512, 3, 512, 1),
+)
+
+
+def mec_layers(batch: int) -> list:
+    return [(name, ConvLayer.from_shapes((batch, c, hw, hw), (k, c, r, r), stride=s))
+            for name, hw, c, r, k, s in MEC_LAYERS]
+
+
+def resnet20_layers(batch: int, in_channels: int = 3, size: int = 32) -> list:
+    """The distinct convolutions of ResNet-20 (nc.models.resnet20, He et al. 2016 §4.2): the 3×3 stem,
+    the 3×3 convolutions of the three stages (16, 32, 64 channels at 32, 16, 8 pixels), the stride-2
+    first convolutions of stages 2 and 3, and their 1×1 stride-2 projections (downsample.0). Layers that
+    repeat with the same shape are listed once, with the names of their first use."""
+    half, quarter = -(-size // 2), -(-size // 4)
+    spec = [
+        ("conv1", (in_channels, size), (16, 3), 1, 1),
+        ("layer1.0.conv1", (16, size), (16, 3), 1, 1),
+        ("layer2.0.conv1", (16, size), (32, 3), 2, 1),
+        ("layer2.0.conv2", (32, half), (32, 3), 1, 1),
+        ("layer2.0.downsample.0", (16, size), (32, 1), 2, 0),
+        ("layer3.0.conv1", (32, half), (64, 3), 2, 1),
+        ("layer3.0.conv2", (64, quarter), (64, 3), 1, 1),
+        ("layer3.0.downsample.0", (32, half), (64, 1), 2, 0),
+    ]
+    return [(name, ConvLayer.from_shapes((batch, c, hw, hw), (k, c, r, r), stride=st, padding=pad))
+            for name, (c, hw), (k, r), st, pad in spec]
+
+
+def held_out_layers(batch: int) -> list:
+    """Layers the calibration never sees (ResNet-, VGG- and MobileNet-like): strided, 1×1, depthwise,
+    dilated, 7×7 stems. The planner benchmark checks its choices on them."""
+    spec = [
+        ("resnet.stem7x7", (3, 64), (32, 3, 7), 2, 3, 1, 1),
+        ("resnet.3x3s2", (64, 28), (128, 64, 3), 2, 1, 1, 1),
+        ("resnet.1x1s2", (64, 28), (128, 64, 1), 2, 0, 1, 1),
+        ("resnet.1x1", (128, 14), (256, 128, 1), 1, 0, 1, 1),
+        ("vgg.3x3", (64, 28), (64, 64, 3), 1, 1, 1, 1),
+        ("vgg.3x3c128", (128, 14), (128, 128, 3), 1, 1, 1, 1),
+        ("mobilenet.dw3x3", (64, 28), (64, 1, 3), 1, 1, 1, 64),
+        ("mobilenet.dw3x3s2", (64, 28), (64, 1, 3), 2, 1, 1, 64),
+        ("mobilenet.pw1x1", (64, 14), (128, 64, 1), 1, 0, 1, 1),
+        ("dilated.3x3d2", (32, 28), (32, 32, 3), 1, 2, 2, 1),
+    ]
+    return [(name, ConvLayer.from_shapes((batch, c, hw, hw), (k, cg, r, r), stride=st, padding=pad,
+                                         dilation=dil, groups=g))
+            for name, (c, hw), (k, cg, r), st, pad, dil, g in spec]
+
+
+NETWORKS = {"lenet": lenet_layers, "mec": mec_layers, "resnet20": resnet20_layers}

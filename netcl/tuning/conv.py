@@ -1,0 +1,87 @@
+"""`netcl tune conv [--quick]`: calibrate the conv planner's cost model on the current device.
+
+Measures what the model needs (netcl.ops.conv_cost): the device quantities (copy bandwidth, launch time,
+the GEMM rate per shape class), then every applicable strategy's three passes on a representative set of
+layers (LeNet-, ResNet- and MEC-like: 1×1, 3×3, 5×5, 7×7 and 11×11, strided, batch 1 to 16), timed
+against each other (netcl.runtime.timing.compare, median). Each timing becomes a sample of that strategy
+and pass; the model fits its two coefficients per strategy and pass to them. Stored in the tuning
+database beside the GEMM tuning (family "conv_calibration"), used by every later process; measured plans
+keep adding samples. Bounded: about two minutes on a 2-core CPU (`--quick`: under 30 s).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+# (input NCHW, weight KCRS, stride, padding): small enough that direct convolution stays in tens of ms
+LAYERS = [
+    ((16, 1, 28, 28), (20, 1, 5, 5), 1, 0),
+    ((16, 20, 12, 12), (50, 20, 5, 5), 1, 0),
+    ((8, 16, 32, 32), (16, 16, 3, 3), 1, 1),
+    ((8, 64, 8, 8), (64, 64, 3, 3), 1, 1),
+    ((1, 128, 14, 14), (128, 128, 3, 3), 1, 0),
+    ((8, 32, 16, 16), (64, 32, 1, 1), 1, 0),
+    ((2, 3, 64, 64), (24, 3, 5, 5), 2, 2),
+    ((1, 3, 115, 115), (32, 3, 11, 11), 4, 0),
+    ((1, 32, 56, 56), (32, 32, 3, 3), 1, 0),
+    ((4, 32, 16, 16), (48, 32, 3, 3), 2, 1),
+]
+QUICK_LAYERS = [LAYERS[1], LAYERS[3], LAYERS[5], LAYERS[7]]
+TIMING = dict(warmup=1, min_runs=3, max_runs=5, time_budget_s=0.25, contention=1.2, settle_below_s=0.01)
+QUICK_TIMING = dict(warmup=1, min_runs=2, max_runs=3, time_budget_s=0.1, contention=1.1, settle_below_s=0.0)
+
+
+def calibration_layers(quick: bool, dtype: str = "float32") -> list:
+    from ..ops.conv_common import ConvLayer
+    return [ConvLayer.from_shapes(x, w, stride=s, padding=p, dtype=dtype)
+            for x, w, s, p in (QUICK_LAYERS if quick else LAYERS)]
+
+
+def calibrate(device, dtype: str = "float32", quick: bool = False, progress: bool = True) -> dict:
+    """Measure and store this device's calibration; returns what was measured and how long it took."""
+    from tqdm import tqdm
+    from ..errors import NetclError
+    from ..ops import conv2d_planner as planner
+    from ..ops import conv_profile
+    from ..ops.conv_registry import strategies
+    started = time.perf_counter()
+    basics = conv_profile.measure_basics(device, dtype)
+    layers = calibration_layers(quick, dtype)
+    registry = strategies()
+    steps = [(layer, pass_) for layer in layers for pass_ in ("forward", "backward_data", "backward_weight")]
+    rng = np.random.default_rng(0)
+    timings = 0
+    bar = tqdm(steps, desc=f"calibrating conv on {device.name}", unit="pass", disable=not progress, leave=False)
+    for layer, pass_ in bar:
+        found = planner.answers(layer, pass_, device)
+        impls = {a.strategy: registry[a.strategy] for a in found if a.why_not is None}
+        results = planner.time_strategies(impls, layer, pass_, device, rng, **(QUICK_TIMING if quick else TIMING))
+        measured = {name: ms for name, ms in results.items() if not isinstance(ms, NetclError)}
+        terms = {a.strategy: a.terms for a in found if a.terms is not None}
+        conv_profile.record(device, dtype, pass_, measured, terms, layer.signature(), by="netcl tune conv")
+        timings += len(measured)
+    bar.close()
+    seconds = time.perf_counter() - started
+    conv_profile.update(device, dtype, lambda e: e.update(tune_seconds=round(seconds, 1), quick=quick,
+                                                          tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+    planner.clear_memory_cache()
+    profile = conv_profile.device_profile(device, dtype)
+    return {"seconds": round(seconds, 1), "layers": len(layers), "timings": timings, "basics": basics,
+            "coefficients": profile.as_dict()["coefficients"]}
+
+
+def run_cli(args) -> dict:
+    import netcl as nc
+    from ..ops.conv_profile import calibration_summary
+    from . import db
+    device = nc.default_device()
+    quick = bool(getattr(args, "quick", False))
+    quiet = bool(getattr(args, "json", False))
+    log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    log(f"calibrating the conv planner on {device.describe()}{' (quick)' if quick else ''}")
+    result = calibrate(device, "float32", quick, progress=not quiet)
+    log(f"{result['timings']} timings on {result['layers']} layers in {result['seconds']:.0f} s; "
+        f"{calibration_summary(device)}; stored in {db.db_path()}")
+    return {"tuned": "conv", "device": device.describe(), "device_identity": device.identity,
+            "database": str(db.db_path()), **result}
