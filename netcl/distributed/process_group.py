@@ -112,7 +112,13 @@ def _split_cores(local_size: int) -> dict:
     """Set the CPU drivers' thread counts the user left unset, if no OpenCL platform is open yet."""
     from ..runtime import device as device_registry
     if device_registry._devices is not None:
-        return {}  # too late: the drivers have read their variables; they keep all cores
+        if local_size > 1 and not all(name in os.environ for name in THREAD_COUNT_VARIABLES):
+            import warnings
+            warnings.warn(f"init_process_group() came after the first OpenCL call, so the {local_size} ranks on "
+                          f"this node could not split its cores (POCL_MAX_PTHREAD_COUNT is read when the "
+                          f"platform initializes): call it before creating tensors, or set the variable",
+                          RuntimeWarning, stacklevel=3)
+        return {}
     threads = str(cores_per_rank(local_size))
     chosen = {}
     for name in THREAD_COUNT_VARIABLES:
@@ -226,7 +232,7 @@ def _install_excepthook() -> None:
     previous = sys.excepthook
 
     def netcl_excepthook(exc_type, exc, tb):
-        if _group is None or issubclass(exc_type, KeyboardInterrupt) and _group.size == 1:
+        if _group is None or _group.size == 1:
             return previous(exc_type, exc, tb)
         previous(exc_type, exc, tb)  # the traceback first, then the one line every rank's log shows
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
