@@ -22,4 +22,16 @@ def run(args):
         nc.set_default_device(args.device)
     names = TUNABLE if args.name == "all" else (args.name,)
     results = {name: importlib.import_module(f"netcl.tuning.{name}").run_cli(args) for name in names}
+    _record_gemm_rate(results.get("gemm"))
     return results[args.name] if args.name != "all" else {"tuned": "all", **results}
+
+
+def _record_gemm_rate(result) -> None:
+    """The tuned 512^3 float32 rate is the figure `netcl devices --bench` measures: store it the same way,
+    so the default device follows the tuned speed (netcl.runtime.device_figures)."""
+    rate = (((result or {}).get("results") or {}).get("float32/large") or {}).get("rates", {}).get("512x512x512")
+    if isinstance(rate, (int, float)):
+        import netcl as nc
+        from ..runtime.device_figures import store_figures
+        store_figures(nc.default_device(), {"gemm_gflops": float(rate), "gemm_shape": "512x512x512 float32",
+                                            "gemm_params": "user"}, source="netcl tune gemm")
