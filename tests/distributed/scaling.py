@@ -3,7 +3,7 @@
 Each rank trains MODEL (lenet, or resnet20 on 3x32x32) on synthetic batches of B images with SGD; with
 N > 1 the model is wrapped in DistributedDataParallel, with N = 1 it is not (the baseline). Rank 0 prints
 one JSON line: global images/s over the timed steps (after --warmup untimed ones), the mean step time, and
-the mean time each step spent finishing the gradient allreduce after backward. The scaling efficiency of
+per step, the host's waits at the end of backward: for the device's last gradients and for MPI. The scaling efficiency of
 N ranks is their global images/s over N times the images/s of one rank with the same per-rank threads
 (POCL_MAX_PTHREAD_COUNT); `--rounds R` alternates R runs of each and reports the median (docs/distributed.md).
 """
@@ -39,21 +39,11 @@ def measure(model_name: str, batch: int, steps: int, warmup: int) -> dict | None
     rng = np.random.default_rng(rank)
     x = nc.tensor(rng.standard_normal((batch,) + image).astype(np.float32))
     y = nc.tensor(rng.integers(0, 10, batch).astype(np.int64))
-    finishing = 0.0
-    if world > 1:  # time spent in the end-of-backward callback: the allreduce not hidden behind backward
-        finish = model._finish_pass
-
-        def timed_finish():
-            nonlocal finishing
-            started = time.perf_counter()
-            finish()
-            finishing += time.perf_counter() - started
-        model._finish_pass = timed_finish
     for step in range(warmup + steps):
         if step == warmup:
             loss.item()
             nc.distributed.barrier()
-            finishing = 0.0
+            stats_before = dict(getattr(model, "stats", {}))
             start = time.perf_counter()
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
@@ -64,10 +54,12 @@ def measure(model_name: str, batch: int, steps: int, warmup: int) -> dict | None
     seconds = time.perf_counter() - start
     if rank != 0:
         return None
+    waits = {f"{key[:-2]}_ms": 1e3 * (value - stats_before[key]) / steps
+             for key, value in getattr(model, "stats", {}).items() if key.endswith("_s")}
     return {"model": model_name, "ranks": world, "batch_per_rank": batch, "steps": steps,
             "threads_per_rank": os.environ.get("POCL_MAX_PTHREAD_COUNT"),
             "global_images_per_second": world * batch * steps / seconds, "step_ms": 1e3 * seconds / steps,
-            "finish_allreduce_ms": 1e3 * finishing / steps}
+            **waits}
 
 
 def alternate(args) -> dict:
@@ -86,7 +78,8 @@ def alternate(args) -> dict:
             "efficiency_median": statistics.median(efficiencies), "efficiencies": efficiencies,
             "one_rank_images_per_second": [r["global_images_per_second"] for r in runs[1]],
             "n_ranks_images_per_second": [r["global_images_per_second"] for r in runs[args.ranks]],
-            "finish_allreduce_ms": [r["finish_allreduce_ms"] for r in runs[args.ranks]]}
+            "device_wait_ms": [r["device_wait_ms"] for r in runs[args.ranks]],
+            "mpi_wait_ms": [r["mpi_wait_ms"] for r in runs[args.ranks]]}
 
 
 if __name__ == "__main__":
