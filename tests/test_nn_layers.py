@@ -96,7 +96,7 @@ def test_cross_entropy_forward_backward(device, rng, canaries, n, c, reduction):
     logits = rng.uniform(-5, 5, size=(n, c)).astype(np.float32)
     target = rng.integers(0, c, size=n)
     x = nc.tensor(logits, device=device, requires_grad=True)
-    loss = nc.nn.CrossEntropyLoss(reduction)(x, nc.tensor(target, device=device))
+    loss = nc.nn.CrossEntropyLoss(reduction=reduction)(x, nc.tensor(target, device=device))
     ref_loss, ref_grad = cross_entropy_ref(logits, target, reduction)
     assert loss.shape == ()
     assert abs(loss.item() - ref_loss) <= 1e-5 * max(1.0, abs(ref_loss))

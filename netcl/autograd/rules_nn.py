@@ -1,4 +1,5 @@
-"""Backward rules of the layer-level operations: linear, pooling, cross-entropy, dropout.
+"""Backward rules of the layer-level operations: linear, pooling, losses, dropout (batch norm: rules_norm.py;
+activations and softmax: rules_activation.py).
 
 Each rule keeps from forward exactly what its backward needs (the argmax of max pooling, the per-row
 log-sum-exp of the loss, the dropout mask) so backward never recomputes forward.
@@ -51,20 +52,34 @@ class Pool2dFunction(Function):
                 None, None, None, None)
 
 
-class CrossEntropyFunction(Function):
-    """Fused log-softmax + negative log-likelihood of integer targets, reduced by mean or sum."""
+class LossFunction(Function):
+    """Fused cross-entropy (over logits) or negative log-likelihood (over log-probabilities) with class
+    weights, ignore_index, label smoothing and any reduction (netcl.ops.loss.LossOptions)."""
 
     @staticmethod
-    def forward(ctx, logits, target, reduction):
-        from ..ops.loss import cross_entropy_forward
-        loss, lse = cross_entropy_forward(logits, target, reduction)
-        ctx.logits, ctx.target, ctx.lse, ctx.reduction = logits, target, lse, reduction
+    def forward(ctx, x, target, weight, opts):
+        from ..ops.loss import loss_forward
+        loss, saved = loss_forward(x, target, weight, opts)
+        ctx.x, ctx.target, ctx.weight, ctx.saved, ctx.opts = x, target, weight, saved, opts
         return loss
 
     @staticmethod
     def backward(ctx, g):
-        from ..ops.loss import cross_entropy_backward
-        return cross_entropy_backward(g, ctx.logits, ctx.target, ctx.lse, ctx.reduction), None, None
+        from ..ops.loss import loss_backward
+        return loss_backward(g, ctx.x, ctx.target, ctx.weight, ctx.saved, ctx.opts), None, None, None
+
+
+class AdaptiveAvgPool2dFunction(Function):
+    @staticmethod
+    def forward(ctx, x, output_size):
+        from ..ops.pool import adaptive_avg_pool2d_forward
+        ctx.input_shape = x.shape
+        return adaptive_avg_pool2d_forward(x, output_size)
+
+    @staticmethod
+    def backward(ctx, g):
+        from ..ops.pool import adaptive_avg_pool2d_backward
+        return adaptive_avg_pool2d_backward(g, ctx.input_shape), None
 
 
 class DropoutFunction(Function):

@@ -165,8 +165,8 @@ def bench_backward(model, dense, image, x, pixels, batch, repeat, rng, device):
     model.zero_grad()
     dense_all = statistics.median(_train_step(dense, x, labels, every, device) for _ in range(repeat))
     model.zero_grad()
-    from ..nn.layers import CrossEntropyLoss
-    loss_fn = CrossEntropyLoss("sum")
+    from ..nn import CrossEntropyLoss
+    loss_fn = CrossEntropyLoss(reduction="sum")
     patch_s = 0.0
     for start in range(0, len(pixels), batch):
         chunk = pixels[start:start + batch]

@@ -1,4 +1,5 @@
-"""Ready-made models: nc.models.lenet()."""
+"""Ready-made models: nc.models.lenet(), nc.models.resnet8/20/32()."""
 from .lenet import lenet
+from .resnet import BasicBlock, ResNet, resnet8, resnet20, resnet32
 
-__all__ = ["lenet"]
+__all__ = ["lenet", "resnet8", "resnet20", "resnet32", "ResNet", "BasicBlock"]

@@ -1,4 +1,5 @@
-"""The layers: Conv2d, Linear, ReLU, Tanh, MaxPool2d, AvgPool2d, Dropout, Flatten, Sequential, CrossEntropyLoss.
+"""The layers with geometry or parameters: Conv2d, Linear, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Dropout,
+Flatten (activations: activation.py; BatchNorm: normalization.py; losses: loss.py; containers: containers.py).
 
 Constructors validate their arguments (nc.ShapeError names the bad value); forward delegates to
 netcl.nn.functional, so every layer's gradient is defined by one rule in netcl.autograd.
@@ -6,8 +7,6 @@ netcl.nn.functional, so every layer's gradient is defined by one rule in netcl.a
 from __future__ import annotations
 
 import numbers
-from collections import OrderedDict
-
 import numpy as np
 
 from .. import dtypes
@@ -36,6 +35,15 @@ def _positive_int(value, name: str) -> int:
     return int(value)
 
 
+def _one_of(value, pytorch_value, name: str, pytorch_name: str):
+    """Conv2d takes in_ch/out_ch or PyTorch's in_channels/out_channels, once."""
+    if value is not None and pytorch_value is not None:
+        raise ShapeError(f"Conv2d got both {name}={value!r} and {pytorch_name}={pytorch_value!r}")
+    if value is None and pytorch_value is None:
+        raise ShapeError(f"Conv2d needs {name} (or {pytorch_name})")
+    return value if value is not None else pytorch_value
+
+
 class Conv2d(Module):
     """2-D convolution through netcl.ops.conv2d (so every strategy trains).
 
@@ -44,9 +52,13 @@ class Conv2d(Module):
     ``strategy`` forces one convolution algorithm; "auto" lets the planner choose per pass.
     """
 
-    def __init__(self, in_ch, out_ch, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True,
-                 strategy="auto", device=None, dtype=np.float32):
+    def __init__(self, in_ch=None, out_ch=None, kernel_size=None, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, strategy="auto", device=None, dtype=np.float32, *, in_channels=None, out_channels=None):
         super().__init__()
+        in_ch = _one_of(in_ch, in_channels, "in_ch", "in_channels")
+        out_ch = _one_of(out_ch, out_channels, "out_ch", "out_channels")
+        if kernel_size is None:
+            raise ShapeError("Conv2d needs a kernel_size")
         self.in_channels = _positive_int(in_ch, "Conv2d in_ch")
         self.out_channels = _positive_int(out_ch, "Conv2d out_ch")
         self.groups = _positive_int(groups, "Conv2d groups")
@@ -102,16 +114,6 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-class ReLU(Module):
-    def forward(self, x):
-        return x.relu()
-
-
-class Tanh(Module):
-    def forward(self, x):
-        return x.tanh()
-
-
 class _Pool2d(Module):
     op = "max"
 
@@ -152,6 +154,22 @@ class AvgPool2d(_Pool2d):
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.count_include_pad)
 
 
+class AdaptiveAvgPool2d(Module):
+    """Average over adaptive bins: output (N, C, Ho, Wo) for any input size; bin i of an axis of size H spans
+    [floor(i·H/Ho), ceil((i+1)·H/Ho)). ``output_size`` is an int or an (h, w) pair (None keeps that axis);
+    1 is the global average pool."""
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+
 class Dropout(Module):
     """Zeroes elements with probability p while training (scaling the rest by 1/(1−p)); identity in eval.
 
@@ -173,7 +191,7 @@ class Dropout(Module):
             return x
         seed = (self.seed * 0x9E3779B97F4A7C15 + self.calls) & (2**63 - 1)
         self.calls += 1
-        return F.dropout(x, self.p, True, seed)
+        return F.dropout(x, self.p, True, seed=seed)
 
     def extra_repr(self):
         return f"p={self.p}"
@@ -189,70 +207,3 @@ class Flatten(Module):
     def forward(self, x):
         start = self.start_dim % max(x.ndim, 1)
         return x.reshape(x.shape[:start] + (-1,))
-
-
-class Sequential(Module):
-    """Modules applied in order; built from modules (named "0", "1", ...) or from an OrderedDict of names."""
-
-    def __init__(self, *modules):
-        super().__init__()
-        if len(modules) == 1 and isinstance(modules[0], (OrderedDict, dict)):
-            items = list(modules[0].items())
-        else:
-            items = [(str(i), m) for i, m in enumerate(modules)]
-        for name, module in items:
-            if not isinstance(module, Module):
-                raise TypeError(f"Sequential takes Modules, got {type(module).__name__} for {name!r}")
-            setattr(self, name, module)
-
-    def forward(self, x):
-        modules = list(self._modules.values())
-        k = 0
-        while k < len(modules):
-            module = modules[k]
-            following = modules[k + 1] if k + 1 < len(modules) else None
-            if type(module) is ReLU and type(following) is MaxPool2d:
-                # relu then max-pool == max-pool of relu in one kernel: the same values and gradients
-                # without two passes over the larger activation
-                x = following.forward(x, fused_relu=True)
-                k += 2
-                continue
-            x = module(x)
-            k += 1
-        return x
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def __getitem__(self, index):
-        items = list(self._modules.items())
-        if isinstance(index, slice):
-            return Sequential(OrderedDict(items[index]))
-        if isinstance(index, str):
-            return self._modules[index]
-        return items[index][1]
-
-    def named_layers(self):
-        return list(self._modules.items())
-
-
-class CrossEntropyLoss(Module):
-    """Fused, numerically stable log-softmax + negative log-likelihood.
-
-    Shape: logits (N, C) and integer targets (N,) -> a 0-d loss (mean over N, or sum).
-    """
-
-    def __init__(self, reduction="mean"):
-        super().__init__()
-        if reduction not in ("mean", "sum"):
-            raise ShapeError(f"CrossEntropyLoss reduction must be 'mean' or 'sum', got {reduction!r}")
-        self.reduction = reduction
-
-    def forward(self, logits, target):
-        return F.cross_entropy(logits, target, self.reduction)
-
-    def extra_repr(self):
-        return f"reduction={self.reduction!r}"

@@ -107,11 +107,28 @@ class Module:
     def parameters(self, recurse: bool = True):
         return [p for _, p in self.named_parameters(recurse=recurse)]
 
-    def named_buffers(self):
-        for module_name, module in self.named_modules():
+    def named_buffers(self, prefix: str = "", recurse: bool = True):
+        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for module_name, module in modules:
             for name, b in module._buffers.items():
                 if b is not None:
                     yield (f"{module_name}.{name}" if module_name else name), b
+
+    def buffers(self, recurse: bool = True):
+        return [b for _, b in self.named_buffers(recurse=recurse)]
+
+    def to(self, device) -> "Module":
+        """Move every parameter and buffer (and existing gradients) to ``device`` (a Device or a selector);
+        returns self. Parameters stay leaves that require grad, so build optimizers after moving."""
+        from ..runtime.device import resolve_device
+        target = resolve_device(device)
+        for module in self.modules():
+            for kind in ("_parameters", "_buffers"):
+                registry = module.__dict__[kind]
+                for name, t in list(registry.items()):
+                    if t is not None and t.device is not target:
+                        registry[name] = _moved(t, target, kind == "_parameters")
+        return self
 
     def apply(self, fn):
         for m in self.modules():
@@ -190,3 +207,17 @@ class Module:
             lines.append(f"  ({name}): {body}")
         lines.append(")")
         return "\n".join(lines)
+
+
+def _moved(t: Tensor, device, parameter: bool) -> Tensor:
+    """A detached copy of t on device (through Tensor.to where it exists, else through the host)."""
+    to = getattr(Tensor, "to", None)
+    copy = t.detach().to(device) if to is not None else Tensor.from_host(t.to_host(), device)
+    if t.grad is not None:
+        copy_grad = t.grad.to(device) if to is not None else Tensor.from_host(t.grad.to_host(), device)
+    else:
+        copy_grad = None
+    if parameter:
+        copy.requires_grad_(True)
+        copy.grad = copy_grad
+    return copy

@@ -1,6 +1,13 @@
-"""Fused, numerically stable cross-entropy over logits (kernels/loss.cl); the autograd rule is in
-netcl.autograd.rules_nn and the layer is netcl.nn.CrossEntropyLoss."""
+"""Fused cross-entropy and negative log-likelihood (kernels/loss.cl) with PyTorch's options: class weights,
+ignore_index, reduction "mean" | "sum" | "none", label smoothing. The autograd rule is in
+netcl.autograd.rules_nn; the layers are netcl.nn.CrossEntropyLoss and NLLLoss.
+
+Each call is one forward and one backward launch; options that are off compile out of the kernel, so the
+plain case (LeNet's) runs the same code as before they existed.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -10,56 +17,100 @@ from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
 
 LOCAL = 64
-REDUCTIONS = ("mean", "sum")
+REDUCTIONS = ("mean", "sum", "none")
 
 
-def _check(logits: Tensor, target: Tensor, reduction: str):
-    if not isinstance(logits, Tensor) or not isinstance(target, Tensor):
-        raise DTypeError("cross_entropy takes netcl Tensors (logits, target), got "
-                         f"{type(logits).__name__} and {type(target).__name__}")
-    dtypes.require_float(logits.dtype, "cross_entropy logits")
+@dataclass(frozen=True)
+class LossOptions:
+    mode: str = "ce"               # "ce" over logits, "nll" over log-probabilities
+    reduction: str = "mean"
+    ignore_index: int = -100
+    label_smoothing: float = 0.0
+
+    def check(self) -> "LossOptions":
+        if self.reduction not in REDUCTIONS:
+            raise ShapeError(f"reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
+        if not 0.0 <= self.label_smoothing <= 1.0:
+            raise ShapeError(f"label_smoothing must be in [0, 1], got {self.label_smoothing}")
+        if self.mode == "nll" and self.label_smoothing:
+            raise ShapeError("nll_loss has no label smoothing")
+        return self
+
+
+def _check(x: Tensor, target: Tensor, weight: Tensor | None, what: str):
+    if not isinstance(x, Tensor) or not isinstance(target, Tensor):
+        raise DTypeError(f"{what} takes netcl Tensors (input, target), got {type(x).__name__} and "
+                         f"{type(target).__name__}")
+    dtypes.require_float(x.dtype, f"{what} input")
     if target.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
-        raise DTypeError(f"cross_entropy targets must be int32 or int64 class indices, got {target.dtype}")
-    if logits.ndim != 2 or target.ndim != 1 or target.shape[0] != logits.shape[0]:
-        raise ShapeError(f"cross_entropy expects logits (N, C) and targets (N,), got {logits.shape} and {target.shape}")
-    if logits.shape[0] == 0 or logits.shape[1] == 0:
-        raise ShapeError(f"cross_entropy needs at least one row and one class, got logits {logits.shape}")
-    if reduction not in REDUCTIONS:
-        raise ShapeError(f"cross_entropy reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    logits.same_device(target, "cross_entropy")
-    return (logits if logits.is_contiguous() else logits.contiguous(),
-            target if target.is_contiguous() else target.contiguous())
+        raise DTypeError(f"{what} targets must be int32 or int64 class indices, got {target.dtype}")
+    if x.ndim != 2 or target.ndim != 1 or target.shape[0] != x.shape[0]:
+        raise ShapeError(f"{what} expects input (N, C) and targets (N,), got {x.shape} and {target.shape}")
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise ShapeError(f"{what} needs at least one row and one class, got input {x.shape}")
+    x.same_device(target, what)
+    if weight is not None:
+        if not isinstance(weight, Tensor) or weight.shape != (x.shape[1],) or weight.dtype != x.dtype:
+            raise ShapeError(f"{what} weight must be a {x.dtype} tensor of shape ({x.shape[1]},), got "
+                             f"{getattr(weight, 'shape', type(weight).__name__)} {getattr(weight, 'dtype', '')}")
+        x.same_device(weight, what)
+        weight = weight if weight.is_contiguous() else weight.contiguous()
+    return (x if x.is_contiguous() else x.contiguous(),
+            target if target.is_contiguous() else target.contiguous(), weight)
 
 
-def _scale(n: int, reduction: str) -> float:
-    return 1.0 / n if reduction == "mean" else 1.0
+def _params(x: Tensor, target: Tensor, weight, opts: LossOptions) -> dict:
+    return dict(T=dtypes.c_type(x.dtype), TI=dtypes.c_type(target.dtype), LOCAL=LOCAL, MODE=opts.mode,
+                WEIGHTED=weight is not None, SMOOTH=opts.label_smoothing > 0, REDUCTION=opts.reduction)
+
+
+def loss_forward(x: Tensor, target: Tensor, weight: Tensor | None = None, opts: LossOptions = LossOptions()):
+    """(loss, saved): loss is 0-d (mean, sum) or (N,) (none); ``saved`` = (lse, aux) for loss_backward."""
+    opts = opts.check()
+    what = "cross_entropy" if opts.mode == "ce" else "nll_loss"
+    x, target, weight = _check(x, target, weight, what)
+    n, c = x.shape
+    out_shape = (n,) if opts.reduction == "none" else ()
+    loss = Tensor.empty(out_shape, x.dtype, x.device)
+    lse = Tensor.empty((n,), x.dtype, x.device) if opts.mode == "ce" else None
+    aux = Tensor.empty((2,), x.dtype, x.device)
+    rows = loss if opts.reduction == "none" else x
+    w_buf, w_off = (weight.buffer, weight.offset) if weight is not None else (x.buffer, 0)
+    lse_buf, lse_off = (lse.buffer, lse.offset) if lse is not None else (aux.buffer, aux.offset)
+    kernel = get_kernel(x.device, "loss.cl", "ce_forward", **_params(x, target, weight, opts))
+    launch(x.device, kernel, (LOCAL,), (LOCAL,), x.buffer, np.int64(x.offset), target.buffer,
+           np.int64(target.offset), w_buf, np.int64(w_off), lse_buf, np.int64(lse_off), rows.buffer,
+           np.int64(rows.offset if opts.reduction == "none" else 0), aux.buffer, np.int64(aux.offset),
+           loss.buffer, np.int64(loss.offset),
+           np.int32(n), np.int32(c), np.int64(opts.ignore_index), x.dtype.type(opts.label_smoothing))
+    return loss, (lse, aux)
+
+
+def loss_backward(grad_loss: Tensor, x: Tensor, target: Tensor, weight: Tensor | None, saved,
+                  opts: LossOptions = LossOptions()) -> Tensor:
+    """d loss / d x for an upstream gradient of the loss's shape."""
+    what = "cross_entropy" if opts.mode == "ce" else "nll_loss"
+    x, target, weight = _check(x, target, weight, what)
+    lse, aux = saved
+    n, c = x.shape
+    grad_loss = grad_loss if grad_loss.is_contiguous() else grad_loss.contiguous()
+    gx = Tensor.empty((n, c), x.dtype, x.device)
+    w_buf, w_off = (weight.buffer, weight.offset) if weight is not None else (x.buffer, 0)
+    lse_buf, lse_off = (lse.buffer, lse.offset) if lse is not None else (aux.buffer, aux.offset)
+    kernel = get_kernel(x.device, "loss.cl", "ce_backward", **_params(x, target, weight, opts))
+    launch(x.device, kernel, (n * c,), local_size_1d(x.device, n * c), x.buffer, np.int64(x.offset),
+           target.buffer, np.int64(target.offset), w_buf, np.int64(w_off), lse_buf, np.int64(lse_off), aux.buffer,
+           np.int64(aux.offset), grad_loss.buffer, np.int64(grad_loss.offset), gx.buffer, np.int64(gx.offset),
+           np.int32(n), np.int32(c), np.int64(opts.ignore_index), x.dtype.type(opts.label_smoothing))
+    return gx
 
 
 def cross_entropy_forward(logits: Tensor, target: Tensor, reduction: str = "mean"):
-    """(loss as a 0-d tensor, per-row log-sum-exp kept for backward). Out-of-range targets give NaN."""
-    logits, target = _check(logits, target, reduction)
-    n, c = logits.shape
-    loss = Tensor.empty((), logits.dtype, logits.device)
-    lse = Tensor.empty((n,), logits.dtype, logits.device)
-    kernel = get_kernel(logits.device, "loss.cl", "ce_forward", T=dtypes.c_type(logits.dtype),
-                        TI=dtypes.c_type(target.dtype), LOCAL=LOCAL)
-    launch(logits.device, kernel, (LOCAL,), (LOCAL,), logits.buffer, np.int64(logits.offset), target.buffer,
-           np.int64(target.offset), lse.buffer, np.int64(lse.offset), loss.buffer, np.int64(loss.offset),
-           np.int32(n), np.int32(c), logits.dtype.type(_scale(n, reduction)))
-    return loss, lse
+    """The plain loss (no weights, smoothing or ignored rows but PyTorch's default ignore_index -100):
+    (loss, saved) as loss_forward."""
+    return loss_forward(logits, target, None, LossOptions("ce", reduction))
 
 
-def cross_entropy_backward(grad_loss: Tensor, logits: Tensor, target: Tensor, lse: Tensor,
+def cross_entropy_backward(grad_loss: Tensor, logits: Tensor, target: Tensor, saved,
                            reduction: str = "mean") -> Tensor:
-    """d loss / d logits = grad_loss * scale * (softmax(logits) - onehot(target))."""
-    logits, target = _check(logits, target, reduction)
-    n, c = logits.shape
-    grad_loss = grad_loss if grad_loss.is_contiguous() else grad_loss.contiguous()
-    gx = Tensor.empty((n, c), logits.dtype, logits.device)
-    kernel = get_kernel(logits.device, "loss.cl", "ce_backward", T=dtypes.c_type(logits.dtype),
-                        TI=dtypes.c_type(target.dtype), LOCAL=LOCAL)
-    launch(logits.device, kernel, (n * c,), local_size_1d(logits.device, n * c), logits.buffer,
-           np.int64(logits.offset), target.buffer, np.int64(target.offset), lse.buffer, np.int64(lse.offset),
-           grad_loss.buffer, np.int64(grad_loss.offset), gx.buffer, np.int64(gx.offset), np.int32(n), np.int32(c),
-           logits.dtype.type(_scale(n, reduction)))
-    return gx
+    return loss_backward(grad_loss, logits, target, None, saved, LossOptions("ce", reduction))

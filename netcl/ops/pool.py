@@ -149,3 +149,46 @@ def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, dilation=
 def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, count_include_pad=True):
     g = PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation)
     return pool_forward(x, g, "avg", count_include_pad)[0]
+
+
+def adaptive_output_size(input_shape, output_size) -> tuple[int, int]:
+    """(Ho, Wo) from AdaptiveAvgPool2d's output_size: an int, or a pair whose None entries keep the input's size."""
+    if len(input_shape) != 4 or any(d <= 0 for d in input_shape):
+        raise ShapeError(f"adaptive_avg_pool2d expects a non-empty 4-D (N, C, H, W) input, got shape "
+                         f"{tuple(input_shape)}")
+    pair_ = (output_size, output_size) if not isinstance(output_size, (tuple, list)) else tuple(output_size)
+    if len(pair_) != 2:
+        raise ShapeError(f"adaptive_avg_pool2d output_size must be an int or a pair, got {output_size!r}")
+    out = tuple(int(input_shape[2 + k]) if s is None else s for k, s in enumerate(pair_))
+    if any(not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s <= 0 for s in out):
+        raise ShapeError(f"adaptive_avg_pool2d output_size must be positive ints, got {output_size!r}")
+    return int(out[0]), int(out[1])
+
+
+def _adaptive_kernel(x: Tensor, name: str, out_hw):
+    return get_kernel(x.device, "adaptive_pool.cl", name, T=dtypes.c_type(x.dtype), GLOBAL=tuple(out_hw) == (1, 1))
+
+
+def adaptive_avg_pool2d_forward(x: Tensor, output_size) -> Tensor:
+    x = _check_input(x, "adaptive_avg_pool2d")
+    ho, wo = adaptive_output_size(x.shape, output_size)
+    n, c, h, w = x.shape
+    y = Tensor.empty((n, c, ho, wo), x.dtype, x.device)
+    launch(x.device, _adaptive_kernel(x, "adaptive_avg_forward", (ho, wo)), (ho * wo, n * c),
+           (1, 64) if ho * wo == 1 else (min(ho * wo, 64), 1), x.buffer, np.int64(x.offset), y.buffer,
+           np.int64(y.offset), np.int32(n * c), np.int32(h), np.int32(w), np.int32(ho), np.int32(wo))
+    return y
+
+
+def adaptive_avg_pool2d_backward(grad_y: Tensor, input_shape) -> Tensor:
+    grad_y = _check_input(grad_y, "adaptive_avg_pool2d backward")
+    n, c, h, w = input_shape
+    if grad_y.ndim != 4 or grad_y.shape[:2] != (n, c):
+        raise ShapeError(f"adaptive_avg_pool2d backward: gradient of shape {grad_y.shape} does not fit input "
+                         f"{tuple(input_shape)}")
+    ho, wo = grad_y.shape[2:]
+    gx = Tensor.empty(tuple(input_shape), grad_y.dtype, grad_y.device)
+    launch(grad_y.device, _adaptive_kernel(grad_y, "adaptive_avg_backward", (ho, wo)), (h * w, n * c),
+           (min(h * w, 64), 1), grad_y.buffer, np.int64(grad_y.offset), gx.buffer, np.int64(gx.offset),
+           np.int32(n * c), np.int32(h), np.int32(w), np.int32(ho), np.int32(wo))
+    return gx

@@ -1,0 +1,219 @@
+<%doc>
+Batch normalization over channels: x viewed as (N, C, L) contiguous from its offset (L = H*W for
+BatchNorm2d, L = 1 or the length for BatchNorm1d). M = N*L values per channel.
+
+Forward (two kernels):
+  bn_stats     one work-group per channel: mean and the biased variance (two passes over the channel, so
+               the variance never suffers the cancellation of E[x^2] - E[x]^2); with UPDATE_RUNNING it also
+               moves the running statistics:
+                 factor = CUMULATIVE ? 1 / (num_batches_tracked + 1) : momentum
+                 running_mean = (1 - factor) running_mean + factor mean
+                 running_var  = (1 - factor) running_var  + factor var * M / (M - 1)   (unbiased)
+               It only reads num_batches_tracked; bn_apply's COUNT increments it afterwards (the groups of
+               bn_stats run in no fixed order, so none of them can both read and write it).
+  bn_apply     one work-item per element, global (L, N*C):
+                 z = (x - mean[c]) * rsqrt(var[c] + eps) * weight[c] + bias[c]  (+ r)   ;  y = RELU ? max(z, 0) : z
+               mean/var are the batch statistics in training and the running ones in eval.
+Backward (two kernels), with dz = RELU ? (y > 0 ? dy : 0) : dy (the mask comes from the saved output y):
+  bn_backward_reduce  one work-group per channel: grad_bias[c] = sum dz, grad_weight[c] = sum dz * xhat
+  bn_backward_apply   one work-item per element:
+                 BATCH_STATS: dx = weight[c] * invstd * (dz - (sum dz + xhat * sum dz*xhat) / M)
+                 else (running statistics are constants): dx = dz * weight[c] * invstd
+               and with RESIDUAL it also writes dr = dz (the gradient of the residual input).
+
+Reduction geometry (bn_stats, bn_backward_reduce): the LOCAL items of a group cover `lanes` consecutive
+elements of a row (lanes = min(L, LOCAL), a runtime argument) times LOCAL / lanes rows, so consecutive
+items read consecutive addresses and no item divides an index per element.
+
+Template parameters (all have defaults):
+  T               C element type of x, y, the statistics and the parameters         (default "float")
+  ACC             C type of the accumulators                                          (default "float")
+  LOCAL           work-group size of the per-channel reductions, a power of two       (default 64)
+  AFFINE          weight and bias are applied (else weight 1, bias 0)                 (default True)
+  RELU            fuse a ReLU after the normalization (forward and backward)          (default False)
+  RESIDUAL        add a residual input r before the ReLU (z = bn(x) + r)              (default False)
+  UPDATE_RUNNING  bn_stats moves running_mean / running_var                           (default False)
+  CUMULATIVE      momentum=None: the factor is 1 / (num_batches_tracked + 1)          (default False)
+  COUNT           bn_apply's item 0 increments num_batches_tracked                    (default False)
+  BATCH_STATS     backward through batch statistics (training) or constants (eval)   (default True)
+</%doc>
+<%page args="T='float', ACC='float', LOCAL=64, AFFINE=True, RELU=False, RESIDUAL=False, UPDATE_RUNNING=False, CUMULATIVE=False, COUNT=False, BATCH_STATS=True"/>
+% if T == 'double' or ACC == 'double':
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+% endif
+
+<%def name="tree_sum(buf)">
+    for (int span = ${LOCAL // 2}; span > 0; span >>= 1) {
+        if (l < span) ${buf}[l] += ${buf}[l + span];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+</%def>
+
+/* Visit every element of channel c: `body` sees the element's index `i`. */
+<%def name="channel_loop(body)">
+    {
+        const int row0 = l / lanes, col0 = l % lanes, rows_per_step = ${LOCAL} / lanes;
+        if (row0 < rows_per_step) {
+            for (int n = row0; n < N; n += rows_per_step) {
+                const long base = ((long) n * C + c) * L;
+                for (int j = col0; j < L; j += lanes) {
+                    const long i = base + j;
+                    ${body}
+                }
+            }
+        }
+    }
+</%def>
+
+__kernel __attribute__((reqd_work_group_size(${LOCAL}, 1, 1)))
+void bn_stats(
+    __global const ${T}* x, const long x_off,
+    __global ${T}* mean, const long mean_off, __global ${T}* var, const long var_off,
+    __global ${T}* running_mean, const long rm_off, __global ${T}* running_var, const long rv_off,
+    __global const long* num_batches_tracked, const long nbt_off,
+    const int N, const int C, const int L, const int lanes, const ${T} momentum)
+{
+    __local ${ACC} partial[${LOCAL}];
+    const int l = get_local_id(0);
+    const int c = get_group_id(0);
+    const long M = (long) N * L;
+    __global const ${T}* xs = x + x_off;
+
+    ${ACC} acc = 0;
+    ${channel_loop("acc += (" + ACC + ") xs[i];")}
+    partial[l] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ${tree_sum("partial")}
+    const ${ACC} mu = partial[0] / (${ACC}) M;
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    acc = 0;
+    ${channel_loop("const " + ACC + " d = (" + ACC + ") xs[i] - mu; acc += d * d;")}
+    partial[l] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ${tree_sum("partial")}
+    if (l == 0) {
+        const ${ACC} biased = partial[0] / (${ACC}) M;
+        mean[mean_off + c] = (${T}) mu;
+        var[var_off + c] = (${T}) biased;
+% if UPDATE_RUNNING:
+  % if CUMULATIVE:
+        const ${ACC} factor = (${ACC}) 1 / (${ACC}) (num_batches_tracked[nbt_off] + 1);
+  % else:
+        const ${ACC} factor = (${ACC}) momentum;
+  % endif
+        const ${ACC} unbiased = partial[0] / (${ACC}) (M - 1);
+        running_mean[rm_off + c] = (${T}) ((1 - factor) * (${ACC}) running_mean[rm_off + c] + factor * mu);
+        running_var[rv_off + c] = (${T}) ((1 - factor) * (${ACC}) running_var[rv_off + c] + factor * unbiased);
+% endif
+    }
+}
+
+/* The per-channel constants of element `plane` (= n*C + c): invstd and the affine weight and bias. */
+<%def name="channel_constants()">
+    const int c = (int) (plane % C);
+    const ${T} mu = mean[mean_off + c];
+    const ${T} invstd = rsqrt(var[var_off + c] + eps);
+% if AFFINE:
+    const ${T} gamma = weight[w_off + c], beta = bias[b_off + c];
+% else:
+    const ${T} gamma = (${T}) 1, beta = (${T}) 0;
+% endif
+</%def>
+
+__kernel void bn_apply(
+    __global const ${T}* x, const long x_off,
+    __global const ${T}* r, const long r_off,
+    __global ${T}* y, const long y_off,
+    __global const ${T}* mean, const long mean_off, __global const ${T}* var, const long var_off,
+    __global const ${T}* weight, const long w_off, __global const ${T}* bias, const long b_off,
+    __global long* num_batches_tracked, const long nbt_off,
+    const int NC, const int C, const int L, const ${T} eps)
+{
+    const int j = get_global_id(0);
+    const long plane = get_global_id(1);
+% if COUNT:
+    if (j == 0 && plane == 0) num_batches_tracked[nbt_off] += 1;
+% endif
+    if (j >= L || plane >= NC) return;
+    ${channel_constants()}
+    const long i = plane * L + j;
+    ${T} z = (x[x_off + i] - mu) * invstd * gamma + beta;
+% if RESIDUAL:
+    z += r[r_off + i];
+% endif
+% if RELU:
+    z = z > (${T}) 0 ? z : (${T}) 0;
+% endif
+    y[y_off + i] = z;
+}
+
+/* dz of element i: the upstream gradient, masked by the fused ReLU's output. */
+<%def name="masked_grad(i)">
+% if RELU:
+(y[y_off + ${i}] > (${T}) 0 ? dy[dy_off + ${i}] : (${T}) 0)
+% else:
+dy[dy_off + ${i}]
+% endif
+</%def>
+
+__kernel __attribute__((reqd_work_group_size(${LOCAL}, 1, 1)))
+void bn_backward_reduce(
+    __global const ${T}* x, const long x_off,
+    __global const ${T}* y, const long y_off,
+    __global const ${T}* dy, const long dy_off,
+    __global const ${T}* mean, const long mean_off, __global const ${T}* var, const long var_off,
+    __global ${T}* grad_weight, const long gw_off, __global ${T}* grad_bias, const long gb_off,
+    const int N, const int C, const int L, const int lanes, const ${T} eps)
+{
+    __local ${ACC} sum_dz[${LOCAL}];
+    __local ${ACC} sum_dz_xmu[${LOCAL}];
+    const int l = get_local_id(0);
+    const int c = get_group_id(0);
+    const ${ACC} mu = (${ACC}) mean[mean_off + c];
+    ${ACC} a = 0, b = 0;
+    ${channel_loop("const " + ACC + " dz = (" + ACC + ") " + capture(masked_grad, "i").strip() + "; a += dz; b += dz * ((" + ACC + ") x[x_off + i] - mu);")}
+    sum_dz[l] = a;
+    sum_dz_xmu[l] = b;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int span = ${LOCAL // 2}; span > 0; span >>= 1) {
+        if (l < span) {
+            sum_dz[l] += sum_dz[l + span];
+            sum_dz_xmu[l] += sum_dz_xmu[l + span];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (l == 0) {
+        grad_bias[gb_off + c] = (${T}) sum_dz[0];
+        grad_weight[gw_off + c] = (${T}) (sum_dz_xmu[0] * (${ACC}) rsqrt(var[var_off + c] + eps));
+    }
+}
+
+__kernel void bn_backward_apply(
+    __global const ${T}* x, const long x_off,
+    __global const ${T}* y, const long y_off,
+    __global const ${T}* dy, const long dy_off,
+    __global const ${T}* mean, const long mean_off, __global const ${T}* var, const long var_off,
+    __global const ${T}* weight, const long w_off, __global const ${T}* bias, const long b_off,
+    __global const ${T}* sum_dz_xhat, const long sx_off, __global const ${T}* sum_dz, const long sd_off,
+    __global ${T}* dx, const long dx_off,
+    __global ${T}* dr, const long dr_off,
+    const int NC, const int C, const int L, const long M, const ${T} eps)
+{
+    const int j = get_global_id(0);
+    const long plane = get_global_id(1);
+    if (j >= L || plane >= NC) return;
+    ${channel_constants()}
+    const long i = plane * L + j;
+    const ${T} dz = ${masked_grad("i")};
+% if RESIDUAL:
+    dr[dr_off + i] = dz;
+% endif
+% if BATCH_STATS:
+    const ${T} xhat = (x[x_off + i] - mu) * invstd;
+    const ${T} inv_m = (${T}) 1 / (${T}) M;
+    dx[dx_off + i] = gamma * invstd * (dz - (sum_dz[sd_off + c] + xhat * sum_dz_xhat[sx_off + c]) * inv_m);
+% else:
+    dx[dx_off + i] = dz * gamma * invstd;
+% endif
+}

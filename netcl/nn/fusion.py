@@ -1,0 +1,107 @@
+"""Layer fusion: ONE table of patterns of consecutive steps -> one fused functional call.
+
+``run(steps, x)`` applies a chain of steps (modules, or ``Residual(shortcut)`` for a residual add) to x;
+at each position the first table entry whose pattern matches the next steps, and whose condition holds
+(train/eval), runs them as one call. Sequential.forward and ResNet's BasicBlock both go through it, so
+LeNet's ReLU + max-pool and the ResNet's BN + ReLU and residual add + ReLU share one mechanism.
+
+Every fused call computes what the unfused steps compute (up to float rounding), gradients included:
+  Conv2d, BatchNorm2d [, Residual], ReLU     eval: BN folded into the convolution's weights and bias
+                                            (nn.utils.fold_conv_bn), then relu or add + relu (one kernel)
+  Conv2d, BatchNorm2d                       eval: the folded convolution alone
+  BatchNorm, Residual, ReLU                 relu(bn(x) + shortcut): one apply kernel (backward: two)
+  BatchNorm, ReLU                           relu(bn(x)): one apply kernel
+  Residual, ReLU                            relu(x + shortcut): one kernel (F.add_relu)
+  ReLU, MaxPool2d                           max_pool2d(relu(x)): one pooling kernel
+Only exact types match (a subclass may override forward), and a module called on its own is unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from . import functional as F
+from .activation import ReLU
+from .layers import Conv2d, MaxPool2d
+from .normalization import BatchNorm1d, BatchNorm2d
+from .utils import fold_conv_bn
+
+
+class Residual:
+    """A chain step adding ``shortcut`` to the running value (a residual connection)."""
+
+    def __init__(self, shortcut):
+        self.shortcut = shortcut
+
+    def __call__(self, x):
+        return x + self.shortcut
+
+
+@dataclass(frozen=True)
+class Fusion:
+    name: str
+    pattern: tuple[tuple[type, ...], ...]     # allowed exact types per position
+    applies: Callable[[Sequence], bool]       # a condition on the matched steps (e.g. eval mode)
+    run: Callable[[Sequence, object], object]  # (matched steps, x) -> output
+
+    def matches(self, steps: Sequence) -> bool:
+        return (len(steps) >= len(self.pattern)
+                and all(type(s) in allowed for s, allowed in zip(steps, self.pattern))
+                and self.applies(steps[:len(self.pattern)]))
+
+
+_BN = (BatchNorm1d, BatchNorm2d)
+
+
+def _foldable(steps) -> bool:
+    conv, bn = steps[0], steps[1]
+    return not bn.uses_batch_stats() and bn.num_features == conv.out_channels and not conv.training
+
+
+def _folded_conv(conv: Conv2d, bn, x):
+    weight, bias = fold_conv_bn(conv, bn)
+    return F.conv2d(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups, conv.strategy)
+
+
+def _always(steps) -> bool:
+    return True
+
+
+FUSIONS: tuple[Fusion, ...] = (
+    Fusion("conv+bn+residual+relu (eval: folded)", ((Conv2d,), (BatchNorm2d,), (Residual,), (ReLU,)), _foldable,
+           lambda s, x: F.add_relu(_folded_conv(s[0], s[1], x), s[2].shortcut)),
+    Fusion("conv+bn+relu (eval: folded)", ((Conv2d,), (BatchNorm2d,), (ReLU,)), _foldable,
+           lambda s, x: _folded_conv(s[0], s[1], x).relu()),
+    Fusion("conv+bn (eval: folded)", ((Conv2d,), (BatchNorm2d,)), _foldable,
+           lambda s, x: _folded_conv(s[0], s[1], x)),
+    Fusion("bn+residual+relu", (_BN, (Residual,), (ReLU,)), _always,
+           lambda s, x: s[0](x, relu=True, residual=s[1].shortcut)),
+    Fusion("bn+relu", (_BN, (ReLU,)), _always, lambda s, x: s[0](x, relu=True)),
+    Fusion("residual+relu", ((Residual,), (ReLU,)), _always, lambda s, x: F.add_relu(x, s[0].shortcut)),
+    Fusion("relu+maxpool", ((ReLU,), (MaxPool2d,)), _always, lambda s, x: s[1](x, fused_relu=True)),
+)
+
+
+def plan(steps: Sequence) -> list[tuple[str | None, Sequence]]:
+    """How ``run`` groups the steps: (fusion name or None, steps) in order (for tests and explanations)."""
+    groups, k = [], 0
+    while k < len(steps):
+        fusion = next((f for f in FUSIONS if f.matches(steps[k:])), None)
+        width = len(fusion.pattern) if fusion else 1
+        groups.append((fusion.name if fusion else None, steps[k:k + width]))
+        k += width
+    return groups
+
+
+def run(steps: Sequence, x):
+    """Apply the chain of steps to x, fusing every run of steps that a FUSIONS entry covers."""
+    k = 0
+    while k < len(steps):
+        fusion = next((f for f in FUSIONS if f.matches(steps[k:])), None)
+        if fusion is None:
+            x = steps[k](x)
+            k += 1
+        else:
+            x = fusion.run(steps[k:k + len(fusion.pattern)], x)
+            k += len(fusion.pattern)
+    return x

@@ -1,0 +1,176 @@
+"""Batch normalization as fused kernels (kernels/batchnorm.cl): two launches forward, two backward.
+
+Forward: ``batch_norm_stats`` (per-channel mean and biased variance, moving the running statistics in the
+same kernel) then ``batch_norm_apply`` (normalize, scale, shift, optionally add a residual and apply a
+ReLU). Backward: ``batch_norm_backward`` (one per-channel reduction of sum dz and sum dz·x̂, which are also
+the bias and weight gradients, then one elementwise kernel for dx and the residual's gradient).
+The input is viewed as (N, C, L): L = H·W for BatchNorm2d, the length (or 1) for BatchNorm1d.
+The differentiable entry point is netcl.nn.functional.batch_norm.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import DTypeError, ShapeError
+from ..runtime.kernels import get_kernel, launch
+from ..tensor import Tensor
+
+REDUCE_LOCAL = 64
+
+
+def _reduce_local(device) -> int:
+    return min(REDUCE_LOCAL, 1 << (device.max_work_group_size.bit_length() - 1))
+
+
+def _contiguous(t: Tensor) -> Tensor:
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def channel_view(x: Tensor, what: str = "batch_norm") -> tuple[int, int, int]:
+    """(N, C, L) of an input of shape (N, C, *spatial)."""
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{what}: input must be a netcl Tensor, got {type(x).__name__}")
+    if x.ndim < 2:
+        raise ShapeError(f"{what}: expected an input of shape (N, C, ...), got {x.shape}")
+    dtypes.require_float(x.dtype, what)
+    n, c, length = x.shape[0], x.shape[1], math.prod(x.shape[2:])
+    if x.size >= 2 ** 31:
+        raise ShapeError(f"{what}: {x.size:,} elements exceed the kernel's 32-bit indexing")
+    return n, c, length
+
+
+def _check_channel_tensor(t: Tensor | None, x: Tensor, name: str, what: str) -> None:
+    if t is None:
+        return
+    if not isinstance(t, Tensor):
+        raise DTypeError(f"{what}: {name} must be a netcl Tensor, got {type(t).__name__}")
+    if t.shape != (x.shape[1],):
+        raise ShapeError(f"{what}: {name} of shape {t.shape} does not match the {x.shape[1]} channels of input "
+                         f"{x.shape}")
+    if t.dtype != x.dtype:
+        raise DTypeError(f"{what}: {name} is {t.dtype} but the input is {x.dtype}")
+    x.same_device(t, what)
+
+
+def _variant(x: Tensor, **flags) -> dict:
+    acc = "double" if x.dtype == np.float64 else "float"
+    return dict(T=dtypes.c_type(x.dtype), ACC=acc, LOCAL=_reduce_local(x.device), **flags)
+
+
+def _elementwise_geometry(nc: int, length: int):
+    """(global, local) for the one-item-per-element kernels: rows of L elements, several short rows per
+    work-group, so BatchNorm1d's L = 1 does not leave 63 of 64 items idle."""
+    lanes = min(64, 1 << max(length - 1, 0).bit_length())
+    return (length, nc), (lanes, max(1, 64 // lanes))
+
+
+def _buf(t: Tensor | None, fallback: Tensor):
+    return (t.buffer, np.int64(t.offset)) if t is not None else (fallback.buffer, np.int64(0))
+
+
+def batch_norm_stats(x: Tensor, running_mean: Tensor | None = None, running_var: Tensor | None = None,
+                     num_batches_tracked: Tensor | None = None, momentum: float | None = 0.1):
+    """(mean, biased var) per channel; with running_mean/var given, moves them in place by ``momentum``
+    (None: the cumulative average over num_batches_tracked + 1 batches). Does not increment the count:
+    batch_norm_apply(count=...) does."""
+    what = "batch_norm"
+    n, c, length = channel_view(x, what)
+    if n * length <= 1 and running_mean is not None:
+        raise ShapeError(f"{what}: expected more than 1 value per channel when training, got input {x.shape}")
+    for t, name in ((running_mean, "running_mean"), (running_var, "running_var")):
+        _check_channel_tensor(t, x, name, what)
+    update = running_mean is not None and running_var is not None
+    cumulative = update and momentum is None
+    if cumulative and num_batches_tracked is None:
+        raise ShapeError(f"{what}: momentum=None (cumulative average) needs num_batches_tracked")
+    x = _contiguous(x)
+    mean = Tensor.empty((c,), x.dtype, x.device)
+    var = Tensor.empty((c,), x.dtype, x.device)
+    if c == 0:
+        return mean, var
+    local = _reduce_local(x.device)
+    kernel = get_kernel(x.device, "batchnorm.cl", "bn_stats",
+                        **_variant(x, UPDATE_RUNNING=update, CUMULATIVE=cumulative))
+    launch(x.device, kernel, (c * local,), (local,), x.buffer, np.int64(x.offset), mean.buffer,
+           np.int64(mean.offset), var.buffer, np.int64(var.offset), *_buf(running_mean, x), *_buf(running_var, x),
+           *_buf(num_batches_tracked, x), np.int32(n), np.int32(c), np.int32(length),
+           np.int32(min(length, local)), x.dtype.type(0.0 if momentum is None else momentum))
+    return mean, var
+
+
+def batch_norm_apply(x: Tensor, mean: Tensor, var: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
+                     eps: float = 1e-5, residual: Tensor | None = None, relu: bool = False,
+                     count: Tensor | None = None) -> Tensor:
+    """y = [relu]((x − mean)/√(var + eps)·weight + bias [+ residual]); ``count`` (num_batches_tracked, int64)
+    is incremented by the same launch."""
+    what = "batch_norm"
+    n, c, length = channel_view(x, what)
+    for t, name in ((mean, "mean"), (var, "var"), (weight, "weight"), (bias, "bias")):
+        _check_channel_tensor(t, x, name, what)
+    if (weight is None) != (bias is None):
+        raise ShapeError(f"{what}: weight and bias go together (affine), got only one of them")
+    if residual is not None:
+        if not isinstance(residual, Tensor) or residual.shape != x.shape or residual.dtype != x.dtype:
+            raise ShapeError(f"{what}: the residual must match the input {x.shape} {x.dtype}, got "
+                             f"{getattr(residual, 'shape', type(residual).__name__)} "
+                             f"{getattr(residual, 'dtype', '')}")
+        x.same_device(residual, what)
+        residual = _contiguous(residual)
+    if count is not None and (count.dtype != np.int64 or count.size != 1):
+        raise DTypeError(f"{what}: num_batches_tracked must be a one-element int64 tensor, got {count.dtype} "
+                         f"{count.shape}")
+    x = _contiguous(x)
+    y = Tensor.empty(x.shape, x.dtype, x.device)
+    if x.size == 0:
+        return y
+    kernel = get_kernel(x.device, "batchnorm.cl", "bn_apply",
+                        **_variant(x, AFFINE=weight is not None, RELU=bool(relu), RESIDUAL=residual is not None,
+                                   COUNT=count is not None))
+    global_size, local_size = _elementwise_geometry(n * c, length)
+    launch(x.device, kernel, global_size, local_size, x.buffer, np.int64(x.offset), *_buf(residual, x),
+           y.buffer, np.int64(y.offset), mean.buffer, np.int64(mean.offset), var.buffer, np.int64(var.offset),
+           *_buf(weight, x), *_buf(bias, x), *_buf(count, x), np.int32(n * c), np.int32(c), np.int32(length),
+           x.dtype.type(eps))
+    return y
+
+
+def batch_norm_backward(grad_y: Tensor, x: Tensor, y: Tensor, mean: Tensor, var: Tensor,
+                        weight: Tensor | None = None, eps: float = 1e-5, batch_stats: bool = True,
+                        relu: bool = False, residual: bool = False):
+    """(grad_x, grad_weight, grad_bias, grad_residual) of batch_norm_apply for upstream grad_y.
+
+    ``y`` (the forward output) supplies the ReLU's mask; ``batch_stats`` says whether mean/var were the
+    batch's own (training: the gradient flows through them) or constants (eval). grad_residual is None
+    without a residual; grad_weight and grad_bias are the per-channel sums whatever ``weight`` is."""
+    what = "batch_norm backward"
+    n, c, length = channel_view(x, what)
+    if grad_y.shape != x.shape or y.shape != x.shape:
+        raise ShapeError(f"{what}: gradient {grad_y.shape} and output {y.shape} must match the input {x.shape}")
+    grad_y, x, y = _contiguous(grad_y), _contiguous(x), _contiguous(y)
+    flags = _variant(x, AFFINE=weight is not None, RELU=bool(relu), RESIDUAL=bool(residual),
+                     BATCH_STATS=bool(batch_stats))
+    grad_weight = Tensor.empty((c,), x.dtype, x.device)
+    grad_bias = Tensor.empty((c,), x.dtype, x.device)
+    grad_x = Tensor.empty(x.shape, x.dtype, x.device)
+    grad_r = Tensor.empty(x.shape, x.dtype, x.device) if residual else None
+    if x.size == 0:
+        return grad_x, grad_weight, grad_bias, grad_r
+    local = _reduce_local(x.device)
+    reduce_kernel = get_kernel(x.device, "batchnorm.cl", "bn_backward_reduce", **flags)
+    launch(x.device, reduce_kernel, (c * local,), (local,), x.buffer, np.int64(x.offset), y.buffer,
+           np.int64(y.offset), grad_y.buffer, np.int64(grad_y.offset), mean.buffer, np.int64(mean.offset),
+           var.buffer, np.int64(var.offset), grad_weight.buffer, np.int64(grad_weight.offset), grad_bias.buffer,
+           np.int64(grad_bias.offset), np.int32(n), np.int32(c), np.int32(length), np.int32(min(length, local)),
+           x.dtype.type(eps))
+    apply_kernel = get_kernel(x.device, "batchnorm.cl", "bn_backward_apply", **flags)
+    global_size, local_size = _elementwise_geometry(n * c, length)
+    launch(x.device, apply_kernel, global_size, local_size, x.buffer, np.int64(x.offset), y.buffer,
+           np.int64(y.offset), grad_y.buffer, np.int64(grad_y.offset), mean.buffer, np.int64(mean.offset),
+           var.buffer, np.int64(var.offset), *_buf(weight, x), *_buf(None, x), grad_weight.buffer,
+           np.int64(grad_weight.offset), grad_bias.buffer, np.int64(grad_bias.offset), grad_x.buffer,
+           np.int64(grad_x.offset), *_buf(grad_r, x), np.int32(n * c), np.int32(c), np.int32(length),
+           np.int64(n * length), x.dtype.type(eps))
+    return grad_x, grad_weight, grad_bias, grad_r
