@@ -130,3 +130,40 @@ def test_training_curves_png_only_with_matplotlib(tmp_path):
         return
     path = plot_curves(history, tmp_path / "curves.png")
     assert path and (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_distributed_two_ranks_then_resume_on_one(tmp_path):
+    """`mpiexec -n 2 netcl train lenet --distributed`: rank 0 alone reports and writes (with the world size
+    and per-rank throughput); the checkpoint then resumes in a single process (--resume with any N)."""
+    import importlib.util
+    import os
+    import shutil
+    import subprocess
+    import sys
+    mpiexec = shutil.which("mpiexec") or shutil.which("mpirun")
+    if importlib.util.find_spec("mpi4py") is None or mpiexec is None:
+        pytest.skip("needs mpi4py and mpiexec: pip install mpi4py mpich")
+    data = _subset(tmp_path / "mnist", 256, 400)
+    out = tmp_path / "run"
+    args = ["train", "lenet", "--batch-size", "32", "--limit-steps", "3", "--data-dir", str(data), "--out", str(out),
+            "--json"]
+    env = dict(os.environ, POCL_MAX_PTHREAD_COUNT="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "netcl", *args, "--epochs", "3", "--stop-after",
+                           "2", "--distributed"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.strip().splitlines() if line.startswith("{")]
+    assert len(lines) == 1, proc.stdout  # rank 0 alone prints its summary
+    summary = json.loads(lines[0])
+    assert summary["world_size"] == 2 and summary["epochs"] == 2
+    assert summary["images_per_second"] == pytest.approx(2 * summary["images_per_second_per_rank"])
+    assert proc.stderr.count("epoch 2/3: train loss") == 1
+    state = serialization.load(out / "checkpoint.ncl")
+    assert state["scheduler"]["last_epoch"] == 6 and state["epoch"] == 2
+    assert summary["test_accuracy"] == pytest.approx(state["history"][-1]["test_accuracy"])
+    # every test image scored once across the ranks: the accuracy is a multiple of 1/400
+    assert abs(summary["test_accuracy"] * 400 - round(summary["test_accuracy"] * 400)) < 1e-9
+    assert main(args + ["--epochs", "4", "--resume"]) == 1  # another schedule length: refused, one line
+    assert main(args + ["--epochs", "3", "--resume"]) == 0
+    resumed = serialization.load(out / "checkpoint.ncl")
+    assert resumed["epoch"] == 3 and resumed["scheduler"]["last_epoch"] == 9
+    assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3]

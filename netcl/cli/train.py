@@ -38,6 +38,8 @@ def add_arguments(p) -> None:
     p.add_argument("--device", default=None, help="device index or name substring (see `netcl devices`)")
     p.add_argument("--seed", type=int, default=0, help="seed for initialization and shuffling")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    p.add_argument("--stop-after", type=positive_int, default=None,
+                   help="end this invocation after this many epochs (continue later with --resume)")
     p.add_argument("--limit-steps", type=positive_int, default=None, help="stop each epoch after this many steps")
     p.add_argument("--distributed", action="store_true",
                    help="data-parallel over the ranks of `mpiexec -n N` (--batch-size is the global batch)")

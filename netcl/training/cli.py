@@ -90,15 +90,20 @@ def train(model_name: str = "lenet", epochs: int = 3, batch_size: int = 64, lr: 
     checkpoint_path = out / CHECKPOINT
     if resume:
         state = _load_checkpoint(checkpoint_path, model_name)
+        saved_steps = state["scheduler"].get("total_steps")
+        if saved_steps != scheduler.total_steps:
+            raise CheckpointError(
+                f"{checkpoint_path} was made for a schedule of {saved_steps} steps ({state.get('epochs')} epochs, "
+                f"batch size {state.get('batch_size')}); this run's spans {scheduler.total_steps} ({epochs} epochs, "
+                f"batch size {batch_size}): resume with the same --epochs, --batch-size and --limit-steps")
         model.load_state_dict(state["model_state"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         loop.set_dropout_state(model, state["dropout"])
         _set_host_rng_state(state.get("host_rng"))
         start_epoch, history = int(state["epoch"]), list(state["history"])
-        if (state.get("seed"), state.get("batch_size"), state.get("epochs")) != (seed, batch_size, epochs):
-            log(f"note: resuming a run made with seed {state.get('seed')}, batch size {state.get('batch_size')} "
-                f"and {state.get('epochs')} epochs (now {seed}, {batch_size}, {epochs})", file=sys.stderr)
+        if state.get("seed") != seed and ranks.is_main:
+            log(f"note: resuming a run made with seed {state.get('seed')} (now {seed})", file=sys.stderr)
         if ranks.is_main:
             log(f"resuming {checkpoint_path} after epoch {start_epoch}", file=sys.stderr)
     trained = dist_tools.wrap(model, ranks)
@@ -158,7 +163,8 @@ def train_command(args) -> dict | None:
     started = time.perf_counter()
     summary = train(args.model, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                     data_dir=args.data_dir, out=args.out, seed=args.seed, resume=args.resume,
-                    limit_steps=args.limit_steps, distributed=args.distributed, log=_log)
+                    limit_steps=args.limit_steps, stop_after=args.stop_after, distributed=args.distributed,
+                    log=_log)
     summary["seconds"] = time.perf_counter() - started
     if summary.get("world_size") and _rank() != 0:
         return None  # rank 0 alone reports
