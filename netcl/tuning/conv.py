@@ -26,6 +26,7 @@ LAYERS = [
     ((1, 3, 115, 115), (32, 3, 11, 11), 4, 0),
     ((1, 32, 56, 56), (32, 32, 3, 3), 1, 0),
     ((4, 32, 16, 16), (48, 32, 3, 3), 2, 1),
+    ((4, 64, 14, 14), (128, 64, 1, 1), 1, 0),
 ]
 QUICK_LAYERS = [LAYERS[1], LAYERS[3], LAYERS[5], LAYERS[7]]
 TIMING = dict(warmup=1, min_runs=3, max_runs=5, time_budget_s=0.25, contention=1.2, settle_below_s=0.01)
@@ -38,8 +39,9 @@ def calibration_layers(quick: bool, dtype: str = "float32") -> list:
             for x, w, s, p in (QUICK_LAYERS if quick else LAYERS)]
 
 
-def calibrate(device, dtype: str = "float32", quick: bool = False, progress: bool = True) -> dict:
-    """Measure and store this device's calibration; returns what was measured and how long it took."""
+def calibrate(device, dtype: str = "float32", quick: bool = False, progress: bool = True, layers=None) -> dict:
+    """Measure and store this device's calibration (on ``layers``, ConvLayers, instead of the
+    representative set when given); returns what was measured and how long it took."""
     from tqdm import tqdm
     from ..errors import NetclError
     from ..ops import conv2d_planner as planner
@@ -47,7 +49,7 @@ def calibrate(device, dtype: str = "float32", quick: bool = False, progress: boo
     from ..ops.conv_registry import strategies
     started = time.perf_counter()
     basics = conv_profile.measure_basics(device, dtype)
-    layers = calibration_layers(quick, dtype)
+    layers = calibration_layers(quick, dtype) if layers is None else list(layers)
     registry = strategies()
     steps = [(layer, pass_) for layer in layers for pass_ in ("forward", "backward_data", "backward_weight")]
     rng = np.random.default_rng(0)

@@ -1,0 +1,178 @@
+"""Per-device calibration and measured training plans: stored, and reused by a later process; the
+timing helper they share."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.ops import conv2d_planner as planner
+from netcl.ops import conv_cost, conv_online, conv_profile
+from netcl.ops.conv2d import conv2d
+from netcl.ops.conv_common import ConvLayer
+from netcl.runtime import timing
+from netcl.tuning import db
+from util import assert_close, conv2d_ref
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path / "cache"))
+    for var in ("NETCL_CONV_STRATEGY", "NETCL_CONV_WORKSPACE_LIMIT", "NETCL_CONV_PLAN_MODE", "NETCL_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    planner.clear_memory_cache()
+    yield
+    planner.clear_memory_cache()
+
+
+def _child(tmp_path, code, *argv):
+    env = dict(os.environ, NETCL_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+_CALIBRATE = """
+import json, netcl as nc
+from netcl.ops.conv_common import ConvLayer
+from netcl.tuning.conv import calibrate
+layer = ConvLayer.from_shapes((2, 4, 9, 9), (6, 4, 3, 3), padding=1)
+out = calibrate(nc.default_device(), quick=True, progress=False, layers=[layer])
+print(json.dumps(out))
+"""
+
+_PROFILE = """
+import json, netcl as nc
+from netcl.ops import conv_profile
+from netcl.ops.conv2d_planner import plan_conv2d
+d = nc.default_device()
+p = plan_conv2d((2, 4, 9, 9), (6, 4, 3, 3), padding=1)
+print(json.dumps({"profile": conv_profile.device_profile(d).as_dict(), "summary": conv_profile.calibration_summary(d),
+                  "reason": p.reason, "calibrated": p.calibrated}))
+"""
+
+
+def test_calibration_is_stored_and_reused_by_a_second_process(tmp_path):
+    made = _child(tmp_path, _CALIBRATE)
+    assert made["timings"] >= 6 and made["basics"]["bandwidth_gbs"] > 0 and made["coefficients"]
+    assert all(v["large"] > 0 for v in [made["basics"]["class_gflops"]])
+    used = _child(tmp_path, _PROFILE)
+    profile = used["profile"]
+    assert profile["source"] == "measured" and profile["calibration"] == "netcl tune conv"
+    assert profile["coefficients"] == made["coefficients"]
+    assert profile["bandwidth_gbs"] == pytest.approx(made["basics"]["bandwidth_gbs"], rel=1e-3)
+    assert used["calibrated"] and "fallback" not in used["reason"] and used["summary"].startswith("calibrated")
+    store = json.loads((tmp_path / "cache" / "tuning" / "tuning.json").read_text())
+    families = next(iter(store["devices"].values()))
+    assert "conv_calibration" in families  # beside the GEMM tuning, in the one per-device store
+
+
+def test_uncalibrated_plans_say_they_use_the_fallback(device):
+    plan = planner.plan_conv2d((2, 4, 9, 9), (6, 4, 3, 3), padding=1, device=device)
+    assert not plan.calibrated and "uncalibrated fallback" in plan.reason
+    assert "not calibrated" in planner.calibration_summary(device)
+
+
+def test_measured_plans_refine_the_calibration(device):
+    layer = ConvLayer.from_shapes((2, 3, 9, 9), (4, 3, 3, 3), padding=1)
+    plan = planner.plan_conv2d_layer(layer, "forward", "measure", device=device)
+    assert plan.source == "measured"
+    entry = conv_profile.stored(device)
+    timed = [c.strategy for c in plan.candidates if c.measured_ms is not None]
+    assert sorted(k.split("|")[0] for k in entry["samples"]) == sorted(timed)
+    assert entry["calibrated_by"] == "measured plans"
+    for name in timed:
+        row = entry["samples"][f"{name}|forward"][-1]
+        assert row[2] == pytest.approx(plan.candidate(name).measured_ms, rel=1e-3) and row[3] == layer.signature()
+    planner.clear_memory_cache()
+    again = planner.plan_conv2d((2, 5, 11, 11), (4, 5, 3, 3), padding=1, device=device)
+    assert again.calibrated and all(c.calibrated for c in again.candidates if c.strategy in timed)
+
+
+def test_fit_recovers_two_coefficients_and_falls_back_to_one_scale():
+    rows = [(a, o, 3.0 * a + 0.5 * o) for a, o in ((1, 1), (2, 0.5), (0.3, 4), (5, 2), (1, 8))]
+    a, b = conv_cost.fit(rows)
+    assert a == pytest.approx(3.0, rel=1e-6) and b == pytest.approx(0.5, rel=1e-6)
+    one = conv_cost.fit([(1.0, 1.0, 4.0)])
+    assert one == (2.0, 2.0)
+    assert conv_cost.fit([("x", 1, 2), (1, 1, -1)]) is None
+
+
+_PLAN_AFTER_TRAINING = """
+import json
+from netcl.ops.conv2d_planner import plan_conv2d
+p = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), padding=1, pass_="forward")
+print(json.dumps({"source": p.source, "strategy": p.strategy, "reason": p.reason}))
+"""
+
+
+def test_training_measures_its_plan_over_the_first_steps_and_a_later_process_reuses_it(device, rng, tmp_path,
+                                                                                         monkeypatch):
+    monkeypatch.setattr(conv_online, "MARGIN", 1e9)  # every applicable strategy is a candidate
+    layer = ConvLayer.from_shapes((2, 3, 9, 9), (4, 3, 3, 3), padding=1)
+    x = rng.uniform(-1, 1, (2, 3, 9, 9)).astype(np.float32)
+    w = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
+    heuristic = planner.plan_conv2d_layer(layer, "forward", "heuristic", device=device).strategy
+    before = conv_online.stats()
+    steps = 1 + conv_online.MAX_CANDIDATES * conv_online.RUNS
+    for step in range(steps):
+        X = nc.Tensor.from_host(x, device, requires_grad=True)
+        W = nc.Tensor.from_host(w, device, requires_grad=True)
+        y = conv2d(X, W, padding=1)
+        y.sum().backward()
+        assert_close(y.to_host(), conv2d_ref(x, w, padding=(1, 1)), 1e-4)  # every candidate's result is used
+        if step == 0:
+            assert db.lookup(device, "conv_plans", f"{layer.signature()}|forward") is None  # no measuring yet
+    entry = db.lookup(device, "conv_plans", f"{layer.signature()}|forward")
+    assert entry["mode"] == "training" and len(entry["measured_ms"]) >= 2 and heuristic in entry["measured_ms"]
+    assert entry["cost_s"] >= 0 and entry["runs"] == conv_online.RUNS * len(entry["measured_ms"])
+    after = conv_online.stats()
+    assert after["trials_done"] - before["trials_done"] == 3  # all three passes measured
+    winner = min(entry["measured_ms"], key=entry["measured_ms"].get)
+    assert planner.plan_conv2d_layer(layer, "forward", device=device).strategy == winner
+    later = _child(tmp_path, _PLAN_AFTER_TRAINING)
+    assert later["source"] == "training" and later["strategy"] == winner and "earlier run" in later["reason"]
+
+
+def test_inference_and_heuristic_mode_do_not_measure(device, rng, monkeypatch):
+    monkeypatch.setattr(conv_online, "MARGIN", 1e9)
+    x = nc.Tensor.from_host(rng.uniform(-1, 1, (2, 3, 9, 9)).astype(np.float32), device)
+    w = nc.Tensor.from_host(rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32), device)
+    for _ in range(4):
+        conv2d(x, w, padding=1)  # nothing requires grad: inference
+    monkeypatch.setenv("NETCL_CONV_PLAN_MODE", "heuristic")
+    W = nc.Tensor.from_host(w.to_host(), device, requires_grad=True)
+    for _ in range(4):
+        conv2d(x, W, padding=1).sum().backward()
+    assert db.entries(device).get("conv_plans") is None
+
+
+def test_compare_rotates_warms_up_and_names_its_statistic(device):
+    calls = {"fast": 0, "slow": 0}
+
+    def runner(name, seconds):
+        def run():
+            calls[name] += 1
+            time.sleep(seconds)
+        return run
+    results = timing.compare({"fast": runner("fast", 0.001), "slow": runner("slow", 0.004)}, device,
+                             warmup=2, min_runs=3, max_runs=4, time_budget_s=0.5, settle_below_s=0.0)
+    fast, slow = results["fast"], results["slow"]
+    assert fast.statistic == "median" and len(fast.samples) >= 3 and len(slow.samples) >= 3
+    # two warm-up runs, one settling run before the first sample, then the samples
+    assert calls["fast"] == 2 + 1 + len(fast.samples) and fast.ms < slow.ms
+    assert timing.sample(runner("fast", 0.001), device, repeats=3, statistic="min").seconds >= 0.001
+    with pytest.raises(ValueError, match="statistic"):
+        timing.sample(lambda: None, device, statistic="mode")
+    failing = timing.compare({"bad": lambda: 1 / 0}, device, errors=(ZeroDivisionError,))
+    assert isinstance(failing["bad"], ZeroDivisionError)
