@@ -169,8 +169,9 @@ def label(d):
     driver = "PoCL wheel" if d["platform_version"] in wheel else d["platform"]
     return f"[{d['index']}] {driver} / {d['name']} ({d['platform_version'].split('  ')[0]})"
 for d in devices:
-    rate = f"GEMM {d['gemm_gflops']:.1f} GFLOP/s, copy {d['copy_gbps']:.1f} GB/s" if d.get("gemm_gflops") else "not measured"
-    say(f"  {label(d)}: {rate}")
+    measured = d.get("gemm_gflops") is not None
+    say(f"  {label(d)}: " + (f"GEMM {d['gemm_gflops']:.1f} GFLOP/s, copy {d['copy_gbps']:.1f} GB/s" if measured
+                             else "not measured"))
 chosen = next(d for d in devices if d["default"])
 rated = sorted((d for d in devices if d.get("gemm_gflops")), key=lambda d: -d["gemm_gflops"])
 if chosen["kind"] == "gpu":
@@ -189,8 +190,8 @@ if [ -n "$driver" ]; then
   case "$driver" in
     pocl-debian) install_pocl_debian && probe_only "$system_vendors" >/dev/null || {
                    say "ERROR: Debian's PoCL does not work here ($(probe_reason))"; exit 1; } ;;
-    intel)       install_intel || { say "ERROR: Intel's runtime could not be installed or does not work"; exit 1; } ;;
-    pocl-wheel)  install_pocl_wheel || { say "ERROR: the PoCL wheel could not be installed or does not work"; exit 1; } ;;
+    intel)       install_intel || { say "ERROR: Intel's runtime cannot be installed or does not work"; exit 1; } ;;
+    pocl-wheel)  install_pocl_wheel || { say "ERROR: the PoCL wheel cannot be installed or does not work"; exit 1; } ;;
   esac
   say "$driver works"
   measure_and_choose

@@ -154,7 +154,7 @@ def test_default_prefers_gpu_then_fastest_measured_then_first(private_cache, mon
 
 
 def test_devices_bench_stores_figures_that_the_listing_shows(private_cache):
-    out = run_cli("devices", "--bench", "--json", env={"NETCL_DEVICE": "0"}, timeout=900)
+    out = run_cli("devices", "--bench", "--rounds", "1", "--json", env={"NETCL_DEVICE": "0"}, timeout=900)
     assert out.returncode == 0, out.stderr
     measured = json.loads(out.stdout.strip().splitlines()[-1])["devices"]
     for entry in measured:

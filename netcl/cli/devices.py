@@ -1,9 +1,9 @@
 """`netcl devices [--json] [--bench]`: every platform and device with the fields a user checks first.
 
 ``--bench`` measures each device's GEMM rate (netcl's own 512^3 float32 product) and copy bandwidth in a
-child process per device (netcl.bench.device_rates), the best of BENCH_ROUNDS rounds, and stores them (netcl.runtime.device_figures);
-afterwards every listing shows them, and ``nc.default_device()`` prefers the fastest measured device when
-no selector and no GPU decides. A NETCL_DEVICE that matches no device is reported after the listing
+child process per device (netcl.bench.device_rates), the best of ``--rounds`` rounds, and stores them
+(netcl.runtime.device_figures); afterwards every listing shows them, and ``nc.default_device()`` prefers
+the fastest measured device when no selector and no GPU decides. A NETCL_DEVICE that matches no device is reported after the listing
 and the command exits with status 2.
 """
 from __future__ import annotations
@@ -21,6 +21,8 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--bench", action="store_true",
                    help="measure and store each device's GEMM rate and copy bandwidth")
+    p.add_argument("--rounds", type=int, default=BENCH_ROUNDS,
+                   help=f"with --bench: rounds of measurements, each device keeping its best (default {BENCH_ROUNDS})")
 
 
 def _gib(n: int) -> str:
@@ -61,9 +63,10 @@ def run(args):
         # Devices take turns over BENCH_ROUNDS rounds and each keeps its best round: on a shared machine a
         # burst of load during one device's only measurement would otherwise decide the default.
         best: dict = {}
-        for round_index in range(BENCH_ROUNDS):
+        rounds = max(1, args.rounds)
+        for round_index in range(rounds):
             for d in found:
-                log(f"measuring [{d.index}] {d.platform} / {d.name} (round {round_index + 1} of {BENCH_ROUNDS}) ...")
+                log(f"measuring [{d.index}] {d.platform} / {d.name} (round {round_index + 1} of {rounds}) ...")
                 measured = bench_device(d.index, log)
                 if "error" in measured:
                     continue
@@ -73,7 +76,7 @@ def run(args):
                     kept[figure] = max(kept[figure], measured[figure])
         for d in found:
             if d.index in best:
-                store_figures(d, dict(best[d.index], rounds=BENCH_ROUNDS), source="netcl devices --bench")
+                store_figures(d, dict(best[d.index], rounds=rounds), source="netcl devices --bench")
     default, selector_error = None, None
     if found:
         try:
