@@ -1,0 +1,157 @@
+"""BatchNorm1d/2d: forward and backward against float64 NumPy on odd sizes with canaries, PyTorch's
+running-statistics semantics (momentum, momentum=None, track_running_stats, num_batches_tracked), eval,
+the fused ReLU and residual, finite differences in float64, state_dict keys and bad inputs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.nn import functional as F
+from bn_reference import batch_norm_ref, running_update_ref
+from nn_reference import finite_difference
+from util import assert_close
+
+SHAPES = [(7, 3, 5, 5), (13, 7), (5, 4, 9), (3, 1, 1, 1), (3, 13, 31, 1), (31, 2, 7, 3)]
+
+
+def _t(a, device, grad=False):
+    return nc.tensor(np.ascontiguousarray(a), device=device, requires_grad=grad)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("relu,residual", [(False, False), (True, False), (True, True), (False, True)])
+def test_batch_norm_training_forward_backward(device, rng, canaries, shape, relu, residual):
+    c = shape[1]
+    x_h = rng.uniform(-2, 3, size=shape).astype(np.float32)
+    w_h = rng.uniform(0.5, 2, size=c).astype(np.float32) * rng.choice([-1, 1], size=c).astype(np.float32)
+    b_h = rng.uniform(-1, 1, size=c).astype(np.float32)
+    r_h = rng.uniform(-1, 1, size=shape).astype(np.float32) if residual else None
+    x, w, b = _t(x_h, device, True), _t(w_h, device, True), _t(b_h, device, True)
+    r = _t(r_h, device, True) if residual else None
+    y = F.batch_norm(x, None, None, w, b, training=True, relu=relu, residual=r)
+    y_ref, grad = batch_norm_ref(x_h, w_h, b_h, relu=relu, residual=r_h)
+    assert_close(y.to_host(), y_ref, 1e-5, "batch_norm forward")
+    gy = rng.uniform(-1, 1, size=shape).astype(np.float32)
+    y.backward(_t(gy, device))
+    gx, gw, gb, gr = grad(gy)
+    tol = 1e-4
+    assert_close(x.grad.to_host(), gx, tol, "grad x")
+    assert_close(w.grad.to_host(), gw, tol, "grad weight")
+    assert_close(b.grad.to_host(), gb, tol, "grad bias")
+    if residual:
+        assert_close(r.grad.to_host(), gr, tol, "grad residual")
+
+
+@pytest.mark.parametrize("cls,shape", [(nc.nn.BatchNorm2d, (7, 3, 5, 3)), (nc.nn.BatchNorm1d, (13, 5)),
+                                       (nc.nn.BatchNorm1d, (5, 3, 7))])
+@pytest.mark.parametrize("momentum", [0.1, 0.3, None])
+def test_running_statistics_follow_pytorch(device, rng, cls, shape, momentum):
+    bn = cls(shape[1], momentum=momentum, device=device)
+    rm, rv = np.zeros(shape[1]), np.ones(shape[1])
+    for step in range(1, 4):
+        x_h = rng.normal(step, 2.0, size=shape).astype(np.float32)
+        y = bn(_t(x_h, device))
+        factor = 1.0 / step if momentum is None else momentum
+        rm, rv = running_update_ref(rm, rv, x_h, factor)
+        assert_close(y.to_host(), batch_norm_ref(x_h, None, None)[0], 1e-5, "training output")
+        assert_close(bn.running_mean.to_host(), rm, 1e-5, f"running_mean after {step}")
+        assert_close(bn.running_var.to_host(), rv, 1e-5, f"running_var after {step}")
+        assert int(bn.num_batches_tracked.to_host()) == step
+        assert bn.num_batches_tracked.dtype == np.int64
+    bn.eval()
+    x_h = rng.normal(0, 1, size=shape).astype(np.float32)
+    y = bn(_t(x_h, device))
+    assert_close(y.to_host(), batch_norm_ref(x_h, None, None, mean=rm, var=rv)[0], 1e-5, "eval output")
+    assert int(bn.num_batches_tracked.to_host()) == 3, "eval must not count batches"
+    assert_close(bn.running_mean.to_host(), rm, 1e-6, "eval must not move running_mean")
+
+
+def test_eval_backward_treats_running_statistics_as_constants(device, rng, canaries):
+    bn = nc.nn.BatchNorm2d(5, device=device)
+    bn.load_state_dict({"running_mean": rng.normal(size=5), "running_var": rng.uniform(0.5, 2, 5),
+                        "weight": rng.normal(size=5), "bias": rng.normal(size=5), "num_batches_tracked": np.int64(4)})
+    bn.eval()
+    x_h = rng.normal(size=(3, 5, 7, 7)).astype(np.float32)
+    x = _t(x_h, device, True)
+    y = bn(x)
+    y_ref, grad = batch_norm_ref(x_h, bn.weight.to_host(), bn.bias.to_host(), mean=bn.running_mean.to_host(),
+                                 var=bn.running_var.to_host())
+    assert_close(y.to_host(), y_ref, 1e-5, "eval forward")
+    gy = rng.normal(size=y.shape).astype(np.float32)
+    y.backward(_t(gy, device))
+    gx, gw, gb, _ = grad(gy)
+    assert_close(x.grad.to_host(), gx, 1e-5, "eval grad x")
+    assert_close(bn.weight.grad.to_host(), gw, 1e-5, "eval grad weight")
+    assert_close(bn.bias.grad.to_host(), gb, 1e-5, "eval grad bias")
+
+
+def test_track_running_stats_false_always_uses_batch_statistics(device, rng):
+    bn = nc.nn.BatchNorm2d(3, affine=False, track_running_stats=False, device=device)
+    assert bn.running_mean is None and bn.weight is None
+    assert list(bn.state_dict()) == []
+    x_h = rng.normal(2, 3, size=(4, 3, 5, 5)).astype(np.float32)
+    for mode in (bn.train, bn.eval):
+        mode()
+        assert_close(bn(_t(x_h, device)).to_host(), batch_norm_ref(x_h, None, None)[0], 1e-5, "batch statistics")
+
+
+def test_state_dict_keys_and_numpy_round_trip(device, rng):
+    bn = nc.nn.BatchNorm2d(4, device=device)
+    assert list(bn.state_dict()) == ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]
+    assert [n for n, _ in bn.named_buffers()] == ["running_mean", "running_var", "num_batches_tracked"]
+    assert [n for n, _ in bn.named_parameters()] == ["weight", "bias"]
+    state = {k: rng.normal(size=4).astype(np.float32) for k in ("weight", "bias", "running_mean")}
+    state["running_var"] = rng.uniform(0.5, 2, 4).astype(np.float32)
+    state["num_batches_tracked"] = np.array(17, np.int64)
+    bn.load_state_dict(state)
+    back = {k: v.to_host() for k, v in bn.state_dict().items()}
+    for k, v in state.items():
+        np.testing.assert_array_equal(back[k], v)
+    assert back["num_batches_tracked"].dtype == np.int64
+    with pytest.raises(nc.NetclError, match="missing keys.*running_var"):
+        bn.load_state_dict({k: v for k, v in state.items() if k != "running_var"})
+
+
+def test_gradients_finite_differences_float64(device, rng):
+    if not device.has_fp64:
+        pytest.skip("device has no float64")
+    shape = (3, 2, 3, 1)
+    x_h, r_h = rng.normal(size=shape), rng.normal(size=shape)
+    w_h, b_h = rng.normal(size=2), rng.normal(size=2)
+    gy = rng.normal(size=shape)
+
+    def f(x, w, b, r):
+        with nc.no_grad():
+            y = F.batch_norm(_t(x, device), None, None, _t(w, device), _t(b, device), training=True, relu=True,
+                             residual=_t(r, device))
+            return float(np.sum(y.to_host() * gy))
+
+    tensors = [_t(a, device, True) for a in (x_h, w_h, b_h, r_h)]
+    F.batch_norm(tensors[0], None, None, tensors[1], tensors[2], training=True, relu=True,
+                 residual=tensors[3]).backward(_t(gy, device))
+    hosts = [x_h, w_h, b_h, r_h]
+    for k, name in enumerate(("x", "weight", "bias", "residual")):
+        def partial(v, k=k):
+            args = list(hosts)
+            args[k] = v
+            return f(*args)
+        assert_close(tensors[k].grad.to_host(), finite_difference(partial, hosts[k]), 1e-6, f"grad {name}")
+
+
+def test_bad_inputs(device):
+    bn = nc.nn.BatchNorm2d(3, device=device)
+    with pytest.raises(nc.ShapeError, match="more than 1 value per channel"):
+        bn(nc.zeros((1, 3, 1, 1), device=device))
+    with pytest.raises(nc.ShapeError, match="4D input"):
+        bn(nc.zeros((2, 3), device=device))
+    with pytest.raises(nc.ShapeError, match="3 channels|has 4 channels"):
+        bn(nc.zeros((2, 4, 3, 3), device=device))
+    with pytest.raises(nc.ShapeError, match="2D or 3D"):
+        nc.nn.BatchNorm1d(3, device=device)(nc.zeros((2, 3, 4, 4), device=device))
+    with pytest.raises(nc.ShapeError, match="momentum"):
+        nc.nn.BatchNorm2d(3, momentum=2.0)
+    with pytest.raises(nc.ShapeError, match="num_features"):
+        nc.nn.BatchNorm2d(0)
+    with pytest.raises(nc.ShapeError, match="running_mean"):
+        F.batch_norm(nc.zeros((2, 3), device=device), None, None, training=False)
