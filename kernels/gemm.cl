@@ -12,6 +12,9 @@ Edges: padding work-items (past M or N) return before touching memory; rows of A
 (read but never stored); columns of B beyond N are zero in packed panels and, unpacked, are read only in
 the tail path, element by element with clamped indices; stores are guarded per element, so nothing
 outside the operands is touched. Batch strides may be 0 (a broadcast operand).
+The file calls no OpenCL built-in function (vloadN, vstoreN, fma, min): the PoCL wheel cannot inline
+them on CPUs whose LLVM name differs from its built-in library's variant, and each became a call
+(7x slower; docs/gemm.md). Vectors are assembled from element loads, which compile to the same loads.
 
 Template parameters (defaults in the page tag):
   T      element type, "float" or "double"                        (float)
@@ -42,8 +45,21 @@ host picks gemm_pack_bt for a B whose unit stride runs along K.
     V = T if VW == 1 else '%s%d' % (T, VW)
     BM = WG_M * MR
     BN = WG_N * NR
+    # No OpenCL built-in function (vloadN, vstoreN, fma, min) is called in this file: a driver whose
+    # built-in library was compiled for other CPU features than the kernel cannot inline them (the PoCL
+    # wheel on CPUs its LLVM does not know: docs/gemm.md), and then every one is a function call. Vectors
+    # are assembled from element loads and stored element by element, which LLVM turns into the same
+    # unaligned vector loads and stores; a * b + c is contracted into an FMA where the target has one.
     def vload(ptr):
-        return ('*(%s)' % ptr) if VW == 1 else ('vload%d(0, %s)' % (VW, ptr))
+        if VW == 1:
+            return '*(%s)' % ptr
+        return '(%s)(%s)' % (V, ', '.join('(%s)[%d]' % (ptr, l) for l in range(VW)))
+    def vstore(value, ptr):
+        if VW == 1:
+            return '*(%s) = %s;' % (ptr, value)
+        return ' '.join('(%s)[%d] = (%s).s%x;' % (ptr, l, value, l) for l in range(VW))
+    def lesser(a, b):
+        return '(%s < %s ? %s : %s)' % (a, b, a, b)
     def lane(v, l):
         return v if VW == 1 else '%s.s%x' % (v, l)
 %>
@@ -59,7 +75,7 @@ host picks gemm_pack_bt for a B whose unit stride runs along K.
 % for i in range(MR):
         const ${T} a${i} = ${aexpr(i)};
 % for j in range(NV):
-        acc${i}_${j} = fma((${V})a${i}, b${j}, acc${i}_${j});
+        acc${i}_${j} = (${V})a${i} * b${j} + acc${i}_${j};
 % endfor
 % endfor
     }
@@ -99,7 +115,7 @@ __kernel void gemm_pack_b(const int K, const int N, const int batch,
 % if VW == 1:
         dst[${j}] = src[n0 + ${j}];
 % else:
-        vstore${VW}(${vload('src + n0 + %d' % (j * VW))}, 0, dst + ${j * VW});
+        ${vstore(vload('src + n0 + %d' % (j * VW)), 'dst + %d' % (j * VW))}
 % endif
 % endfor
     } else {
@@ -116,13 +132,13 @@ __kernel void gemm_pack_bt(const int K, const int N, const int batch,
     const int k0 = get_global_id(0) * 16, p = get_global_id(1), b = get_global_id(2);
     if (k0 >= K || b >= batch) return;
     const int panels = (N + ${NR - 1}) / ${NR};
-    const int kn = min(16, K - k0);
+    const int kn = ${lesser('16', 'K - k0')};
     const int n0 = p * ${NR};
     __global const ${T}* src = B + b_off + b * b_bs + k0;
     __global ${T}* dst = Bp + (((long)b * panels + p) * K + k0) * ${NR};
     ${T} tile[16][${NR}];
     for (int c = 0; c < ${NR}; ++c) {
-        __global const ${T}* row = src + (long)min(n0 + c, N - 1) * b_cs;
+        __global const ${T}* row = src + (long)${lesser('n0 + c', 'N - 1')} * b_cs;
         const int live = n0 + c < N;
         for (int kk = 0; kk < 16; ++kk)
             tile[kk][c] = (live && kk < kn) ? row[kk] : (${T})0;
@@ -165,7 +181,7 @@ void gemm_tiled(
 % else:
     // Rows past M are clamped to M-1: valid addresses whose results are never stored.
 % for i in range(MR):
-    __global const ${T}* ap${i} = A + min(m0 + ${i}, M - 1) * a_rs;
+    __global const ${T}* ap${i} = A + ${lesser('m0 + %d' % i, 'M - 1')} * a_rs;
 % endfor
 <% a_cs = 'a_cs' %>
 % endif
@@ -196,9 +212,9 @@ ${fma_step(lambda i: 'ap%d[k * %s]' % (i, a_cs), lambda j: vload('bp + k * %s + 
             __global const ${T}* bp = B + k * b_rs;
 % for j in range(NV):
 % if VW == 1:
-            const ${V} t${j} = bp[min(n0 + ${j}, N - 1)];
+            const ${V} t${j} = bp[${lesser('n0 + %d' % j, 'N - 1')}];
 % else:
-            const ${V} t${j} = (${V})(${', '.join('bp[min(n0 + %d, N - 1)]' % (j * VW + l) for l in range(VW))});
+            const ${V} t${j} = (${V})(${', '.join('bp[%s]' % lesser('n0 + %d' % (j * VW + l), 'N - 1') for l in range(VW))});
 % endif
 % endfor
 ${fma_step(lambda i: 'ap%d[k * %s]' % (i, a_cs), lambda j: 't%d' % j)}
@@ -247,8 +263,8 @@ ${fma_step(lambda i: 'As[kk][ly * %d + %d]' % (MR, i), lambda j: vload('&Bs[kk][
                 if (beta != (${T})0) r += beta * cp[n0 + ${j}];
                 cp[n0 + ${j}] = r;
 % else:
-                if (beta != (${T})0) r += beta * vload${VW}(0, cp + n0 + ${j * VW});
-                vstore${VW}(r, 0, cp + n0 + ${j * VW});
+                if (beta != (${T})0) r += beta * ${vload('cp + n0 + %d' % (j * VW))};
+                ${vstore('r', 'cp + n0 + %d' % (j * VW))}
 % endif
             } else {
 % for l in range(VW):
