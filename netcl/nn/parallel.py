@@ -133,6 +133,16 @@ class DistributedDataParallel(Module):
                 self._collectives.broadcast_many(buffers, src=0)
         return self.module(*args, **kwargs)
 
+    def train(self, mode: bool = True) -> "DistributedDataParallel":
+        """As Module.train; switching to eval mode also broadcasts rank 0's buffers, so that ranks sharing
+        an evaluation all use the running statistics of the model rank 0 checkpoints."""
+        super().train(mode)
+        if not mode and self.broadcast_buffers and self._group.size > 1:
+            buffers = [b for _, b in self.module.named_buffers()]
+            if buffers:
+                self._collectives.broadcast_many(buffers, src=0)
+        return self
+
     def no_sync(self):
         """Context manager: backward passes inside it accumulate local gradients without averaging."""
         ddp = self
