@@ -1,0 +1,156 @@
+"""CrossEntropyLoss (class weights, ignore_index, reductions, label smoothing), NLLLoss and MSELoss against
+float64 NumPy written from PyTorch's formulas, finite differences, canaries; and against PyTorch itself
+when it is installed."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.nn import functional as F
+from nn_reference import finite_difference
+from util import assert_close
+
+
+def loss_ref(x, target, weight=None, ignore_index=-100, reduction="mean", smoothing=0.0, log_probs=False):
+    """PyTorch's cross_entropy (log_probs=False) or nll_loss (True) in float64: (loss, d loss / d x)."""
+    x = np.asarray(x, np.float64)
+    n, c = x.shape
+    w = np.ones(c) if weight is None else np.asarray(weight, np.float64)
+    keep = target != ignore_index
+    safe = np.where(keep, target, 0)
+
+    def value(z):
+        if log_probs:
+            logp = z
+        else:
+            m = z.max(1, keepdims=True)
+            logp = z - m - np.log(np.exp(z - m).sum(1, keepdims=True))
+        w_t = w[safe] * keep
+        rows = -(w_t * logp[np.arange(n), safe])
+        if smoothing:
+            rows = (1 - smoothing) * rows + smoothing / c * (-(logp * w).sum(1)) * keep
+        if reduction == "none":
+            return rows
+        return rows.sum() / w_t.sum() if reduction == "mean" else rows.sum()
+
+    out = value(x)
+    if reduction == "none":
+        return out, None
+    return out, finite_difference(lambda z: value(z), x, 1e-6)
+
+
+CASES = [  # n, c, weighted, ignore, reduction, smoothing
+    (1, 1, False, False, "mean", 0.0), (7, 5, False, False, "sum", 0.0), (13, 10, True, False, "mean", 0.0),
+    (13, 10, True, True, "mean", 0.0), (31, 7, False, True, "mean", 0.1), (31, 7, True, True, "mean", 0.25),
+    (7, 13, True, True, "sum", 0.3), (7, 3, True, True, "none", 0.2), (64, 10, False, False, "none", 0.0),
+]
+
+
+@pytest.mark.parametrize("n,c,weighted,ignore,reduction,smoothing", CASES)
+def test_cross_entropy_options(device, rng, canaries, n, c, weighted, ignore, reduction, smoothing):
+    x_h = rng.uniform(-3, 3, size=(n, c)).astype(np.float32)
+    t_h = rng.integers(0, c, size=n).astype(np.int64)
+    ignore_index = int(t_h[0]) if ignore and n > 1 else -100  # a class index that is ignored
+    w_h = rng.uniform(0.2, 2, size=c).astype(np.float32) if weighted else None
+    loss_fn = nc.nn.CrossEntropyLoss(weight=None if w_h is None else nc.tensor(w_h, device=device),
+                                     ignore_index=ignore_index, reduction=reduction, label_smoothing=smoothing)
+    x = nc.tensor(x_h, device=device, requires_grad=True)
+    loss = loss_fn(x, nc.tensor(t_h, device=device))
+    expected, grad = loss_ref(x_h, t_h, w_h, ignore_index, reduction, smoothing)
+    assert_close(loss.to_host(), expected, 1e-5, "loss")
+    if reduction == "none":
+        gy = rng.uniform(-1, 1, size=n).astype(np.float32)
+        loss.backward(nc.tensor(gy, device=device))
+        grad = finite_difference(lambda z: float(loss_ref(z, t_h, w_h, ignore_index, "none", smoothing)[0] @ gy), x_h)
+    else:
+        loss.backward()
+    assert_close(x.grad.to_host(), grad, 1e-4, "grad")
+
+
+@pytest.mark.parametrize("weighted,reduction", [(False, "mean"), (True, "mean"), (True, "sum"), (True, "none")])
+def test_nll_loss_after_log_softmax(device, rng, canaries, weighted, reduction):
+    n, c = 13, 7
+    x_h = rng.uniform(-3, 3, size=(n, c)).astype(np.float32)
+    t_h = rng.integers(0, c, size=n).astype(np.int64)
+    t_h[3] = -100
+    w_h = rng.uniform(0.2, 2, size=c).astype(np.float32) if weighted else None
+    x = nc.tensor(x_h, device=device, requires_grad=True)
+    logp = nc.nn.LogSoftmax(dim=1)(x)
+    loss = nc.nn.NLLLoss(weight=w_h, reduction=reduction)(logp, nc.tensor(t_h, device=device))
+    ce = nc.nn.CrossEntropyLoss(weight=w_h, reduction=reduction)(x, nc.tensor(t_h, device=device))
+    expected, _ = loss_ref(x_h, t_h, w_h, reduction=reduction)
+    assert_close(loss.to_host(), expected, 1e-5, "nll(log_softmax) == cross_entropy reference")
+    assert_close(ce.to_host(), expected, 1e-5, "cross_entropy")
+    gy = rng.uniform(-1, 1, size=loss.shape).astype(np.float32)
+    loss.backward(nc.tensor(gy, device=device))
+    logp_h = logp.to_host().astype(np.float64)
+    g_logp = finite_difference(lambda z: float(np.sum(loss_ref(z, t_h, w_h, reduction=reduction,
+                                                               log_probs=True)[0] * gy)), logp_h)
+    softmax = np.exp(logp_h)
+    g_x = g_logp - softmax * g_logp.sum(1, keepdims=True)
+    assert_close(x.grad.to_host(), g_x, 1e-4, "grad through log_softmax and nll")
+
+
+def test_cross_entropy_finite_differences_float64_with_every_option(device, rng):
+    if not device.has_fp64:
+        pytest.skip("device has no float64")
+    x_h = rng.normal(size=(7, 5))
+    t_h = np.array([0, 4, 2, -1, 3, 1, 2])
+    w_h = rng.uniform(0.5, 2, 5)
+    x = nc.tensor(x_h, device=device, requires_grad=True)
+    loss = F.cross_entropy(x, t_h, weight=w_h, ignore_index=-1, label_smoothing=0.15)
+    loss.backward()
+    expected, grad = loss_ref(x_h, t_h, w_h, -1, "mean", 0.15)
+    assert abs(loss.item() - expected) <= 1e-12 * max(1.0, abs(expected))
+    assert_close(x.grad.to_host(), grad, 1e-7, "float64 grad")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mse_loss(device, rng, canaries, reduction):
+    a_h, b_h = rng.normal(size=(7, 3, 5)).astype(np.float32), rng.normal(size=(7, 3, 5)).astype(np.float32)
+    a = nc.tensor(a_h, device=device, requires_grad=True)
+    loss = nc.nn.MSELoss(reduction=reduction)(a, nc.tensor(b_h, device=device))
+    d = a_h.astype(np.float64) - b_h
+    expected = {"mean": (d * d).mean(), "sum": (d * d).sum(), "none": d * d}[reduction]
+    assert_close(loss.to_host(), expected, 1e-5, "mse")
+    gy = np.ones(loss.shape, np.float32) if reduction == "none" else None
+    loss.backward(None if gy is None else nc.tensor(gy, device=device))
+    scale = 2 / d.size if reduction == "mean" else 2
+    assert_close(a.grad.to_host(), scale * d, 1e-5, "mse grad")
+
+
+def test_loss_bad_arguments(device):
+    with pytest.raises(nc.ShapeError, match="first argument is the class weight"):
+        nc.nn.CrossEntropyLoss("sum")
+    with pytest.raises(nc.ShapeError, match="reduction"):
+        nc.nn.CrossEntropyLoss(reduction="avg")
+    with pytest.raises(nc.ShapeError, match="label_smoothing"):
+        nc.nn.CrossEntropyLoss(label_smoothing=1.5)
+    with pytest.raises(nc.ShapeError, match=r"weight must be a float32 tensor of shape \(3,\)"):
+        F.cross_entropy(nc.zeros((2, 3), device=device), [0, 1], weight=np.ones(4, np.float32))
+    with pytest.raises(nc.ShapeError, match="same shape"):
+        nc.nn.MSELoss()(nc.zeros((2, 3), device=device), nc.zeros((3, 2), device=device))
+    with pytest.raises(nc.ShapeError, match="size_average"):
+        F.cross_entropy(nc.zeros((2, 3), device=device), [0, 1], size_average=True)
+
+
+def test_matches_pytorch(device, rng):
+    torch = pytest.importorskip("torch")
+    x_h = rng.normal(size=(13, 6))
+    t_h = rng.integers(0, 6, size=13)
+    t_h[[2, 5]] = 4
+    w_h = rng.uniform(0.3, 2, 6)
+    for kwargs in ({}, {"weight": w_h}, {"ignore_index": 4}, {"weight": w_h, "ignore_index": 4,
+                                                              "label_smoothing": 0.2},
+                   {"label_smoothing": 0.1, "ignore_index": 4}, {"reduction": "sum", "weight": w_h,
+                                                                  "label_smoothing": 0.3}):
+        tx = torch.tensor(x_h, requires_grad=True)
+        tkw = {k: (torch.tensor(v) if k == "weight" else v) for k, v in kwargs.items()}
+        ref = torch.nn.functional.cross_entropy(tx, torch.tensor(t_h), **tkw)
+        ref.backward()
+        x = nc.tensor(x_h.astype(np.float32), device=device, requires_grad=True)
+        ours = F.cross_entropy(x, t_h, **kwargs)
+        ours.backward()
+        assert_close(ours.to_host(), ref.detach().numpy(), 1e-5, f"loss {kwargs}")
+        assert_close(x.grad.to_host(), tx.grad.numpy(), 1e-4, f"grad {kwargs}")
