@@ -116,7 +116,7 @@ def train(model_name: str = "lenet", epochs: int = 3, batch_size: int = 64, lr: 
         stats = loop.train_epoch(trained, loader, optimizer, scheduler, bar, max_steps=steps_per_epoch)
         if bar is not None:
             bar.close()
-        counts = loop.predict_counts(model, eval_loader)
+        counts = loop.predict_counts(trained, eval_loader)  # a wrapper shares rank 0's BatchNorm statistics
         correct, images, loss_sum, steps = dist_tools.sum_over_ranks(
             [counts["correct"], counts["images"], stats["loss_sum"], stats["steps"]], ranks)
         speed = dist_tools.throughput(stats["images_per_second"], ranks)
@@ -159,6 +159,8 @@ def _select_device(args) -> None:
 
 
 def train_command(args) -> dict | None:
+    if args.distributed:  # before any OpenCL call: the ranks on a node split its cores at start-up
+        dist_tools.Ranks.start(True)
     _select_device(args)
     started = time.perf_counter()
     summary = train(args.model, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
