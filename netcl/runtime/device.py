@@ -27,6 +27,7 @@ from pathlib import Path
 import pyopencl as cl
 
 from ..errors import DeviceError
+from .device_figures import stored_figures
 
 _KIND_NAMES = {cl.device_type.GPU: "gpu", cl.device_type.CPU: "cpu", cl.device_type.ACCELERATOR: "accelerator"}
 
@@ -263,7 +264,6 @@ def default_device() -> Device:
 
 def fastest_measured(candidates) -> Device | None:
     """The device with the highest stored GEMM rate (netcl devices --bench), or None if none is measured."""
-    from .device_figures import stored_figures
     rated = [(stored_figures(d).get("gemm_gflops"), d) for d in candidates]
     rated = [(rate, d) for rate, d in rated if isinstance(rate, (int, float))]
     return max(rated, key=lambda pair: pair[0])[1] if rated else None
