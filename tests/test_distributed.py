@@ -158,3 +158,25 @@ def test_cost_model_closed_forms():
     assert cm.step_overhead_seconds(backward_seconds=0.0, **cost) == pytest.approx(everything)
     assert cm.scaling_efficiency(1.0, **cost) == pytest.approx(1.0 / (1.0 + last))
     assert cm.scaling_efficiency(1.0, **dict(cost, ranks=1)) == 1.0
+
+
+def test_cli_without_mpi_says_what_to_install(tmp_path):
+    (tmp_path / "mpi4py.py").write_text("raise ImportError(\"No module named 'mpi4py'\")\n")  # hides the real one
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "netcl", "train", "lenet", "--distributed", "--epochs", "1",
+                           "--out", str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install mpi4py mpich" in lines[0], proc.stderr
+
+
+@needs_mpi
+def test_cli_failure_on_every_rank_ends_the_job(tmp_path):
+    env = dict(os.environ, POCL_MAX_PTHREAD_COUNT="1")
+    started = time.monotonic()
+    proc = subprocess.run([MPIEXEC, "-n", str(RANKS), sys.executable, "-m", "netcl", "train", "lenet", "--distributed",
+                           "--epochs", "1", "--data-dir", str(tmp_path / "no-mnist-here"), "--out", str(tmp_path / "run")],
+                          env=env, capture_output=True, text=True, timeout=FAILURE_DEADLINE_SECONDS + 30)
+    assert proc.returncode != 0 and time.monotonic() - started < FAILURE_DEADLINE_SECONDS
+    assert "error: " in proc.stderr and f"/{RANKS} failed: " in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
