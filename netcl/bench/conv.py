@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from ..runtime.timing import timed_call, timed_result
+
 PASSES = ("forward", "backward_data", "backward_weight")
 
 # (name, input (H, W, C), kernel (R, S, K), stride) of Table 2 of the MEC paper; padding 0 as there
@@ -88,11 +90,11 @@ def bench_case(name, batch, layer, device, impls, repeat, predicted, max_s, with
             row = {"layer": name, "batch": batch, "strategy": sname, "pass": pass_, "gflop": layer.flops / 1e9,
                    "applicable": True, "why_not": None, "workspace_bytes": None, "ms": None, "gflops": None,
                    "rel_err": None, "skipped": None}
-            why = impl.why_not(layer, pass_)
+            why = impl.why_not(layer, pass_, device)
             if why:
                 row.update(applicable=False, why_not=why)
             else:
-                row["workspace_bytes"] = int(impl.workspace_bytes(layer, pass_))
+                row["workspace_bytes"] = int(impl.workspace_bytes(layer, pass_, device))
                 guess = predicted.get((name, sname, pass_))
                 if guess is not None and guess * batch > max_s:
                     row["skipped"] = f"predicted {guess * batch:.0f} s per run > {max_s:g} s"
@@ -104,11 +106,7 @@ def bench_case(name, batch, layer, device, impls, repeat, predicted, max_s, with
     # warm-up (builds kernels, gives the error check its result), then round-robin repetitions
     for key, (row, fn, times) in list(runs.items()):
         try:
-            device.synchronize()
-            start = time.perf_counter()
-            out = fn()
-            device.synchronize()
-            warm = time.perf_counter() - start
+            out, warm = timed_result(fn, device)
         except DeviceMemoryError as exc:
             row["skipped"] = f"out of device memory: {exc}"
             del runs[key]
@@ -122,11 +120,7 @@ def bench_case(name, batch, layer, device, impls, repeat, predicted, max_s, with
         for key, (row, fn, times) in runs.items():
             if times and times[0] > 5.0:
                 continue
-            device.synchronize()
-            start = time.perf_counter()
-            fn()
-            device.synchronize()
-            times.append(time.perf_counter() - start)
+            times.append(timed_call(fn, device))
     for key, (row, fn, times) in runs.items():
         t = statistics.median(times)
         row["ms"] = round(t * 1e3, 3)
@@ -166,7 +160,7 @@ def summarize(rows, big: int) -> dict:
 def run(args) -> dict:
     import netcl as nc
     from ..ops import conv_mec
-    from ..ops.conv_common import strategies
+    from ..ops.conv_registry import strategies
     from ..tuning import db
     device = nc.default_device()
     quick = bool(getattr(args, "quick", False))

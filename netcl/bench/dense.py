@@ -21,6 +21,7 @@ from ..dense.convert import Spatial
 from ..nn import layers as L
 from ..ops.conv_common import ConvLayer
 from ..runtime.device import default_device
+from ..runtime.timing import timed_call, timed_result
 from ..tensor import Tensor
 
 PATCH = 133
@@ -69,11 +70,7 @@ def _patch_layer_times(model, patches, device, strategies=None):
                 geometry = ConvLayer.from_shapes(out.shape, layer.weight.shape, layer.stride, layer.padding,
                                                  layer.dilation, layer.groups, out.dtype)
                 strategies[name] = plan_conv2d_layer(geometry, "forward").strategy
-            device.synchronize()
-            start = time.perf_counter()
-            out = layer(out)
-            device.synchronize()
-            times[name] = time.perf_counter() - start
+            out, times[name] = timed_result(lambda: layer(out), device)
     return times, out
 
 
@@ -104,11 +101,7 @@ def _planned_strategies(dense, image_hw, device):
 
 
 def _train_step(dense, x, labels, mask, device):
-    device.synchronize()
-    start = time.perf_counter()
-    masked_cross_entropy(dense(x), labels, mask).backward()
-    device.synchronize()
-    return time.perf_counter() - start
+    return timed_call(lambda: masked_cross_entropy(dense(x), labels, mask).backward(), device)
 
 
 def bench_plain_cnn1(size: int, samples: int, batch: int, repeat: int, rng, device, backward: bool):
@@ -172,11 +165,7 @@ def bench_backward(model, dense, image, x, pixels, batch, repeat, rng, device):
         chunk = pixels[start:start + batch]
         patches = crop_patches(image, chunk, PATCH, device)
         target = Tensor.from_host(labels[0, chunk[:, 0], chunk[:, 1]], device)
-        device.synchronize()
-        t0 = time.perf_counter()
-        loss_fn(model(patches).reshape((len(chunk), -1)), target).backward()
-        device.synchronize()
-        patch_s += time.perf_counter() - t0
+        patch_s += timed_call(lambda: loss_fn(model(patches).reshape((len(chunk), -1)), target).backward(), device)
     model.zero_grad()
     patch_all = patch_s * size * size / len(pixels)
     return {"dense_step_ms_few_pixels": dense_few * 1e3, "few_pixels": int(few.sum()),
@@ -195,10 +184,8 @@ def bench_figure3(size: int, repeat: int, rng, device):
     patches = crop_patches(image, None, 15, device)
     with no_grad():
         model(patches)
-        device.synchronize()
-        start = time.perf_counter()
-        ref = model(patches).to_host().reshape(size, size)
-        patch_s = time.perf_counter() - start
+        out, patch_s = timed_result(lambda: model(patches), device)
+        ref = out.to_host().reshape(size, size)
     err = float(np.abs(scores - ref).max() / np.abs(ref).max())
     return {"image": size, "dense_ms": dense_s * 1e3, "patch_ms": patch_s * 1e3, "speedup": patch_s / dense_s,
             "max_rel_error": err}

@@ -17,7 +17,6 @@ NumPy counterpart. Large products issue one call per sample either way.
 from __future__ import annotations
 
 import statistics
-import time
 
 import numpy as np
 
@@ -64,21 +63,14 @@ def measure(M: int, N: int, K: int, repeat: int, device, textbook: bool = True, 
     if textbook:
         c2 = Tensor.empty((M, N), np.float32, device)
         runners["textbook"] = _textbook(device, a, b, c2, M, N, K)
-    times = {name: [] for name in runners}
-    names = list(runners)
-    for rep in range(repeat + 1):  # repetition 0 is the warm-up (and compiles)
-        # The order rotates: OpenBLAS's threads spin for a while after each call (up to ~0.1 s), taking
-        # the cores PoCL's threads need, so a fixed order would always slow the runner after NumPy
-        # (netcl's 64x10x500 pipelined: 58 µs a call right after NumPy, 27 µs otherwise).
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
-            if name == "textbook" and rep > 2 and 2.0 * M * N * K > 4e9:
-                continue  # the slow yardstick takes seconds per run here: two timed runs are enough
-            device.synchronize()
-            start = time.perf_counter()
-            runners[name]()
-            device.synchronize()
-            if rep:
-                times[name].append((time.perf_counter() - start) / per_sample.get(name, 1))
+    # netcl.runtime.timing.compare rotates the order each round: OpenBLAS's threads spin for a while after
+    # each call (up to ~0.1 s), taking the cores PoCL's threads need, so a fixed order would always slow
+    # the runner after NumPy (netcl's 64x10x500 pipelined: 58 µs a call right after NumPy, 27 µs otherwise).
+    # The slow textbook yardstick (seconds per run on big products) stops after its first samples.
+    from ..runtime.timing import compare
+    results = compare(runners, device, warmup=1, min_runs=repeat, max_runs=repeat, time_budget_s=0.0,
+                      settle_below_s=0.0, slow_s=2.0, statistic="median", errors=())
+    times = {name: [t / per_sample.get(name, 1) for t in results[name].samples] for name in runners}
     check = np.linalg.norm(c.to_host() - ha.astype(np.float64) @ hb) / max(np.linalg.norm(ha.astype(np.float64) @ hb), 1e-30)
     row = {"M": M, "N": N, "K": K, "class": shape_class(M, N, K), "rel_l2": float(check),
            "params": params_for(device, np.float32, M, N, K)}

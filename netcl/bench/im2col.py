@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 
 import numpy as np
 
@@ -43,18 +42,10 @@ def _timed(runners: dict, device, repeat: int) -> dict:
     median: on a machine shared with other jobs the median moves by 3-5x from run to run, the best of a
     handful of rounds by a few percent. The order rotates from round to round: whichever runs first in a
     round finds the caches holding the previous runner's data, not its own."""
-    times = {name: [] for name in runners}
-    names = list(runners)
-    for rep in range(repeat + 1):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
-            fn = runners[name]
-            device.synchronize()
-            start = time.perf_counter()
-            fn()
-            device.synchronize()
-            if rep:
-                times[name].append(time.perf_counter() - start)
-    return {name: min(ts) for name, ts in times.items()}
+    from ..runtime.timing import compare
+    results = compare(runners, device, warmup=1, min_runs=repeat, max_runs=repeat, time_budget_s=0.0,
+                      settle_below_s=0.0, slow_s=float("inf"), statistic="min", errors=())
+    return {name: timing.seconds for name, timing in results.items()}
 
 
 def copy_probe(device, quick: bool) -> CopyProbe:

@@ -108,6 +108,7 @@ def run(args):
         print(f"      global memory {_gib(d.global_mem_bytes)}, max allocation {_gib(d.max_alloc_bytes)}, "
               f"local memory {_gib(d.local_mem_bytes)}, max work-group {d.max_work_group_size}")
         print(f"      fp64 {'yes' if d.has_fp64 else 'no'}, fp16 {'yes' if d.has_fp16 else 'no'}")
+        print(f"      conv planner: {__import__('netcl.ops.conv_profile', fromlist=['_']).calibration_summary(d)}")
         line = _figures_line(figures[d.index])
         print(line or "      not measured (netcl devices --bench)")
     print("(* = default device; choose another with NETCL_DEVICE=<index, or words of the platform or device name "

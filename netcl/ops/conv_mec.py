@@ -24,12 +24,11 @@ dilation along the height is refused (a partition must be consecutive rows of L)
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from .. import dtypes
 from ..runtime.kernels import get_kernel, launch, local_size_1d
+from ..runtime.timing import compare
 from ..tensor import Tensor
 from ..tuning import db
 from .conv_common import ConvLayer, ConvStrategy, CostTerms, Product, tensor_bytes
@@ -295,16 +294,11 @@ def tune_threshold(device, layers, repeat: int = 2, store: bool = True) -> dict:
             continue
         x = Tensor.from_host(rng.standard_normal(layer.input_shape).astype(layer.dtype), device)
         w = Tensor.from_host(rng.standard_normal(layer.weight_shape).astype(layer.dtype), device)
-        best = {"A": float("inf"), "B": float("inf")}
-        for sol in best:
-            STRATEGY.forward(x, w, layer, solution=sol)  # warm-up: builds, pool buffers
-        for round_ in range(repeat):
-            for sol in ("AB" if round_ % 2 == 0 else "BA"):  # whichever runs second finds warm caches
-                device.synchronize()
-                start = time.perf_counter()
-                STRATEGY.forward(x, w, layer, solution=sol)
-                device.synchronize()
-                best[sol] = min(best[sol], time.perf_counter() - start)
+        # alternating rounds (AB, BA, ...): whichever runs second finds warm caches; the fastest sample
+        timed = compare({sol: (lambda sol=sol: STRATEGY.forward(x, w, layer, solution=sol)) for sol in "AB"},
+                        device, warmup=1, min_runs=repeat, max_runs=repeat, time_budget_s=0.0,
+                        settle_below_s=0.0, slow_s=float("inf"), statistic="min", errors=())
+        best = {sol: timed[sol].seconds for sol in "AB"}
         results.append({"ow": layer.out_w, "layer": layer.signature(), "A_ms": best["A"] * 1e3,
                         "B_ms": best["B"] * 1e3})
     t = choose_threshold(results)

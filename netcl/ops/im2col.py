@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import config, dtypes
 from ..errors import DTypeError, ShapeError
+from ..runtime.memo import DeviceMemo
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
 from .conv_common import ConvLayer
@@ -61,20 +62,20 @@ def _chunk_lanes(dtype) -> int:
     return 32 // np.dtype(dtype).itemsize
 
 
-_kernels: dict[tuple, object] = {}
+_kernels = DeviceMemo("im2col layer kernels", scope="context")  # compiled for one context
 
 
 def _layer_kernel(device, template: str, name: str, layer: ConvLayer, dtype, transposed: bool, local: int,
                   runs: int = 0, chunks_per_item: int = 0):
     """get_kernel for one layer's geometry, memoized on the layer itself: rebuilding the parameter dict
     and its sorted key costs ~30 µs a call, a sixth of a small layer's whole im2col."""
-    key = (id(device.context), template, name, layer, np.dtype(dtype).str, bool(transposed), local, runs, chunks_per_item)
-    kernel = _kernels.get(key)
+    key = (template, name, layer, np.dtype(dtype).str, bool(transposed), local, runs, chunks_per_item)
+    kernel = _kernels.get(device, key)
     if kernel is None:
         if len(_kernels) > 4096:
             _kernels.clear()
-        kernel = _kernels[key] = get_kernel(device, template, name,
-                                            **_params(layer, dtype, transposed, local, runs, chunks_per_item))
+        kernel = _kernels.put(device, key, get_kernel(device, template, name,
+                                                      **_params(layer, dtype, transposed, local, runs, chunks_per_item)))
     return kernel
 
 

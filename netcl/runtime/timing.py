@@ -56,6 +56,16 @@ def timed_call(fn, device, calls: int = 1, settle: bool = False) -> float:
     return (time.perf_counter() - start) / calls
 
 
+def timed_result(fn, device):
+    """(fn's result, seconds) of one call between two waits on ``device``'s queue (a benchmark that needs
+    the output, or one that times a step whose result feeds the next)."""
+    device.synchronize()
+    start = time.perf_counter()
+    out = fn()
+    device.synchronize()
+    return out, time.perf_counter() - start
+
+
 def sample(fn, device, repeats: int = 5, warmup: int = 1, calls: int = 1, statistic: str = "median") -> Timing:
     """``repeats`` timed samples of ``fn`` after ``warmup`` untimed runs."""
     _check_statistic(statistic)
