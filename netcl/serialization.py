@@ -29,7 +29,7 @@ _PREFIX = struct.Struct("<8sIQ32s")
 def _encode(obj, arrays: list):
     if isinstance(obj, (Tensor, np.ndarray)):
         host = obj.to_host() if isinstance(obj, Tensor) else obj
-        host = np.ascontiguousarray(host)
+        host = np.ascontiguousarray(host).reshape(host.shape)  # ascontiguousarray turns a 0-d array into 1-d
         if host.dtype.kind not in "biuf" or host.dtype.byteorder == ">":
             raise CheckpointError(f"cannot save an array of dtype {host.dtype}")
         arrays.append(host)

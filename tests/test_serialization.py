@@ -63,3 +63,11 @@ def test_missing_file_and_unsupported_values(tmp_path):
         nc.load(tmp_path / "nope.ncl")
     with pytest.raises(nc.CheckpointError, match="set"):
         nc.save({"bad": {1, 2}}, tmp_path / "x.ncl")
+
+
+def test_zero_dimensional_values_keep_their_shape(tmp_path, device):
+    """BatchNorm's num_batches_tracked is a 0-d tensor: it must load back 0-d, or load_state_dict refuses it."""
+    nc.save({"t": nc.tensor(np.array(5, np.int64), device=device), "a": np.array(2.5)}, tmp_path / "s.ncl")
+    loaded = nc.load(tmp_path / "s.ncl")
+    assert loaded["t"].shape == () and loaded["t"].item() == 5
+    assert loaded["a"].shape == () and loaded["a"] == 2.5
