@@ -55,6 +55,9 @@ def test_checkpoint_load_eval_gives_the_same_accuracy(trained, device):
 
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, monkeypatch):
+    # conv2d's online planner runs other strategies on the first steps of a process; the straight and the
+    # resumed run would then round differently. Fixed (heuristic) plans make them comparable bit for bit.
+    monkeypatch.setenv("NETCL_CONV_PLAN_MODE", "heuristic")
     nc.use_deterministic(True)
     try:
         kw = dict(epochs=2, batch_size=32, data_dir=SHARED, seed=5, limit_steps=4, eval_limit=64, progress=False,
