@@ -13,10 +13,12 @@ import netcl as nc
 from netcl import serialization
 from netcl.cli.main import main
 from netcl.training import cli as training
+from netcl.training.distributed import Ranks, local_batch_size
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
 pytestmark = [
-    pytest.mark.skipif(not (SHARED / "train-images-idx3-ubyte.gz").exists(), reason="../shared/data/mnist is not present"),
+    pytest.mark.skipif(not (SHARED / "train-images-idx3-ubyte.gz").exists(),
+                       reason="../shared/data/mnist is not present"),
     pytest.mark.skipif(not hasattr(nc.models, "resnet8"), reason="nc.models.resnet8 has not landed"),
 ]
 QUIET = dict(progress=False, log=lambda *a, **k: None)
@@ -62,5 +64,5 @@ def test_resnet_resume_continues_exactly(tmp_path, monkeypatch):
 def test_cli_rejects_an_uneven_global_batch_and_unknown_model(tmp_path, capsys):
     assert main(["train", "resnet9", "--out", str(tmp_path)]) == 2
     with pytest.raises(nc.ShapeError, match="split evenly"):
-        from netcl.training.distributed import Ranks, local_batch_size
         local_batch_size(63, Ranks(rank=0, world_size=2, distributed=True))
+    assert local_batch_size(64, Ranks(rank=1, world_size=2, distributed=True)) == 32

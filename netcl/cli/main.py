@@ -13,7 +13,7 @@ import sys
 # subcommand -> module in netcl.cli defining add_arguments(parser) and run(args) -> dict | None
 COMMANDS = {
     "devices": ("devices", "list every OpenCL platform and device"),
-    "train": ("train", "train a model (lenet) on MNIST"),
+    "train": ("train", "train a model (lenet, resnet8/20/32) on MNIST"),
     "eval": ("evaluate", "score a checkpoint on the MNIST test set"),
     "plan": ("plan", "explain the convolution strategy chosen for each layer and pass"),
     "bench": ("bench", "benchmarks: gemm, im2col, conv, lenet, resnet, dense"),

@@ -22,8 +22,8 @@ class Adam(Optimizer):
         # written as positive range checks so that NaN (which fails every comparison) is rejected too
         if not (0 <= lr < math.inf and 0 <= eps < math.inf and 0 <= weight_decay < math.inf
                 and 0 <= b1 < 1 and 0 <= b2 < 1):
-            raise ShapeError(f"{type(self).__name__} needs lr ≥ 0, eps ≥ 0, weight_decay ≥ 0 and betas in [0, 1): "
-                             f"got lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
+            raise ShapeError(f"{type(self).__name__} needs lr ≥ 0, eps ≥ 0, weight_decay ≥ 0 and betas in "
+                             f"[0, 1): got lr={lr}, betas={betas}, eps={eps}, weight_decay={weight_decay}")
         super().__init__(params, dict(lr=float(lr), betas=(float(b1), float(b2)), eps=float(eps),
                                       weight_decay=float(weight_decay)))
 
