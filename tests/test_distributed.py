@@ -180,3 +180,42 @@ def test_cli_failure_on_every_rank_ends_the_job(tmp_path):
     assert proc.returncode != 0 and time.monotonic() - started < FAILURE_DEADLINE_SECONDS
     assert "error: " in proc.stderr and f"/{RANKS} failed: " in proc.stderr, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_post_accumulate_grad_hook_runs_once_after_the_last_contribution(rng):
+    """The autograd hook DistributedDataParallel's buckets rest on: a weight used twice in one pass has its
+    hook run once, when its .grad already holds both contributions; the end-of-pass callback runs last."""
+    import netcl as nc
+    from netcl.autograd import function as engine
+    w_host, x_host = rng.standard_normal((7, 7)).astype(np.float32), rng.standard_normal((3, 7)).astype(np.float32)
+    w = nc.tensor(w_host, requires_grad=True)
+    b = nc.tensor(rng.standard_normal(7).astype(np.float32), requires_grad=True)
+    x = nc.tensor(x_host)
+    events = []
+
+    def on_ready(t):
+        events.append(("ready", "w" if t is w else "b", t.grad.to_host().copy()))
+        if len(events) == 1:
+            engine.queue_backward_callback(lambda: events.append(("end",)))
+
+    handles = [engine.register_post_accumulate_grad_hook(w, on_ready),
+               engine.register_post_accumulate_grad_hook(b, on_ready)]
+    try:
+        ((x @ w + b) @ w).sum().backward()  # w contributes through two products
+        x64, w64 = x_host.astype(np.float64), w_host.astype(np.float64)
+        h = x64 @ w64 + b.to_host().astype(np.float64)
+        ones = np.ones((3, 7))
+        grad_w = h.T @ ones + x64.T @ (ones @ w64.T)  # d/dw of sum((xw + b)w)
+        kinds = [e[0] for e in events]
+        assert kinds.count("ready") == 2 and kinds[-1] == "end" and kinds.count("end") == 1
+        w_grad_at_hook = next(e[2] for e in events if e[:2] == ("ready", "w"))
+        np.testing.assert_allclose(w_grad_at_hook, grad_w, rtol=1e-4, atol=1e-4)
+    finally:
+        for handle in handles:
+            handle.remove()
+    events.clear()
+    w.grad = None
+    ((x @ w + b) @ w).sum().backward()
+    assert events == [] and w.grad is not None  # removed hooks run no more
+    with pytest.raises(RuntimeError, match="outside a backward pass"):
+        engine.queue_backward_callback(lambda: None)
