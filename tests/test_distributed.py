@@ -95,6 +95,34 @@ def test_ddp_equals_one_process_with_the_global_batch(tmp_path, seed):
 
 
 @needs_mpi
+def test_ddp_buffers_no_sync_and_unused_parameters(tmp_path, seed):
+    proc, _ = run_job("semantics", tmp_path, seed)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = load_ranks(tmp_path, "semantics")
+    # BatchNorm: ranks started from different weights and statistics and saw different batches; after
+    # eval() they hold rank 0's running statistics and the same parameters
+    bn_keys = [k for k in ranks[0] if k.startswith("bn/")]
+    assert any("running_var" in k for k in bn_keys)
+    for key in bn_keys:
+        np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=key)
+    # no_sync: the first pass stays local, the second averages the sum of both passes
+    inputs = [r["no_sync/inputs"].astype(np.float64) for r in ranks]  # d sum(x W^T + b) / dW: rows of x.sum(0)
+    for r, x in zip(ranks, inputs):
+        np.testing.assert_allclose(r["no_sync/local_weight_grad"], np.tile(x[0].sum(0), (3, 1)), rtol=1e-5)
+    want = np.tile(np.mean([x.sum((0, 1)) for x in inputs], axis=0), (3, 1))
+    for r in ranks:
+        np.testing.assert_allclose(r["no_sync/weight_grad"], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(r["no_sync/bias_grad"], np.full(3, 2 * worker.BATCH), rtol=1e-6)
+    # a head one rank never used contributes zeros there: the other rank's gradient over the world size
+    for head in range(RANKS):
+        x = ranks[head]["heads/input"].astype(np.float64)
+        for r in ranks:
+            np.testing.assert_allclose(r[f"heads/head{head}.weight"], np.tile(x.sum(0), (3, 1)) / RANKS,
+                                       rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(r[f"heads/head{head}.bias"], np.full(3, worker.BATCH / RANKS), rtol=1e-6)
+
+
+@needs_mpi
 def test_a_failing_rank_ends_the_job_with_a_message_on_every_rank(tmp_path, seed):
     proc, seconds = run_job("fail", tmp_path, seed, timeout=FAILURE_DEADLINE_SECONDS + 30)
     assert proc.returncode != 0

@@ -5,6 +5,7 @@ asserted here, so a failure shows up as a test failure with the data, not as a h
   equivalence  k SGD steps of a small conv net with DistributedDataParallel, each rank on its own
                BATCH-image share of one global batch, for several bucket caps
   collectives  all_reduce with each op, broadcast and barrier on odd sizes
+  semantics    BatchNorm buffers equal after eval(), no_sync accumulation, parameters one rank leaves unused
   fail         rank FAILING_RANK raises while the others wait in an all_reduce
 """
 from __future__ import annotations
@@ -95,6 +96,54 @@ def collectives(out: Path, seed: int) -> None:
     np.savez(out / f"collectives-rank{rank}.npz", **results)
 
 
+class TwoHeads(nc.nn.Module):
+    """Rank r's forward uses head r only: every head's parameters go unused on the other rank."""
+
+    def __init__(self):
+        super().__init__()
+        self.head0, self.head1 = nc.nn.Linear(5, 3), nc.nn.Linear(5, 3)
+
+    def forward(self, x, which: int):
+        return (self.head0 if which == 0 else self.head1)(x)
+
+
+def semantics(out: Path, seed: int) -> None:
+    """BatchNorm buffers after eval(), no_sync accumulation, parameters unused on one rank."""
+    rank = nc.distributed.get_rank()
+    rng = np.random.default_rng([seed, rank])
+    results = {}
+    nc.manual_seed(seed + rank)  # different initial weights and statistics: the wrap must equalize them
+    bn_net = nc.nn.parallel.DistributedDataParallel(nc.nn.Sequential(
+        nc.nn.Conv2d(1, 3, 3), nc.nn.BatchNorm2d(3), nc.nn.ReLU(), nc.nn.Flatten(), nc.nn.Linear(3 * 5 * 5, CLASSES)))
+    optimizer = nc.optim.SGD(bn_net.parameters(), lr=LR)
+    for _ in range(2):
+        optimizer.zero_grad()
+        x = nc.tensor(rng.standard_normal((BATCH, 1, 7, 7)).astype(np.float32))
+        nc.nn.CrossEntropyLoss()(bn_net(x), nc.tensor(rng.integers(0, CLASSES, BATCH))).backward()
+        optimizer.step()
+    bn_net.eval()
+    for name, t in bn_net.state_dict().items():
+        results[f"bn/{name}"] = t.to_host()
+
+    linear = nc.nn.parallel.DistributedDataParallel(nc.nn.Linear(5, 3), bucket_cap_mb=1e-5)
+    inputs = [rng.standard_normal((BATCH, 5)).astype(np.float32) for _ in range(2)]
+    with linear.no_sync():
+        linear(nc.tensor(inputs[0])).sum().backward()
+    results["no_sync/local_weight_grad"] = linear.module.weight.grad.to_host()
+    linear(nc.tensor(inputs[1])).sum().backward()
+    results["no_sync/inputs"] = np.stack(inputs)
+    results["no_sync/weight_grad"] = linear.module.weight.grad.to_host()
+    results["no_sync/bias_grad"] = linear.module.bias.grad.to_host()
+
+    heads = nc.nn.parallel.DistributedDataParallel(TwoHeads())
+    x = rng.standard_normal((BATCH, 5)).astype(np.float32)
+    heads(nc.tensor(x), rank % 2).sum().backward()
+    results["heads/input"] = x
+    for name, p in heads.module.named_parameters():
+        results[f"heads/{name}"] = p.grad.to_host()
+    np.savez(out / f"semantics-rank{rank}.npz", **results)
+
+
 def fail(out: Path, seed: int) -> None:
     rank = nc.distributed.get_rank()
     t = nc.tensor(np.ones(13, dtype=np.float32))
@@ -108,4 +157,5 @@ def fail(out: Path, seed: int) -> None:
 if __name__ == "__main__":
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])
     nc.distributed.init_process_group(backend="mpi")
-    {"equivalence": equivalence, "collectives": collectives, "fail": fail}[scenario](out_dir, int(sys.argv[3]))
+    {"equivalence": equivalence, "collectives": collectives, "semantics": semantics,
+     "fail": fail}[scenario](out_dir, int(sys.argv[3]))
