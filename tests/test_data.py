@@ -264,3 +264,28 @@ def test_batch_loader_is_a_thin_alias(device):
     loader = nc.data.BatchLoader(images, np.arange(4), 2, shuffle=False, device=device)
     x, y = next(iter(loader))
     assert np.array_equal(x.to_host()[:, 0], images[:2]) and y.to_host().tolist() == [0, 1]
+
+
+def test_uploads_are_enqueued_behind_running_work_without_waiting(device):
+    """While a long kernel occupies the in-order queue, the loader still hands out batches: their uploads
+    are queued behind it (not yet complete), so the host did not wait for them."""
+    import pyopencl as cl
+    program = cl.Program(device.context, """
+        __kernel void spin(__global float* a, const int n) {
+            float x = a[get_global_id(0)];
+            for (int i = 0; i < n; i++) x = x * 1.0000001f + 0.5f;
+            a[get_global_id(0)] = x;
+        }""").build()
+    spin = cl.Kernel(program, "spin")
+    scratch = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, 1024 * 4)
+    loader = DataLoader(_Squares(8), batch_size=2, device=device)
+    device.queue.finish()
+    spin.set_args(scratch, np.int32(500_000))  # a few tenths of a second on two CPU cores
+    busy = cl.enqueue_nd_range_kernel(device.queue, spin, (1024,), None)
+    x, y = next(iter(loader))
+    if busy.command_execution_status == cl.command_execution_status.COMPLETE:
+        pytest.skip("the spinning kernel finished before the check (an unusually fast device)")
+    assert any(e.command_execution_status != cl.command_execution_status.COMPLETE
+               for e in loader._uploads_in_flight), "the batch's upload was waited for"
+    device.queue.finish()
+    assert np.array_equal(y.to_host(), [0, 1]) and np.array_equal(x.to_host()[1], np.full((2, 3), 1.0))
