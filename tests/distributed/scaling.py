@@ -45,7 +45,7 @@ def measure(model_name: str, batch: int, steps: int, warmup: int) -> dict | None
             loss.item()
             nc.distributed.barrier()
             stats_before = dict(getattr(model, "stats", {}))
-            start = time.perf_counter()
+            start, host_cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -53,6 +53,7 @@ def measure(model_name: str, batch: int, steps: int, warmup: int) -> dict | None
     loss.item()
     nc.distributed.barrier()
     seconds = time.perf_counter() - start
+    host_cpu, process_cpu = time.thread_time() - host_cpu, time.process_time() - process_cpu
     if rank != 0:
         return None
     waits = {f"{key[:-2]}_ms": 1e3 * (value - stats_before[key]) / steps
@@ -60,7 +61,9 @@ def measure(model_name: str, batch: int, steps: int, warmup: int) -> dict | None
     return {"model": model_name, "ranks": world, "batch_per_rank": batch, "steps": steps,
             "threads_per_rank": os.environ.get("POCL_MAX_PTHREAD_COUNT"),
             "global_images_per_second": world * batch * steps / seconds, "step_ms": 1e3 * seconds / steps,
-            **waits}
+            # CPU per step: the Python thread (launches, autograd, DDP, MPI) and the whole process (with
+            # the driver's threads); rank 0's
+            "host_cpu_ms": 1e3 * host_cpu / steps, "process_cpu_ms": 1e3 * process_cpu / steps, **waits}
 
 
 def alternate(args) -> dict:
@@ -81,6 +84,8 @@ def alternate(args) -> dict:
             # the least disturbed run of each: on a shared machine the closest to what an idle one gives
             "efficiency_best_of": best[args.ranks] / (args.ranks * best[1]),
             "one_rank_images_per_second": [r["global_images_per_second"] for r in runs[1]],
+            "host_cpu_ms": {n: [r["host_cpu_ms"] for r in runs[n]] for n in runs},
+            "process_cpu_ms": {n: [r["process_cpu_ms"] for r in runs[n]] for n in runs},
             "n_ranks_images_per_second": [r["global_images_per_second"] for r in runs[args.ranks]],
             "device_wait_ms": [r["device_wait_ms"] for r in runs[args.ranks]],
             "mpi_wait_ms": [r["mpi_wait_ms"] for r in runs[args.ranks]]}
