@@ -166,3 +166,44 @@ def test_prepared_launch_sets_what_changed(device):
     with pytest.raises(TypeError):
         kernels.PreparedLaunch(device, kernel, (n,), None, (kernels.VARYING, dst.buffer, kernels.VARYING))(
             sources[0].buffer)
+
+
+WARNING_SCRIPT = textwrap.dedent("""
+    import numpy as np, netcl as nc
+    from netcl.runtime import kernels
+    device = nc.default_device()
+    # two warnings on clang-based drivers: a double literal narrowed to int, an assignment as a condition
+    source = ("__kernel void chatty(__global float* x) {{ int n = 1.5; float v = x[0];"
+              " if (v = {value}.5f) x[get_global_id(0)] = v * n; }}")
+    program = kernels.build_program(device, source.format(value=np.random.default_rng().integers(1, 1000)))
+    log = program.get_build_info(device.cl_device, __import__("pyopencl").program_build_info.LOG)
+    print("LOG", repr(log))
+""")
+
+
+def _build_with_warning(tmp_path, debug: bool):
+    env = dict(os.environ, NETCL_CACHE="0", POCL_KERNEL_CACHE="0", NETCL_DEBUG="1" if debug else "0")
+    return subprocess.run([sys.executable, "-c", WARNING_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+
+
+def test_compiler_warnings_never_reach_stderr(tmp_path):
+    quiet = _build_with_warning(tmp_path, debug=False)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr == "", f"the compiler wrote on stderr: {quiet.stderr!r}"
+    assert "LOG" in quiet.stdout
+
+
+def test_netcl_debug_shows_the_build_log(tmp_path):
+    loud = _build_with_warning(tmp_path, debug=True)
+    assert loud.returncode == 0, loud.stderr
+    if "warning" not in loud.stdout.lower():
+        pytest.skip(f"{nc.default_device().describe()} reports no warning for this source")
+    assert "[netcl] build log of program" in loud.stderr and "warning" in loud.stderr.lower()
+
+
+def test_build_options_are_quiet_unless_debugging(monkeypatch):
+    monkeypatch.setenv("NETCL_DEBUG", "0")
+    assert kernels.build_options(("-DX=1",))[-2:] == ("-w", "-DX=1")
+    monkeypatch.setenv("NETCL_DEBUG", "1")
+    assert "-w" not in kernels.build_options(("-DX=1",))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
 # subcommand -> module in netcl.cli defining add_arguments(parser) and run(args) -> dict | None
@@ -60,6 +61,8 @@ def _json_default(o):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
+    if debug:  # compiler build logs too (netcl.runtime.kernels.debug_enabled)
+        os.environ.setdefault("NETCL_DEBUG", "1")
     try:
         args = build_parser().parse_args(argv)
     except ArgumentError as exc:

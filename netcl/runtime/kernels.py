@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 import time
 import warnings
@@ -28,6 +29,21 @@ from .cache import CACHE_FORMAT_VERSION, cache_enabled, cache_path
 from .device import Device
 
 DEFAULT_BUILD_OPTIONS = ("-cl-mad-enable",)
+# "-w" (a standard OpenCL build option) keeps the driver's compiler quiet: PoCL's clang wrote "11 warnings
+# generated." straight to fd 2, into the middle of the training progress bar. Errors still fill the build
+# log (KernelBuildError.log). NETCL_DEBUG=1 (the CLI's --debug) builds without it and prints every
+# non-empty build log on stderr.
+QUIET_BUILD_OPTIONS = ("-w",)
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("NETCL_DEBUG", "0").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def build_options(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The options every netcl program is built with, then ``extra``."""
+    quiet = () if debug_enabled() else QUIET_BUILD_OPTIONS
+    return tuple(DEFAULT_BUILD_OPTIONS) + quiet + tuple(extra)
 
 
 def kernels_dir() -> Path:
@@ -82,10 +98,11 @@ def _save_failed_source(key: str, source: str) -> str:
     return str(path)
 
 
-def build_program(device: Device, source: str, options: tuple[str, ...] = DEFAULT_BUILD_OPTIONS) -> cl.Program:
+def build_program(device: Device, source: str, options: tuple[str, ...] | None = None) -> cl.Program:
     """Build (or fetch from memory or disk) a program for one device. Threads build different programs
     at the same time (the background prefetch does); a thread asking for a program that another is
-    building waits for that build instead of repeating it."""
+    building waits for that build instead of repeating it. ``options``: build_options() by default."""
+    options = build_options() if options is None else tuple(options)
     memo_key = (id(device.context), _cache_key(device, source, options))
     while True:
         with _lock:
@@ -118,15 +135,36 @@ def _load_or_build(device: Device, source: str, options: tuple[str, ...], key: s
         try:
             program = cl.Program(device.context, source).build(options=list(options))
         except cl.Error as exc:
-            raise KernelBuildError(f"OpenCL build failed on {device.describe()}", log=str(exc), options=options,
+            raise KernelBuildError(f"OpenCL build failed on {device.describe()}{_build_hint(str(exc))}",
+                                   log=str(exc), options=options,
                                    source_path=_save_failed_source(key, source)) from None
         counter = "source_builds"
+        if debug_enabled():
+            _show_build_log(device, program, key)
     if counter == "source_builds" and binary_path is not None:
         binaries.remember(binary_path, program, device)
     with _lock:
         build_stats[counter] += 1
         build_stats["seconds"] += time.perf_counter() - start
     return program
+
+
+def _build_hint(log: str) -> str:
+    if "unknown target CPU" in log:
+        # PoCL names the host CPU with its own LLVM's table; an LLVM older than the CPU answers "generic",
+        # which that clang refuses for x86 (the PoCL 3.0 wheel, LLVM 14, on AMD Zen 5: docs/gemm.md).
+        return (" (this driver's compiler does not know this CPU; no setting of that driver changes the "
+                "target: use a driver built with a newer LLVM, e.g. the distribution's PoCL)")
+    return ""
+
+
+def _show_build_log(device: Device, program: cl.Program, key: str) -> None:
+    try:
+        log = program.get_build_info(device.cl_device, cl.program_build_info.LOG)
+    except cl.Error:
+        return
+    if log and log.strip():
+        sys.stderr.write(f"[netcl] build log of program {key[:12]} on {device.describe()}:\n{log.rstrip()}\n")
 
 
 def get_kernel(device: Device, template_name: str, kernel_name: str, options: tuple[str, ...] = (),
@@ -138,7 +176,7 @@ def get_kernel(device: Device, template_name: str, kernel_name: str, options: tu
     kernel = _kernels.get(memo)
     if kernel is None:
         source = render(template_name, **params)
-        program = build_program(device, source, DEFAULT_BUILD_OPTIONS + tuple(options))
+        program = build_program(device, source, build_options(options))
         try:
             kernel = cl.Kernel(program, kernel_name)  # programs are shared across keys: no getattr cache
         except (AttributeError, cl.Error) as exc:
