@@ -2,13 +2,17 @@
 
     arith_ms = Σ products' flops / the GEMM rate of their shape class + kernel flops / the large-GEMM rate
     other_ms = bytes moved / copy bandwidth + launches · launch time
-    predicted = a · arith_ms + b · other_ms
+    predicted = (a · arith_ms + b · other_ms) · local
 
 The device quantities (GEMM rates per shape class, copy bandwidth, launch time) are measured on the
 device (netcl.ops.conv_profile). The coefficients (a, b) are per strategy and pass and per device: the
 least-squares fit of measured times of that strategy on that device (`netcl tune conv`, and every measured
-plan after it). A device without measurements uses a = b = 1, the fallback: the strategy as fast as the
-device's GEMM and copy, and plans say so. No coefficient is fitted on one machine and shipped.
+plan after it). ``local`` corrects what two coefficients cannot explain: the geometric mean of the fit's
+residuals on that device's measurements of the same strategy and pass, weighted by how close each
+measured case is to this one (in log arith_ms and log other_ms, LOCAL_WIDTH wide), shrunk toward 1 by
+LOCAL_PRIOR measurements' worth of trust in the fit. A device without measurements uses a = b = 1 and no
+local term, the fallback: the strategy as fast as the device's GEMM and copy, and plans say so. No
+coefficient is fitted on one machine and shipped.
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ from .conv_common import CostTerms
 TWO_COEFFICIENTS_FROM = 4
 COEFFICIENT_BOUNDS = (1e-3, 1e3)
 SAMPLES_KEPT = 48  # per strategy and pass: the newest win
+LOCAL_WIDTH = 0.7  # natural-log distance at which a measured case counts e^-0.5 as much as an equal one
+LOCAL_PRIOR = 0.5
 
 
 @dataclass
@@ -34,6 +40,7 @@ class DeviceProfile:
     source: str              # where the device quantities come from: "measured", "tuning database", "estimate"
     class_gflops: dict = field(default_factory=dict)  # GEMM rate per netcl.ops.gemm.shape_class
     coefficients: dict = field(default_factory=dict)  # "strategy|pass" -> (a, b, samples)
+    samples: dict = field(default_factory=dict)       # "strategy|pass" -> [(arith_ms, other_ms, measured_ms)]
     calibration: str = "none"  # "netcl tune conv", "measured plans", or "none" (the fallback)
 
     def rate(self, m: int, n: int, k: int, batch: int = 1) -> float:
@@ -72,11 +79,27 @@ def split_ms(terms: CostTerms, profile: DeviceProfile) -> tuple[float, float]:
 def predict_ms(name: str, pass_: str, terms: CostTerms, profile: DeviceProfile) -> tuple[float, bool]:
     """(predicted milliseconds, whether the device's calibration for this strategy and pass was used)."""
     arith, other = split_ms(terms, profile)
-    coefficients = profile.coefficients.get(f"{name}|{pass_}")
+    key = f"{name}|{pass_}"
+    coefficients = profile.coefficients.get(key)
     if not coefficients:
         return arith + other, False
     a, b = coefficients[0], coefficients[1]
-    return a * arith + b * other, True
+    return (a * arith + b * other) * local_correction(a, b, arith, other, profile.samples.get(key, ())), True
+
+
+def local_correction(a: float, b: float, arith: float, other: float, samples) -> float:
+    """The fit's residual near (arith, other): see the module docstring."""
+    total = weight_sum = 0.0
+    for s_arith, s_other, measured in samples:
+        fitted = a * s_arith + b * s_other
+        if fitted <= 0 or measured <= 0:
+            continue
+        distance = (math.log(max(arith, 1e-9) / max(s_arith, 1e-9)) ** 2
+                    + math.log(max(other, 1e-9) / max(s_other, 1e-9)) ** 2)
+        weight = math.exp(-distance / (2 * LOCAL_WIDTH ** 2))
+        total += weight * math.log(measured / fitted)
+        weight_sum += weight
+    return math.exp(total / (weight_sum + LOCAL_PRIOR)) if weight_sum else 1.0
 
 
 def fit(samples) -> tuple[float, float] | None:

@@ -113,9 +113,11 @@ def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
     samples = entry.get("samples") if isinstance(entry.get("samples"), dict) else {}
     for key, rows in samples.items():
         valid = [r[:3] for r in rows if isinstance(r, list) and len(r) >= 3] if isinstance(rows, list) else []
+        valid = [r for r in valid if all(isinstance(v, (int, float)) for v in r) and r[2] > 0]
         fitted = conv_cost.fit(valid)
         if fitted:
             profile.coefficients[key] = (fitted[0], fitted[1], len(valid))
+            profile.samples[key] = [tuple(float(v) for v in r) for r in valid]
     if profile.coefficients:
         profile.calibration = str(entry.get("calibrated_by") or "measured plans")
     return profile
