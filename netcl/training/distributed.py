@@ -31,7 +31,8 @@ class Ranks:
         if not distributed:
             return cls()
         from .. import distributed as dist
-        dist.init_process_group(backend="mpi")
+        if not dist.is_initialized():  # a second train() in the same process joins the same group
+            dist.init_process_group(backend="mpi")
         return cls(dist.get_rank(), dist.get_world_size(), True)
 
     @property
