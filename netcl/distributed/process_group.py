@@ -20,12 +20,12 @@ import time
 from ..errors import NetclError
 
 INSTALL_HINT = "pip install mpi4py mpich"
-# Seconds the failing rank waits, after telling the others, before MPI_Abort kills them: long enough for
-# a rank waiting in a collective to print its own line, short against the 30 s a failed job may take.
-NOTICE_GRACE_SECONDS = 1.0
+# Seconds the failing rank waits for the others to acknowledge its notice (each prints its line first)
+# before MPI_Abort ends them all: ranks busy computing never answer; short against the 30 s bound.
+NOTICE_GRACE_SECONDS = 2.0
 # Environment variables through which CPU drivers take a thread count at platform initialization.
 THREAD_COUNT_VARIABLES = ("POCL_MAX_PTHREAD_COUNT", "CL_CONFIG_CPU_TBB_NUM_WORKERS")
-_FAILURE_TAG = 7
+_FAILURE_TAG, _ACK_TAG = 7, 8
 
 
 class DistributedError(NetclError, RuntimeError):
@@ -181,13 +181,19 @@ def describe() -> dict:
 
 # ---- failure handling ------------------------------------------------------------------------------
 def check_failures() -> None:
-    """If another rank announced its failure, print why this rank stops and end the job."""
+    """If another rank announced its failure: print why this rank stops, acknowledge (the failing rank
+    waits for that before it ends the job), and end the job if the failing rank has not by then."""
     g = _group
-    if g is None or g.failing or not g.notice_request.Test():
+    if g is None or g.failing:
+        return
+    status = g.mpi.Status()
+    if not g.notice_request.Test(status):
         return
     message = bytes(g.notice).rstrip(b"\0").decode("utf-8", "replace")
     g.failing = True
     print(f"netcl rank {g.rank}/{g.size}: stopping because {message}", file=sys.stderr, flush=True)
+    g.failure_comm.Send(b"\1", dest=status.Get_source(), tag=_ACK_TAG)
+    time.sleep(NOTICE_GRACE_SECONDS + 1.0)
     g.comm.Abort(1)
 
 
@@ -212,11 +218,14 @@ def abort(message: str, errorcode: int = 1) -> None:
     print(f"netcl rank {g.rank}/{g.size} failed: {message}", file=sys.stderr, flush=True)
     notice = f"rank {g.rank}/{g.size} failed: {message}".encode("utf-8", "replace")[:len(g.notice) - 1]
     try:
-        requests = [g.failure_comm.Issend(notice, dest=r, tag=_FAILURE_TAG) for r in range(g.size) if r != g.rank]
+        others = [r for r in range(g.size) if r != g.rank]
+        sends = [g.failure_comm.Isend(notice, dest=r, tag=_FAILURE_TAG) for r in others]
+        acks = [bytearray(1) for _ in others]
+        receives = [g.failure_comm.Irecv(ack, source=r, tag=_ACK_TAG) for ack, r in zip(acks, others)]
         deadline = time.monotonic() + NOTICE_GRACE_SECONDS
-        while time.monotonic() < deadline and not g.mpi.Request.Testall(requests):
+        while time.monotonic() < deadline and not g.mpi.Request.Testall(receives):
+            g.mpi.Request.Testall(sends)
             time.sleep(0.005)
-        time.sleep(0.1)  # the receivers print between noticing and their own abort
     finally:
         g.comm.Abort(errorcode)
 

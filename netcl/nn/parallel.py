@@ -171,25 +171,42 @@ class DistributedDataParallel(Module):
         self._start_ready_buckets(block=False)
 
     def _start_ready_buckets(self, block: bool) -> None:
-        """Start, in bucket order, the allreduces whose host copies have landed (all of them if block)."""
+        """Start, in bucket order, the allreduces whose host copies have landed; with ``block``, all of
+        them, waiting for the device meanwhile while testing the running ones, so that a bucket's
+        allreduce proceeds while the device still computes the gradients of the next."""
+        from ..distributed import process_group
         done = self._collectives.event_done
+        delay = 0.0
         while self._next_to_start < len(self._buckets):
             bucket = self._buckets[self._next_to_start]
             if bucket.events is None:
                 if not block:
                     break
                 bucket.download(self._collectives)  # parameters this pass never reached
-            if block:
-                for event in bucket.events:
-                    event.wait()
-            elif not all(done(e) for e in bucket.events):
-                break
+            if not all(done(e) for e in bucket.events):
+                if not block:
+                    break
+                if not self._test_running():  # nothing to progress: sleep in the driver until done
+                    for event in bucket.events:
+                        event.wait()
+                    continue
+                process_group.check_failures()
+                time.sleep(delay)
+                delay = min(2 * delay or 5e-5, 2e-4)
+                continue
             bucket.request = self._comm.Iallreduce(self._group.mpi.IN_PLACE, bucket.host, op=self._group.mpi.SUM)
             object.__setattr__(self, "_next_to_start", self._next_to_start + 1)
             self.stats["buckets_started_early"] += not block
+        self._test_running()
+
+    def _test_running(self) -> bool:
+        """Test the started allreduces (MPI progresses non-blocking collectives only inside MPI calls);
+        whether any is still running."""
+        running = False
         for bucket in self._buckets[:self._next_to_start]:
-            if bucket.request is not None:
-                bucket.request.Test()  # MPI progresses non-blocking collectives only inside MPI calls
+            if bucket.request is not None and not bucket.request.Test():
+                running = True
+        return running
 
     def _finish_pass(self) -> None:
         from ..distributed import process_group
