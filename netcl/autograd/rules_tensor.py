@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 
 from .. import dtypes
-from ..errors import DTypeError
+from ..errors import DTypeError, ShapeError
 from ..ops import elementwise as ew
 from ..ops import reduce as red
 from ..ops import shape as shape_ops
@@ -66,12 +66,12 @@ def stack(tensors, dim: int = 0) -> Tensor:
     """Join equally shaped tensors along a new dim (``torch.stack``); differentiable."""
     tensors = list(tensors)
     if not tensors:
-        raise shape_ops.ShapeError("stack needs at least one tensor")
+        raise ShapeError("stack needs at least one tensor")
     for t in tensors:
         if not isinstance(t, Tensor):
             raise DTypeError(f"stack takes tensors, got {type(t).__name__}")
         if t.shape != tensors[0].shape:
-            raise shape_ops.ShapeError(f"stack needs tensors of one shape, got {tensors[0].shape} and {t.shape}")
+            raise ShapeError(f"stack needs tensors of one shape, got {tensors[0].shape} and {t.shape}")
     d = shape_ops.normalize_dim(dim, tensors[0].ndim + 1, "stack")
     return cat([t.unsqueeze(d) for t in tensors], d)
 
