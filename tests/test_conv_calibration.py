@@ -176,3 +176,17 @@ def test_compare_rotates_warms_up_and_names_its_statistic(device):
         timing.sample(lambda: None, device, statistic="mode")
     failing = timing.compare({"bad": lambda: 1 / 0}, device, errors=(ZeroDivisionError,))
     assert isinstance(failing["bad"], ZeroDivisionError)
+
+
+@pytest.mark.slow
+def test_tune_conv_quick_is_bounded_and_calibrates(tmp_path):
+    env = dict(os.environ, NETCL_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "netcl", "tune", "conv", "--quick", "--json"], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["tuned"] == "conv" and out["seconds"] <= 30 and out["timings"] >= 4 * 3 * 3
+    print(f"tune conv --quick: {out['seconds']} s calibrating, {time.perf_counter() - start:.1f} s in all")
+    used = _child(tmp_path, _PROFILE)
+    assert used["calibrated"] and used["profile"]["calibration"] == "netcl tune conv"

@@ -27,8 +27,12 @@ LAYERS = [
     ((1, 32, 56, 56), (32, 32, 3, 3), 1, 0),
     ((4, 32, 16, 16), (48, 32, 3, 3), 2, 1),
     ((4, 64, 14, 14), (128, 64, 1, 1), 1, 0),
+    ((64, 1, 28, 28), (20, 1, 5, 5), 1, 0),       # LeNet as `netcl train lenet` runs it
+    ((64, 20, 12, 12), (50, 20, 5, 5), 1, 0),
+    ((1, 96, 24, 24), (128, 96, 5, 5), 1, 0),
+    ((1, 32, 112, 112), (32, 32, 7, 7), 2, 0),
 ]
-QUICK_LAYERS = [LAYERS[1], LAYERS[3], LAYERS[5], LAYERS[7]]
+QUICK_LAYERS = [LAYERS[3], LAYERS[5], LAYERS[7], LAYERS[12]]
 # The fastest sample: a device characteristic, which load from other processes only slows down (medians
 # of a few samples moved 3-10x between sessions on the shared 2-core machine). Two warm-up runs: PoCL
 # generates code at the first launch and GEMM's packing buffers reach their size over the first runs.
