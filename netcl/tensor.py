@@ -229,6 +229,7 @@ class Tensor(ShapeMethods, MathMethods):
     def tanh(self): return self._unary("tanh")
     def sqrt(self): return self._unary("sqrt")
     def abs(self): return self._unary("abs")
+    __abs__ = abs
     def sigmoid(self): return self._unary("sigmoid")
 
     def _unary(self, op: str) -> "Tensor":

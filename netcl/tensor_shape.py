@@ -124,10 +124,13 @@ class ShapeMethods:
 
     # ---- devices ------------------------------------------------------------------------------------
     def to(self, *args, device=None, dtype=None, copy: bool = False):
-        """``t.to(device)``, ``t.to(dtype)``, ``t.to(device, dtype)`` or keywords, as PyTorch. The device is
-        a Device or a selector string (as NETCL_DEVICE takes); the same device and dtype return ``self``
-        (unless ``copy``), another device gives a copy whose gradient flows back to this one."""
+        """``t.to(device)``, ``t.to(dtype)``, ``t.to(device, dtype)``, ``t.to(other_tensor)`` or keywords, as
+        PyTorch. The device is a Device or a selector string (as NETCL_DEVICE takes); the same device and
+        dtype return ``self`` (unless ``copy``), another device gives a copy whose gradient flows back."""
         from .runtime.device import Device, resolve_device
+        from .tensor import Tensor
+        if len(args) == 1 and isinstance(args[0], Tensor):  # t.to(other): other's device and dtype
+            args = (args[0].device, args[0].dtype)
         for arg in args:
             if isinstance(arg, Device) or (isinstance(arg, (str, numbers.Integral)) and not dtypes.is_dtype_like(arg)):
                 if device is not None:

@@ -89,6 +89,7 @@ def test_logical_and_bitwise_operators(rng, canaries):
     i = rng.integers(-100, 100, 13)
     np.testing.assert_array_equal((nc.tensor(i) & 6).to_host(), i & 6)
     np.testing.assert_array_equal((~nc.tensor(i)).to_host(), ~i)
+    np.testing.assert_array_equal(abs(nc.tensor(i)).to_host(), np.abs(i))
     with pytest.raises(nc.DTypeError):
         nc.tensor(np.ones(3, np.float32)) & nc.tensor(np.ones(3, np.float32))
 

@@ -75,6 +75,7 @@ def test_to_same_device_and_dtype(rng):
     assert t.to(np.float32) is t
     assert t.to(np.float64).dtype == np.float64 and t.to("float64").dtype == np.float64
     assert t.to(dtype=np.float64, device=t.device).dtype == np.float64
+    assert t.to(nc.zeros(2, dtype=np.float64)).dtype == np.float64 and t.to(nc.zeros(2)) is t
     c = t.to(t.device, copy=True)
     assert c is not t and np.array_equal(c.to_host(), t.to_host())
     with pytest.raises(nc.DeviceError):
