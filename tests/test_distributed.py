@@ -19,7 +19,16 @@ import pytest
 
 WORKER = Path(__file__).parent / "distributed" / "worker.py"
 RANKS = 2
-MPIEXEC = shutil.which("mpiexec") or shutil.which("mpirun")
+
+
+def _find_mpiexec() -> str | None:
+    """The launcher installed beside this Python (the MPI wheel's, matching the MPI mpi4py loads), else
+    the first on PATH: a system Open MPI launcher would start singletons of an MPICH-linked mpi4py."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    return str(beside) if beside.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
+
+
+MPIEXEC = _find_mpiexec()
 # A failed job must end within this many seconds (the issue's bound), and a healthy one well within it.
 FAILURE_DEADLINE_SECONDS = 30
 
