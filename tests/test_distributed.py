@@ -77,6 +77,10 @@ def test_all_reduce_ops_and_broadcast(tmp_path, seed):
                     assert r[f"same_object/{op}/{size}/{dtype}"], "all_reduce returns the tensor it reduced"
         for r in ranks:
             np.testing.assert_array_equal(r[f"broadcast/{size}"], np.full(size, RANKS - 1, np.float32))
+    for rank, r in enumerate(ranks):
+        want = np.arange(31, dtype=np.float32) + 100 * rank
+        want[7:20] = sum(np.arange(7, 20, dtype=np.float32) + 100 * k for k in range(RANKS))
+        np.testing.assert_array_equal(r["view/whole"], want)
 
 
 @needs_mpi

@@ -92,6 +92,10 @@ def collectives(out: Path, seed: int) -> None:
         t = nc.tensor(np.full(size, rank, dtype=np.float32))
         nc.distributed.broadcast(t, src=world - 1)
         results[f"broadcast/{size}"] = t.to_host()
+    # a contiguous view inside a larger buffer: only its elements change, its neighbours stay as they were
+    whole = nc.tensor(np.arange(31, dtype=np.float32) + 100 * rank)
+    nc.distributed.all_reduce(whole[7:20], op="sum")
+    results["view/whole"] = whole.to_host()
     nc.distributed.barrier()
     np.savez(out / f"collectives-rank{rank}.npz", **results)
 
