@@ -7,11 +7,11 @@ the seeds handed to device kernels (rand/randn, Dropout) and vice versa:
 - ``next_seed()``: a fresh 64-bit seed per call for the counter-based random kernels (kernels/random.cl);
   call k after ``manual_seed(s)`` always returns the same value.
 
-Without ``manual_seed`` both streams start from OS entropy, so unseeded runs differ.
+Without ``manual_seed`` both streams start from OS entropy, so unseeded runs differ. ``get_rng_state`` /
+``set_rng_state`` save and restore both streams' positions (for checkpoints that resume exactly).
 """
 from __future__ import annotations
 
-import itertools
 import numbers
 import threading
 
@@ -23,7 +23,7 @@ _MASK64 = 2**64 - 1
 _lock = threading.Lock()
 _host_generator: np.random.Generator
 _kernel_base: int
-_kernel_counter: itertools.count
+_kernel_counter = 0
 _initial_seed: int | None = None
 
 
@@ -42,7 +42,7 @@ def _reset(entropy) -> None:
     with _lock:
         _host_generator = np.random.default_rng(host_sequence)
         _kernel_base = int(kernel_sequence.generate_state(1, np.uint64)[0])
-        _kernel_counter = itertools.count()
+        _kernel_counter = 0
 
 
 def manual_seed(seed: int) -> None:
@@ -69,10 +69,31 @@ def host_generator() -> np.random.Generator:
 
 def next_seed() -> int:
     """A fresh 64-bit seed for a random kernel, from the kernel stream (the k-th call after a seed is fixed)."""
+    global _kernel_counter
     with _lock:
-        k = next(_kernel_counter)
-        base = _kernel_base
+        k, base = _kernel_counter, _kernel_base
+        _kernel_counter += 1
     return _splitmix64((base + k * _GOLDEN_GAMMA) & _MASK64)
 
 
 _reset(None)
+
+
+def get_rng_state() -> dict:
+    """Both streams' positions (picklable), for a checkpoint that must resume bit-exactly."""
+    with _lock:
+        return {"host": _host_generator.bit_generator.state, "kernel_base": _kernel_base,
+                "kernel_counter": _kernel_counter, "initial_seed": _initial_seed}
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what ``get_rng_state`` returned: later draws continue exactly where they were."""
+    global _kernel_base, _kernel_counter, _initial_seed
+    try:
+        host, base, counter = state["host"], int(state["kernel_base"]), int(state["kernel_counter"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not a netcl.random state: {exc}") from None
+    with _lock:
+        _host_generator.bit_generator.state = host
+        _kernel_base, _kernel_counter = base & _MASK64, counter
+        _initial_seed = state.get("initial_seed")

@@ -84,3 +84,18 @@ def test_negative_and_numpy_seeds_are_accepted():
 def test_manual_seed_rejects_non_integers(bad):
     with pytest.raises(TypeError):
         nc.manual_seed(bad)
+
+
+def test_rng_state_round_trip(device):
+    nc.manual_seed(21)
+    nc.rand(5, device=device)
+    nc_random.host_generator().random(3)
+    state = nc_random.get_rng_state()
+    first = (nc.rand(7, device=device).to_host(), nc_random.host_generator().random(4), nc_random.next_seed())
+    nc.manual_seed(99)
+    nc_random.set_rng_state(state)
+    second = (nc.rand(7, device=device).to_host(), nc_random.host_generator().random(4), nc_random.next_seed())
+    for a, b in zip(first, second):
+        assert np.array_equal(a, b)
+    with pytest.raises(ValueError):
+        nc_random.set_rng_state({"host": None})
