@@ -204,9 +204,8 @@ class IndexedReduce(Function):
         d, n = ctx.dim, ctx.shape[ctx.dim]
         kept = red.reduced_shape(ctx.shape, (d,), True)
         positions = arange(n, device=g.device).reshape((n,) + (1,) * (len(ctx.shape) - d - 1))
-        grad = ew.map_expr("{0} == {1} ? {2} : ({T})0", [positions, ctx.indices.reshape(kept), g.reshape(kept)],
-                           out_dtype=g.dtype, compute_dtype=g.dtype)
-        return grad, None, None, None
+        chosen = ew.binary("eq", positions, ctx.indices.reshape(kept))  # in int64: exact for any length
+        return ew.where(chosen, g.reshape(kept), 0), None, None, None
 
 
 def max_min_with_indices(x: Tensor, op: str, dim: int, keepdim: bool):
