@@ -11,19 +11,24 @@ Forward (two kernels):
                  running_var  = (1 - factor) running_var  + factor var * M / (M - 1)   (unbiased)
                It only reads num_batches_tracked; bn_apply's COUNT increments it afterwards (the groups of
                bn_stats run in no fixed order, so none of them can both read and write it).
-  bn_apply     one work-item per element, global (L, N*C):
+  bn_apply     one work-item per `chunk` consecutive elements of a row (a runtime argument: the whole row
+               on CPUs, where the item's loop vectorizes and the channel constants are computed once; 1
+               elsewhere), global (ceil(L / chunk), N*C):
                  z = (x - mean[c]) * rsqrt(var[c] + eps) * weight[c] + bias[c]  (+ r)   ;  y = RELU ? max(z, 0) : z
                mean/var are the batch statistics in training and the running ones in eval.
 Backward (two kernels), with dz = RELU ? (y > 0 ? dy : 0) : dy (the mask comes from the saved output y):
   bn_backward_reduce  one work-group per channel: grad_bias[c] = sum dz, grad_weight[c] = sum dz * xhat
-  bn_backward_apply   one work-item per element:
+  bn_backward_apply   one work-item per `chunk` elements, as bn_apply:
                  BATCH_STATS: dx = weight[c] * invstd * (dz - (sum dz + xhat * sum dz*xhat) / M)
                  else (running statistics are constants): dx = dz * weight[c] * invstd
                and with RESIDUAL it also writes dr = dz (the gradient of the residual input).
 
-Reduction geometry (bn_stats, bn_backward_reduce): the LOCAL items of a group cover `lanes` consecutive
-elements of a row (lanes = min(L, LOCAL), a runtime argument) times LOCAL / lanes rows, so consecutive
-items read consecutive addresses and no item divides an index per element.
+Reduction geometry (bn_stats, bn_backward_reduce): `parts` items share each row of L elements (a runtime
+argument; LOCAL / parts rows are in flight), and no item divides an index per element. With ITEM_RUNS each
+item reads one contiguous run of its row (CPUs: a sequential, cache-friendly loop per item); without, the
+items of a row interleave so consecutive items read consecutive addresses (GPUs: coalesced loads).
+The elementwise kernels mark their pointers restrict, so the per-channel constants (uniform across a
+work-group) can be hoisted out of PoCL's work-item loops.
 
 Template parameters (all have defaults):
   T               C element type of x, y, the statistics and the parameters         (default "float")
@@ -36,8 +41,9 @@ Template parameters (all have defaults):
   CUMULATIVE      momentum=None: the factor is 1 / (num_batches_tracked + 1)          (default False)
   COUNT           bn_apply's item 0 increments num_batches_tracked                    (default False)
   BATCH_STATS     backward through batch statistics (training) or constants (eval)   (default True)
+  ITEM_RUNS       reduction items read contiguous runs (see above)                    (default True)
 </%doc>
-<%page args="T='float', ACC='float', LOCAL=64, AFFINE=True, RELU=False, RESIDUAL=False, UPDATE_RUNNING=False, CUMULATIVE=False, COUNT=False, BATCH_STATS=True"/>
+<%page args="T='float', ACC='float', LOCAL=64, AFFINE=True, RELU=False, RESIDUAL=False, UPDATE_RUNNING=False, CUMULATIVE=False, COUNT=False, BATCH_STATS=True, ITEM_RUNS=True"/>
 % if T == 'double' or ACC == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -49,14 +55,23 @@ Template parameters (all have defaults):
     }
 </%def>
 
-/* Visit every element of channel c: `body` sees the element's index `i`. */
+/* Visit every element of channel c: `body` sees the element's index `i`. The runtime argument `parts`
+   says how many items share one row (LOCAL / parts rows are in flight at a time). */
 <%def name="channel_loop(body)">
     {
-        const int row0 = l / lanes, col0 = l % lanes, rows_per_step = ${LOCAL} / lanes;
+        const int rows_per_step = ${LOCAL} / parts, row0 = l / parts, part = l % parts;
         if (row0 < rows_per_step) {
+% if ITEM_RUNS:
+            const int seg = (L + parts - 1) / parts;
+            const int j0 = part * seg, j1 = min(L, j0 + seg);
+% endif
             for (int n = row0; n < N; n += rows_per_step) {
                 const long base = ((long) n * C + c) * L;
-                for (int j = col0; j < L; j += lanes) {
+% if ITEM_RUNS:
+                for (int j = j0; j < j1; ++j) {
+% else:
+                for (int j = part; j < L; j += parts) {
+% endif
                     const long i = base + j;
                     ${body}
                 }
@@ -71,7 +86,7 @@ void bn_stats(
     __global ${T}* mean, const long mean_off, __global ${T}* var, const long var_off,
     __global ${T}* running_mean, const long rm_off, __global ${T}* running_var, const long rv_off,
     __global const long* num_batches_tracked, const long nbt_off,
-    const int N, const int C, const int L, const int lanes, const ${T} momentum)
+    const int N, const int C, const int L, const int parts, const ${T} momentum)
 {
     __local ${ACC} partial[${LOCAL}];
     const int l = get_local_id(0);
@@ -111,7 +126,7 @@ void bn_stats(
 
 /* The per-channel constants of element `plane` (= n*C + c): invstd and the affine weight and bias. */
 <%def name="channel_constants()">
-    const int c = (int) (plane % C);
+    const int c = plane % C;
     const ${T} mu = mean[mean_off + c];
     const ${T} invstd = rsqrt(var[var_off + c] + eps);
 % if AFFINE:
@@ -122,30 +137,34 @@ void bn_stats(
 </%def>
 
 __kernel void bn_apply(
-    __global const ${T}* x, const long x_off,
-    __global const ${T}* r, const long r_off,
-    __global ${T}* y, const long y_off,
-    __global const ${T}* mean, const long mean_off, __global const ${T}* var, const long var_off,
-    __global const ${T}* weight, const long w_off, __global const ${T}* bias, const long b_off,
-    __global long* num_batches_tracked, const long nbt_off,
-    const int NC, const int C, const int L, const ${T} eps)
+    __global const ${T}* restrict x, const long x_off,
+    __global const ${T}* restrict r, const long r_off,
+    __global ${T}* restrict y, const long y_off,
+    __global const ${T}* restrict mean, const long mean_off, __global const ${T}* restrict var, const long var_off,
+    __global const ${T}* restrict weight, const long w_off, __global const ${T}* restrict bias, const long b_off,
+    __global long* restrict num_batches_tracked, const long nbt_off,
+    const int NC, const int C, const int L, const int chunk, const ${T} eps)
 {
-    const int j = get_global_id(0);
-    const long plane = get_global_id(1);
+    const int j0 = get_global_id(0) * chunk;
+    const int plane = get_global_id(1);
 % if COUNT:
-    if (j == 0 && plane == 0) num_batches_tracked[nbt_off] += 1;
+    if (j0 == 0 && plane == 0) num_batches_tracked[nbt_off] += 1;
 % endif
-    if (j >= L || plane >= NC) return;
+    if (j0 >= L || plane >= NC) return;
     ${channel_constants()}
-    const long i = plane * L + j;
-    ${T} z = (x[x_off + i] - mu) * invstd * gamma + beta;
+    const ${T} scale = invstd * gamma, shift = beta - mu * scale;
+    const int j1 = min(L, j0 + chunk);
+    for (int j = j0; j < j1; ++j) {
+        const long i = (long) plane * L + j;
+        ${T} z = x[x_off + i] * scale + shift;
 % if RESIDUAL:
-    z += r[r_off + i];
+        z += r[r_off + i];
 % endif
 % if RELU:
-    z = z > (${T}) 0 ? z : (${T}) 0;
+        z = z > (${T}) 0 ? z : (${T}) 0;
 % endif
-    y[y_off + i] = z;
+        y[y_off + i] = z;
+    }
 }
 
 /* dz of element i: the upstream gradient, masked by the fused ReLU's output. */
@@ -164,7 +183,7 @@ void bn_backward_reduce(
     __global const ${T}* dy, const long dy_off,
     __global const ${T}* mean, const long mean_off, __global const ${T}* var, const long var_off,
     __global ${T}* grad_weight, const long gw_off, __global ${T}* grad_bias, const long gb_off,
-    const int N, const int C, const int L, const int lanes, const ${T} eps)
+    const int N, const int C, const int L, const int parts, const ${T} eps)
 {
     __local ${ACC} sum_dz[${LOCAL}];
     __local ${ACC} sum_dz_xmu[${LOCAL}];
@@ -190,30 +209,37 @@ void bn_backward_reduce(
 }
 
 __kernel void bn_backward_apply(
-    __global const ${T}* x, const long x_off,
-    __global const ${T}* y, const long y_off,
-    __global const ${T}* dy, const long dy_off,
-    __global const ${T}* mean, const long mean_off, __global const ${T}* var, const long var_off,
-    __global const ${T}* weight, const long w_off, __global const ${T}* bias, const long b_off,
-    __global const ${T}* sum_dz_xhat, const long sx_off, __global const ${T}* sum_dz, const long sd_off,
-    __global ${T}* dx, const long dx_off,
-    __global ${T}* dr, const long dr_off,
-    const int NC, const int C, const int L, const long M, const ${T} eps)
+    __global const ${T}* restrict x, const long x_off,
+    __global const ${T}* restrict y, const long y_off,
+    __global const ${T}* restrict dy, const long dy_off,
+    __global const ${T}* restrict mean, const long mean_off, __global const ${T}* restrict var, const long var_off,
+    __global const ${T}* restrict weight, const long w_off, __global const ${T}* restrict bias, const long b_off,
+    __global const ${T}* restrict sum_dz_xhat, const long sx_off, __global const ${T}* restrict sum_dz, const long sd_off,
+    __global ${T}* restrict dx, const long dx_off,
+    __global ${T}* restrict dr, const long dr_off,
+    const int NC, const int C, const int L, const int chunk, const long M, const ${T} eps)
 {
-    const int j = get_global_id(0);
-    const long plane = get_global_id(1);
-    if (j >= L || plane >= NC) return;
+    const int j0 = get_global_id(0) * chunk;
+    const int plane = get_global_id(1);
+    if (j0 >= L || plane >= NC) return;
     ${channel_constants()}
-    const long i = plane * L + j;
-    const ${T} dz = ${masked_grad("i")};
+    const ${T} k = gamma * invstd;
+% if BATCH_STATS:
+    const ${T} inv_m = (${T}) 1 / (${T}) M;
+    const ${T} mean_dz = sum_dz[sd_off + c] * inv_m, mean_dz_xhat = sum_dz_xhat[sx_off + c] * inv_m;
+% endif
+    const int j1 = min(L, j0 + chunk);
+    for (int j = j0; j < j1; ++j) {
+        const long i = (long) plane * L + j;
+        const ${T} dz = ${masked_grad("i")};
 % if RESIDUAL:
-    dr[dr_off + i] = dz;
+        dr[dr_off + i] = dz;
 % endif
 % if BATCH_STATS:
-    const ${T} xhat = (x[x_off + i] - mu) * invstd;
-    const ${T} inv_m = (${T}) 1 / (${T}) M;
-    dx[dx_off + i] = gamma * invstd * (dz - (sum_dz[sd_off + c] + xhat * sum_dz_xhat[sx_off + c]) * inv_m);
+        const ${T} xhat = (x[x_off + i] - mu) * invstd;
+        dx[dx_off + i] = k * (dz - mean_dz - xhat * mean_dz_xhat);
 % else:
-    dx[dx_off + i] = dz * gamma * invstd;
+        dx[dx_off + i] = dz * k;
 % endif
+    }
 }

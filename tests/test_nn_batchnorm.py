@@ -155,3 +155,24 @@ def test_bad_inputs(device):
         nc.nn.BatchNorm2d(0)
     with pytest.raises(nc.ShapeError, match="running_mean"):
         F.batch_norm(nc.zeros((2, 3), device=device), None, None, training=False)
+
+
+@pytest.mark.parametrize("item_runs", [True, False])
+@pytest.mark.parametrize("shape", [(13, 7), (3, 5, 7, 9), (65, 2, 3, 1)])
+def test_both_kernel_geometries(device, rng, canaries, monkeypatch, item_runs, shape):
+    """The CPU form (one sequential loop per channel and per row) and the GPU form (interleaved items,
+    tree reductions) compute the same thing on whatever device runs the tests."""
+    from netcl.ops import batchnorm
+    monkeypatch.setattr(batchnorm, "_item_runs", lambda device: item_runs)
+    c = shape[1]
+    x_h = rng.uniform(-2, 3, size=shape).astype(np.float32)
+    w_h, b_h = rng.normal(size=c).astype(np.float32), rng.normal(size=c).astype(np.float32)
+    r_h = rng.normal(size=shape).astype(np.float32)
+    x, w, b, r = (_t(a, device, True) for a in (x_h, w_h, b_h, r_h))
+    y = F.batch_norm(x, None, None, w, b, training=True, relu=True, residual=r)
+    y_ref, grad = batch_norm_ref(x_h, w_h, b_h, relu=True, residual=r_h)
+    assert_close(y.to_host(), y_ref, 1e-5, "forward")
+    gy = rng.normal(size=shape).astype(np.float32)
+    y.backward(_t(gy, device))
+    for t, ref, what in zip((x, w, b, r), grad(gy), ("x", "weight", "bias", "residual")):
+        assert_close(t.grad.to_host(), ref, 1e-4, f"grad {what}")
