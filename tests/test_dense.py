@@ -169,7 +169,7 @@ def test_masked_gradients_equal_patch_minibatch(device, rng, reduction):
     dense_grads = _grads(model)
     model.zero_grad()
     pixels = np.argwhere(mask[0])
-    patch_loss = nn.CrossEntropyLoss(reduction)(model(nc.dense.crop_patches(image, pixels, patch)),
+    patch_loss = nn.CrossEntropyLoss(reduction=reduction)(model(nc.dense.crop_patches(image, pixels, patch)),
                                                 labels[0][mask[0]])
     patch_loss.backward()
     assert abs(loss.item() - patch_loss.item()) <= 1e-5 * abs(patch_loss.item())

@@ -18,7 +18,7 @@ import numpy as np
 from ..autograd import no_grad
 from ..dense import convert, crop_patches, masked_cross_entropy
 from ..dense.convert import Spatial
-from ..nn import layers as L
+from .. import nn as L  # the public layer names, wherever netcl.nn defines them
 from ..ops.conv_common import ConvLayer
 from ..runtime.device import default_device
 from ..runtime.timing import timed_call, timed_result

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from ..nn import layers as L
+from .. import nn as L  # the public layer names, wherever netcl.nn defines them
 from ..nn import functional as F
 from ..nn.module import Module
 from ..ops.conv_common import pair
