@@ -31,7 +31,8 @@ def positive_float(text: str) -> float:
 def add_arguments(p) -> None:
     p.add_argument("model", choices=MODELS, help="which model")
     p.add_argument("--epochs", type=positive_int, default=3, help="passes over the training set (default 3)")
-    p.add_argument("--batch-size", type=positive_int, default=64, help="images per step (default 64)")
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help="images per step, over all ranks (default: the model's recipe, 64 for lenet, 32 for resnets)")
     p.add_argument("--lr", type=positive_float, default=None, help="learning rate (default: the model's recipe)")
     p.add_argument("--data-dir", default=None, help="directory with the four MNIST IDX files")
     p.add_argument("--out", default=None, help="directory for checkpoints and metrics (default runs/MODEL)")

@@ -53,7 +53,7 @@ def _load_checkpoint(path: Path, model_name: str) -> dict:
     return state
 
 
-def train(model_name: str = "lenet", epochs: int = 3, batch_size: int = 64, lr: float | None = None,
+def train(model_name: str = "lenet", epochs: int = 3, batch_size: int | None = None, lr: float | None = None,
           data_dir=None, out=None, seed: int = 0, resume: bool = False, limit_steps: int | None = None,
           stop_after: int | None = None, eval_limit: int | None = None, train_limit: int | None = None,
           distributed: bool = False, progress: bool = True, log=print) -> dict:
@@ -61,10 +61,11 @@ def train(model_name: str = "lenet", epochs: int = 3, batch_size: int = 64, lr: 
 
     ``limit_steps`` caps the batches per epoch, ``stop_after`` ends this invocation after that many epochs
     (as an interruption would), ``eval_limit`` / ``train_limit`` use only the first test / training images
-    (for tests and quick looks)."""
+    (for tests and quick looks). ``batch_size`` None: the recipe's."""
+    if batch_size is None:
+        batch_size = recipes.recipe(model_name)["batch_size"]
     if epochs < 1 or batch_size < 1:
         raise ShapeError(f"--epochs and --batch-size must be positive, got {epochs} and {batch_size}")
-    recipes.recipe(model_name)
     ranks = dist_tools.Ranks.start(distributed)
     local_batch = dist_tools.local_batch_size(batch_size, ranks)
     out = Path(out if out is not None else f"runs/{model_name}")
