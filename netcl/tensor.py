@@ -184,6 +184,10 @@ class Tensor(ShapeMethods, MathMethods):
     def __rmul__(self, o): return self._binary(o, "mul", True)
     def __truediv__(self, o): return self._binary(o, "div")
     def __rtruediv__(self, o): return self._binary(o, "div", True)
+    def __floordiv__(self, o): return self._binary(o, "floordiv")
+    def __rfloordiv__(self, o): return self._binary(o, "floordiv", True)
+    def __mod__(self, o): return self._binary(o, "mod")
+    def __rmod__(self, o): return self._binary(o, "mod", True)
     def __pow__(self, o): return self._binary(o, "pow")
     def __rpow__(self, o): return self._binary(o, "pow", True)
 

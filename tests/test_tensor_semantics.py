@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import netcl as nc
+from test_autograd import check
 from util import assert_close
 
 COMPARISONS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
@@ -106,3 +107,32 @@ def test_python_numbers_dtypes():
     assert nc.tensor(np.zeros(3, np.int16)).dtype == np.int32
     layer = nc.nn.Linear(2, 3)
     assert layer(nc.tensor([[0.1, 0.2]])).shape == (1, 3)  # a Python-float batch runs in a float32 layer
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_floor_division_and_remainder_round_like_python(dtype, rng, canaries):
+    a = rng.integers(-60, 60, (7, 13)).astype(dtype)
+    b = (rng.integers(1, 9, (1, 13)) * rng.choice([-1, 1], (1, 13))).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        a, b = a / 4, b / 3  # non-integral operands
+    ta, tb = nc.tensor(a), nc.tensor(b)
+    for got, expected in [(ta // tb, a // b), (ta % tb, a % b), (ta // 3, a // 3), (ta % -3, a % -3),
+                          (17 // tb, 17 // b), (17 % tb, 17 % b)]:
+        assert got.dtype == np.dtype(dtype)
+        tol = 0 if np.dtype(dtype).kind == "i" else 1e-5
+        np.testing.assert_allclose(got.to_host(), expected.astype(dtype), rtol=tol, atol=tol)
+    assert (nc.tensor(np.float32([1.0])) // 0.1).item() == 9.0  # PyTorch's and Python's answer, not 10
+
+
+def test_integer_division_by_zero_does_not_trap(canaries):
+    # x86 traps on an integer division by zero; the kernels define it as 0 (NumPy's answer) instead
+    a = nc.tensor(np.array([5, -5, 0], np.int64))
+    np.testing.assert_array_equal((a // 0).to_host(), [0, 0, 0])
+    np.testing.assert_array_equal((a % 0).to_host(), [0, 0, 0])
+    assert (a / 0).dtype == np.float32 and np.isinf((a / 0).to_host()[:2]).all()
+
+
+def test_remainder_gradient(rng):
+    a = rng.uniform(0.1, 0.9, (4, 5)) + rng.integers(-3, 3, (4, 5))
+    b = rng.uniform(1.2, 1.8, (1, 5))
+    check(lambda x, y: x % y, a, b)

@@ -182,7 +182,9 @@ def _grad_of(op: str, a, b, out: Tensor, g: Tensor):
         ga = g * b * (a ** (b - 1)) if isinstance(a, Tensor) else None
         gb = g * out * a.log() if isinstance(a, Tensor) else g * out * math.log(a)
         return ga, gb
-    return None, None  # comparisons have no gradient
+    if op == "mod":  # a - floor(a / b) * b, PyTorch's remainder gradient
+        return g, (-(g * ew.binary("floordiv", a, b)) if isinstance(b, Tensor) else None)
+    return None, None  # comparisons and floor division have no gradient
 
 
 class Binary(Function):
@@ -206,7 +208,7 @@ def binary(op: str, a, b) -> Tensor:
         device = a.device if isinstance(a, Tensor) else b.device
         a = Tensor.from_host(a, device) if isinstance(a, np.ndarray) else a
         b = Tensor.from_host(b, device) if isinstance(b, np.ndarray) else b
-    if op in ew.COMPARISONS or op in ew.BITWISE:  # bool/int results: nothing to differentiate
+    if op in ew.COMPARISONS or op in ew.BITWISE or op == "floordiv":  # piecewise constant or not float
         return ew.binary(op, a, b)
     return Binary.apply(a, b, op)
 

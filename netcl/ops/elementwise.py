@@ -19,6 +19,18 @@ BINARY_EXPR = {
     "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
     "gt": "{0} > {1}", "ge": "{0} >= {1}",
     "and": "{0} & {1}", "or": "{0} | {1}", "xor": "{0} ^ {1}",
+    # Python's (and PyTorch's) rounding: the quotient floors, the remainder takes the divisor's sign
+    # floor((a - fmod(a, b)) / b) with PyTorch's corrections (div_floor_floating): 1.0 // 0.1 is 9, not 10
+    "floordiv": "{1} == 0 ? {0} / {1} : (floor({D}) + ({D} - floor({D}) > ({T})0.5 ? ({T})1 : ({T})0))",
+    "mod": "(fmod({0}, {1}) != 0 && (fmod({0}, {1}) < 0) != ({1} < 0)) ? fmod({0}, {1}) + {1} : fmod({0}, {1})",
+}
+# Integer forms: a zero divisor gives 0 and -1 negates, because x86 traps on both (a kernel cannot raise
+# ZeroDivisionError as PyTorch does without waiting for the device).
+INTEGER_EXPR = {
+    "floordiv": "{1} == 0 ? ({T})0 : {1} == -1 ? -{0} : "
+                "({0} / {1} - (({0} % {1} != 0) && (({0} < 0) != ({1} < 0))))",
+    "mod": "({1} == 0 || {1} == -1) ? ({T})0 : "
+           "({0} % {1} + (({0} % {1} != 0 && ({0} % {1} < 0) != ({1} < 0)) ? {1} : ({T})0))",
 }
 UNARY_EXPR = {
     "neg": "-{0}", "exp": "exp({0})", "log": "log({0})", "tanh": "tanh({0})", "sqrt": "sqrt({0})",
@@ -142,6 +154,14 @@ def binary(op: str, a, b) -> Tensor:
         raise DTypeError(f"{op} takes int or bool tensors, got {dt}")
     if op in FLOAT_ONLY and dt.kind != "f":
         return map_expr(BINARY_EXPR[op], [a, b], compute_dtype=np.float32)
+    if op == "floordiv" and dt.kind == "f":
+        quotient = ("((({0} - fmod({0}, {1})) / {1}) - ((fmod({0}, {1}) != 0 && ({1} < 0) != (fmod({0}, {1}) < 0))"
+                    " ? ({T})1 : ({T})0))")
+        return map_expr(BINARY_EXPR[op].replace("{D}", quotient), [a, b], compute_dtype=dt)
+    if op in INTEGER_EXPR and dt.kind != "f":
+        if dt == dtypes.BOOL:
+            raise DTypeError(f"{op} of bool tensors")
+        return map_expr(INTEGER_EXPR[op], [a, b], compute_dtype=dt)
     return map_expr(BINARY_EXPR[op], [a, b], compute_dtype=dt)
 
 
