@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import netcl as nc
-from netcl.bench.reference import ReferenceError, ReferenceProcess, alternate
+from netcl.bench.reference import ReferenceError, ReferenceProcess, alternate, compare
 
 
 def test_alternate_takes_turns_and_reports_the_median_ratio():
@@ -26,6 +26,25 @@ def test_alternate_takes_turns_and_reports_the_median_ratio():
     assert calls[:4] == ["netcl", "reference", "reference", "netcl"]  # who goes first alternates
     assert r["ratio"] == 1.0  # per-round ratios 2, 1, 3, 1, 0.5
     assert r["netcl_seconds"] == 1.0 and r["reference_seconds"] == 2.0 and len(r["rounds"]) == 5
+
+
+class _FakeReference:
+    def __init__(self, has_torch):
+        self.has_torch, self.requests = has_torch, []
+
+    def seconds(self, **request):
+        self.requests.append(request)
+        return 3.0
+
+
+def test_compare_falls_back_to_netcl_alone_without_torch():
+    times = iter([1.0, 5.0, 2.0])
+    without = _FakeReference(has_torch=False)
+    r = compare(lambda: next(times), without, {"model": "lenet"}, rounds=3)
+    assert r == {"netcl_seconds": 2.0} and not without.requests
+    with_torch = _FakeReference(has_torch=True)
+    r = compare(lambda: 1.5, with_torch, {"model": "lenet", "batch": 7}, rounds=3)
+    assert r["ratio"] == 2.0 and with_torch.requests == [{"model": "lenet", "batch": 7}] * 3
 
 
 def test_reference_process_measures_numpy_in_another_process():

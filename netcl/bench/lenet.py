@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -113,17 +112,9 @@ def _first_step(cold: bool, cache_dir: str) -> float | None:
     return None
 
 
-def _compare(netcl_seconds, ref, request: dict, rounds: int) -> dict:
-    """netcl alone (median of rounds), or alternating with the reference process when it has PyTorch."""
-    from .reference import alternate
-    if ref is None or not ref.has_torch:
-        return {"netcl_seconds": statistics.median(netcl_seconds() for _ in range(rounds))}
-    return alternate(netcl_seconds, lambda: ref.seconds(**request), rounds)
-
-
 def run(args):
     import netcl as nc
-    from .reference import ReferenceProcess
+    from .reference import ReferenceProcess, compare
     device = nc.default_device()
     quick = bool(getattr(args, "quick", False))
     seconds = 0.5 if quick else 1.0
@@ -137,7 +128,7 @@ def run(args):
             result["torch_note"] = ref.missing_torch_note()
         for batch in BATCHES:
             step, model, x = _netcl_train_step(batch, device)
-            r = _compare(lambda: _timed(step, device, seconds, min_reps, 10_000), ref,
+            r = compare(lambda: _timed(step, device, seconds, min_reps, 10_000), ref,
                          {"model": "lenet", "mode": "train", "batch": batch, "seconds": seconds,
                           "min_reps": min_reps}, rounds)
             result["train_iterations_per_second"][batch] = 1.0 / r["netcl_seconds"]
@@ -152,7 +143,7 @@ def run(args):
         def infer():
             with nc.no_grad():
                 model(x)
-        r = _compare(lambda: _timed(infer, device, seconds, min_reps, 10_000), ref,
+        r = compare(lambda: _timed(infer, device, seconds, min_reps, 10_000), ref,
                      {"model": "lenet", "mode": "infer", "batch": INFER_BATCH, "seconds": seconds,
                       "min_reps": min_reps}, rounds)
         result["inference_images_per_second"] = INFER_BATCH / r["netcl_seconds"]

@@ -14,6 +14,8 @@ Usage::
             r = alternate(lambda: netcl_seconds_per_step(), lambda: ref.seconds(model="lenet", mode="train",
                           batch=64, seconds=1.0), rounds=5)
             r["ratio"]  # median over rounds of reference seconds / netcl seconds (> 1: netcl is faster)
+
+or :func:`compare`, which does the same and falls back to netcl alone when the reference has no PyTorch.
 """
 from __future__ import annotations
 
@@ -104,3 +106,11 @@ def alternate(netcl_seconds, reference_seconds, rounds: int) -> dict:
     ratios = [t / o for o, t in zip(ours, theirs)]
     return {"netcl_seconds": statistics.median(ours), "reference_seconds": statistics.median(theirs),
             "ratio": statistics.median(ratios), "rounds": [{"netcl": o, "reference": t} for o, t in zip(ours, theirs)]}
+
+
+def compare(netcl_seconds, ref: ReferenceProcess, request: dict, rounds: int) -> dict:
+    """:func:`alternate` against ``ref.seconds(**request)``; netcl alone (the median of ``rounds``
+    measurements, no "ratio" key) when the reference process has no PyTorch."""
+    if not ref.has_torch:
+        return {"netcl_seconds": statistics.median(netcl_seconds() for _ in range(rounds))}
+    return alternate(netcl_seconds, lambda: ref.seconds(**request), rounds)

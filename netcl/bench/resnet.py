@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import statistics
 import sys
 
 import numpy as np
@@ -121,16 +120,9 @@ def layer_times(device, batch: int, seconds: float) -> dict:
     return times
 
 
-def _compare(netcl_seconds, ref, request: dict, rounds: int) -> dict:
-    from .reference import alternate
-    if not ref.has_torch:
-        return {"netcl_seconds": statistics.median(netcl_seconds() for _ in range(rounds))}
-    return alternate(netcl_seconds, lambda: ref.seconds(**request), rounds)
-
-
 def run(args):
     import netcl as nc
-    from .reference import ReferenceProcess
+    from .reference import ReferenceProcess, compare
     device = nc.default_device()
     quick = bool(getattr(args, "quick", False))
     batches = QUICK_BATCHES if quick else BATCHES
@@ -147,7 +139,7 @@ def run(args):
         for batch in batches:
             for mode, build in (("train", _train_step), ("infer", _infer)):
                 call = build(batch, device)
-                r = _compare(lambda: _timed(call, device, seconds, min_reps, 10_000), ref,
+                r = compare(lambda: _timed(call, device, seconds, min_reps, 10_000), ref,
                              {"model": "resnet20", "mode": mode, "batch": batch, "seconds": seconds,
                               "min_reps": min_reps}, rounds)
                 if mode == "train":
