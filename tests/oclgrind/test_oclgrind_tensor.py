@@ -25,6 +25,12 @@ def test_bool_where_extrema_clamp(device, rng):
     assert mask.sum().item() == int((a > b).sum())
     assert np.array_equal(mask.float().to_host(), (a > b).astype(np.float32))
     assert np.array_equal((_t(np.arange(5), device) / 2).to_host(), np.arange(5) / 2)
+    ints, divisors = np.arange(-7, 8), np.array([3, -2, 0] * 5)
+    I, D = _t(ints, device), _t(divisors, device)
+    with np.errstate(divide="ignore"):
+        assert np.array_equal((I // D).to_host(), ints // divisors) and np.array_equal((I % D).to_host(), ints % divisors)
+    np.testing.assert_allclose((A // B).to_host(), a // b)
+    np.testing.assert_allclose((A % B).to_host(), a % b, rtol=1e-5, atol=1e-6)
     w = nc.where(mask, A, B)
     assert np.array_equal(w.to_host(), np.where(a > b, a, b))
     m = nc.maximum(A, B) + nc.minimum(A, B) + A.clamp(-1, 1)
