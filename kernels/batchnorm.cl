@@ -16,6 +16,11 @@ Forward (two kernels):
                elsewhere), global (ceil(L / chunk), N*C):
                  z = (x - mean[c]) * rsqrt(var[c] + eps) * weight[c] + bias[c]  (+ r)   ;  y = RELU ? max(z, 0) : z
                mean/var are the batch statistics in training and the running ones in eval.
+Inference with a folded convolution (netcl.nn.fusion): bn_fold computes, per output channel k of the
+convolution before the BatchNorm, s = weight[k] * rsqrt(running_var[k] + eps),
+  folded_w[k, :] = s * conv_w[k, :],  folded_b[k] = bias[k] + s * (conv_b[k] - running_mean[k])
+(one item per weight element), and bn_apply with SHIFT_ONLY adds folded_b (plus r, then the ReLU) to the
+folded convolution's output in one pass.
 Backward (two kernels), with dz = RELU ? (y > 0 ? dy : 0) : dy (the mask comes from the saved output y):
   bn_backward_reduce  one work-group per channel: grad_bias[c] = sum dz, grad_weight[c] = sum dz * xhat
   bn_backward_apply   one work-item per `chunk` elements, as bn_apply:
@@ -42,8 +47,10 @@ Template parameters (all have defaults):
   COUNT           bn_apply's item 0 increments num_batches_tracked                    (default False)
   BATCH_STATS     backward through batch statistics (training) or constants (eval)   (default True)
   ITEM_RUNS       reduction items read contiguous runs (see above)                    (default True)
+  SHIFT_ONLY      bn_apply adds bias[c] only (the folded convolution's epilogue)      (default False)
+  CONV_BIAS       bn_fold: the convolution has a bias                                 (default False)
 </%doc>
-<%page args="T='float', ACC='float', LOCAL=64, AFFINE=True, RELU=False, RESIDUAL=False, UPDATE_RUNNING=False, CUMULATIVE=False, COUNT=False, BATCH_STATS=True, ITEM_RUNS=True"/>
+<%page args="T='float', ACC='float', LOCAL=64, AFFINE=True, RELU=False, RESIDUAL=False, UPDATE_RUNNING=False, CUMULATIVE=False, COUNT=False, BATCH_STATS=True, ITEM_RUNS=True, SHIFT_ONLY=False, CONV_BIAS=False"/>
 % if T == 'double' or ACC == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -151,8 +158,12 @@ __kernel void bn_apply(
     if (j0 == 0 && plane == 0) num_batches_tracked[nbt_off] += 1;
 % endif
     if (j0 >= L || plane >= NC) return;
+% if SHIFT_ONLY:
+    const ${T} scale = (${T}) 1, shift = bias[b_off + plane % C];
+% else:
     ${channel_constants()}
     const ${T} scale = invstd * gamma, shift = beta - mu * scale;
+% endif
     const int j1 = min(L, j0 + chunk);
     for (int j = j0; j < j1; ++j) {
         const long i = (long) plane * L + j;
@@ -240,6 +251,30 @@ __kernel void bn_backward_apply(
         dx[dx_off + i] = k * (dz - mean_dz - xhat * mean_dz_xhat);
 % else:
         dx[dx_off + i] = dz * k;
+% endif
+    }
+}
+
+__kernel void bn_fold(
+    __global const ${T}* restrict conv_w, const long cw_off, __global const ${T}* restrict conv_b, const long cb_off,
+    __global const ${T}* restrict mean, const long mean_off, __global const ${T}* restrict var, const long var_off,
+    __global const ${T}* restrict weight, const long w_off, __global const ${T}* restrict bias, const long b_off,
+    __global ${T}* restrict folded_w, const long fw_off, __global ${T}* restrict folded_b, const long fb_off,
+    const int K, const int S, const ${T} eps)
+{
+    const int s = get_global_id(0);
+    const int plane = get_global_id(1);
+    if (s >= S || plane >= K) return;
+    const int C = K;
+    ${channel_constants()}
+    const ${T} scale = gamma * invstd;
+    const long i = (long) plane * S + s;
+    folded_w[fw_off + i] = conv_w[cw_off + i] * scale;
+    if (s == 0) {
+% if CONV_BIAS:
+        folded_b[fb_off + plane] = beta + scale * (conv_b[cb_off + plane] - mu);
+% else:
+        folded_b[fb_off + plane] = beta - scale * mu;
 % endif
     }
 }

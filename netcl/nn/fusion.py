@@ -6,9 +6,10 @@ at each position the first table entry whose pattern matches the next steps, and
 LeNet's ReLU + max-pool and the ResNet's BN + ReLU and residual add + ReLU share one mechanism.
 
 Every fused call computes what the unfused steps compute (up to float rounding), gradients included:
-  Conv2d, BatchNorm2d [, Residual], ReLU     eval: BN folded into the convolution's weights and bias
-                                            (nn.utils.fold_conv_bn), then relu or add + relu (one kernel)
-  Conv2d, BatchNorm2d                       eval: the folded convolution alone
+  Conv2d, BatchNorm2d [, Residual], ReLU     inference (eval and no_grad): BN folded into the convolution's
+                                            weights and bias (one launch, ops.batchnorm.fold_into_conv),
+                                            the convolution, then bias [+ shortcut] [relu] in one pass
+  Conv2d, BatchNorm2d                       inference: the same without the ReLU
   BatchNorm, Residual, ReLU                 relu(bn(x) + shortcut): one apply kernel (backward: two)
   BatchNorm, ReLU                           relu(bn(x)): one apply kernel
   Residual, ReLU                            relu(x + shortcut): one kernel (F.add_relu)
@@ -20,11 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..autograd import is_grad_enabled
+from ..ops.batchnorm import batch_norm_apply, fold_into_conv
 from . import functional as F
 from .activation import ReLU
 from .layers import Conv2d, MaxPool2d
 from .normalization import BatchNorm1d, BatchNorm2d
-from .utils import fold_conv_bn
 
 
 class Residual:
@@ -54,13 +56,19 @@ _BN = (BatchNorm1d, BatchNorm2d)
 
 
 def _foldable(steps) -> bool:
+    """Inference only (no graph is recorded): with gradients wanted, eval BN stays its own fused kernel."""
     conv, bn = steps[0], steps[1]
-    return not bn.uses_batch_stats() and bn.num_features == conv.out_channels and not conv.training
+    return (not is_grad_enabled() and not bn.uses_batch_stats() and bn.num_features == conv.out_channels
+            and conv.weight.dtype == bn.running_mean.dtype)
 
 
-def _folded_conv(conv: Conv2d, bn, x):
-    weight, bias = fold_conv_bn(conv, bn)
-    return F.conv2d(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups, conv.strategy)
+def _folded(steps, x, residual=None, relu: bool = False):
+    """conv with bn folded into its weights (one fold launch), then bias [+ residual] [relu] in one pass."""
+    conv, bn = steps[0], steps[1]
+    weight, bias = fold_into_conv(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias,
+                                  bn.eps)
+    y = F.conv2d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups, conv.strategy)
+    return batch_norm_apply(y, None, None, None, bias, residual=residual, relu=relu)
 
 
 def _always(steps) -> bool:
@@ -69,11 +77,11 @@ def _always(steps) -> bool:
 
 FUSIONS: tuple[Fusion, ...] = (
     Fusion("conv+bn+residual+relu (eval: folded)", ((Conv2d,), (BatchNorm2d,), (Residual,), (ReLU,)), _foldable,
-           lambda s, x: F.add_relu(_folded_conv(s[0], s[1], x), s[2].shortcut)),
+           lambda s, x: _folded(s, x, s[2].shortcut, relu=True)),
     Fusion("conv+bn+relu (eval: folded)", ((Conv2d,), (BatchNorm2d,), (ReLU,)), _foldable,
-           lambda s, x: _folded_conv(s[0], s[1], x).relu()),
+           lambda s, x: _folded(s, x, relu=True)),
     Fusion("conv+bn (eval: folded)", ((Conv2d,), (BatchNorm2d,)), _foldable,
-           lambda s, x: _folded_conv(s[0], s[1], x)),
+           lambda s, x: _folded(s, x)),
     Fusion("bn+residual+relu", (_BN, (Residual,), (ReLU,)), _always,
            lambda s, x: s[0](x, relu=True, residual=s[1].shortcut)),
     Fusion("bn+relu", (_BN, (ReLU,)), _always, lambda s, x: s[0](x, relu=True)),

@@ -2,8 +2,10 @@
 
 With the running statistics fixed, bn(conv(x)) = conv'(x) where, per output channel k,
   s_k = gamma_k / sqrt(running_var_k + eps),  W'_k = s_k W_k,  b'_k = beta_k + s_k (b_k − running_mean_k)
-(gamma = 1, beta = 0 without affine; b = 0 for a convolution without bias). netcl.nn.fusion applies it in
-eval mode whenever a Conv2d is directly followed by a BatchNorm2d (Sequential, ResNet blocks).
+(gamma = 1, beta = 0 without affine; b = 0 for a convolution without bias). netcl.nn.fusion folds at
+inference (eval mode under no_grad) wherever a Conv2d is directly followed by a BatchNorm2d (Sequential,
+ResNet blocks), with the one-launch kernel form netcl.ops.batchnorm.fold_into_conv; this module's
+fold_conv_bn is the differentiable form (tensor ops) behind fuse_conv_bn_eval.
 """
 from __future__ import annotations
 

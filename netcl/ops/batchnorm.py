@@ -123,16 +123,20 @@ def batch_norm_stats(x: Tensor, running_mean: Tensor | None = None, running_var:
     return mean, var
 
 
-def batch_norm_apply(x: Tensor, mean: Tensor, var: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
-                     eps: float = 1e-5, residual: Tensor | None = None, relu: bool = False,
-                     count: Tensor | None = None) -> Tensor:
+def batch_norm_apply(x: Tensor, mean: Tensor | None, var: Tensor | None, weight: Tensor | None = None,
+                     bias: Tensor | None = None, eps: float = 1e-5, residual: Tensor | None = None,
+                     relu: bool = False, count: Tensor | None = None) -> Tensor:
     """y = [relu]((x − mean)/√(var + eps)·weight + bias [+ residual]); ``count`` (num_batches_tracked, int64)
-    is incremented by the same launch."""
+    is incremented by the same launch. mean = var = weight = None: y = [relu](x + bias [+ residual]), the
+    epilogue of a convolution with a BatchNorm folded in."""
     what = "batch_norm"
     n, c, length = channel_view(x, what)
     for t, name in ((mean, "mean"), (var, "var"), (weight, "weight"), (bias, "bias")):
         _check_channel_tensor(t, x, name, what)
-    if (weight is None) != (bias is None):
+    shift_only = mean is None and var is None and weight is None
+    if shift_only and bias is None or (mean is None) != (var is None):
+        raise ShapeError(f"{what}: needs mean and var (or, for the folded epilogue, only bias)")
+    if (weight is None) != (bias is None) and not shift_only:
         raise ShapeError(f"{what}: weight and bias go together (affine), got only one of them")
     if residual is not None:
         if not isinstance(residual, Tensor) or residual.shape != x.shape or residual.dtype != x.dtype:
@@ -150,11 +154,11 @@ def batch_norm_apply(x: Tensor, mean: Tensor, var: Tensor, weight: Tensor | None
         return y
     kernel = get_kernel(x.device, "batchnorm.cl", "bn_apply",
                         **_variant(x, AFFINE=weight is not None, RELU=bool(relu), RESIDUAL=residual is not None,
-                                   COUNT=count is not None))
+                                   COUNT=count is not None, SHIFT_ONLY=shift_only))
     global_size, local_size, chunk = _elementwise_geometry(x.device, n * c, length)
     launch(x.device, kernel, global_size, local_size, x.buffer, np.int64(x.offset), *_buf(residual, x),
-           y.buffer, np.int64(y.offset), mean.buffer, np.int64(mean.offset), var.buffer, np.int64(var.offset),
-           *_buf(weight, x), *_buf(bias, x), *_buf(count, x), np.int32(n * c), np.int32(c), np.int32(length),
+           y.buffer, np.int64(y.offset), *_buf(mean, x), *_buf(var, x), *_buf(weight, x), *_buf(bias, x),
+           *_buf(count, x), np.int32(n * c), np.int32(c), np.int32(length),
            np.int32(chunk), x.dtype.type(eps))
     return y
 
@@ -196,3 +200,30 @@ def batch_norm_backward(grad_y: Tensor, x: Tensor, y: Tensor, mean: Tensor, var:
            np.int64(grad_x.offset), *_buf(grad_r, x), np.int32(n * c), np.int32(c), np.int32(length),
            np.int32(chunk), np.int64(n * length), x.dtype.type(eps))
     return grad_x, grad_weight, grad_bias, grad_r
+
+
+def fold_into_conv(conv_weight: Tensor, conv_bias: Tensor | None, running_mean: Tensor, running_var: Tensor,
+                   weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5):
+    """(folded weight, folded bias) of the convolution equal to batch_norm(conv(x)) with running
+    statistics, in one launch (no autograd: netcl.nn.utils.fold_conv_bn is the differentiable form)."""
+    what = "fold_into_conv"
+    if not isinstance(conv_weight, Tensor) or conv_weight.ndim < 2:
+        raise ShapeError(f"{what}: expected a convolution weight (K, C, ...), got {getattr(conv_weight, 'shape', None)}")
+    k = conv_weight.shape[0]
+    for t, name in ((conv_bias, "conv bias"), (running_mean, "running_mean"), (running_var, "running_var"),
+                    (weight, "weight"), (bias, "bias")):
+        if t is not None and (t.shape != (k,) or t.dtype != conv_weight.dtype):
+            raise ShapeError(f"{what}: {name} of shape {t.shape} {t.dtype} does not match {k} output channels "
+                             f"({conv_weight.dtype})")
+    cw = _contiguous(conv_weight)
+    per_channel = cw.size // k
+    folded_w = Tensor.empty(cw.shape, cw.dtype, cw.device)
+    folded_b = Tensor.empty((k,), cw.dtype, cw.device)
+    kernel = get_kernel(cw.device, "batchnorm.cl", "bn_fold",
+                        **_variant(cw, AFFINE=weight is not None, CONV_BIAS=conv_bias is not None))
+    launch(cw.device, kernel, (per_channel, k), (min(per_channel, 64), 1), cw.buffer, np.int64(cw.offset),
+           *_buf(conv_bias, cw), running_mean.buffer, np.int64(running_mean.offset), running_var.buffer,
+           np.int64(running_var.offset), *_buf(weight, cw), *_buf(bias, cw), folded_w.buffer,
+           np.int64(folded_w.offset), folded_b.buffer, np.int64(folded_b.offset), np.int32(k),
+           np.int32(per_channel), cw.dtype.type(eps))
+    return folded_w, folded_b

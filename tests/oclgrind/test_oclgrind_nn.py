@@ -83,3 +83,15 @@ def test_loss_options(device, rng):
     keep = t_h != -100
     expected = -(w_h[t_h[keep]] * x_h[keep, t_h[keep]]).sum() / w_h[t_h[keep]].sum()
     assert_close(F.nll_loss(_t(x_h, device), t_h, weight=w_h).to_host(), expected, 1e-5, "nll")
+
+
+def test_folded_conv_bn_epilogue(device, rng):
+    conv = nc.nn.Conv2d(2, 3, 3, padding=1, device=device)
+    bn = nc.nn.BatchNorm2d(3, device=device)
+    x = _t(rng.normal(size=(2, 2, 5, 5)).astype(np.float32), device)
+    bn(conv(x))  # running statistics away from 0 / 1
+    seq = nc.nn.Sequential(conv, bn, nc.nn.ReLU()).eval()
+    with nc.no_grad():
+        folded = seq(x).to_host()
+        unfused = np.maximum(bn(conv(x)).to_host(), 0)
+    assert_close(folded, unfused, 1e-5, "folded conv + bn + relu")
