@@ -76,7 +76,8 @@ __kernel void relu_backward(__global const ${T}* y, const long y_off, __global c
 {
     const long e = get_global_id(0);
     if (e >= n) return;
-    gx[gx_off + e] = y[y_off + e] > (${T}) 0 ? g[g_off + e] : (${T}) 0;
+    const ${T} out = y[y_off + e], grad = g[g_off + e];  /* both loaded: a select, not a branch */
+    gx[gx_off + e] = out > (${T}) 0 ? grad : (${T}) 0;
 }
 
 __kernel void softmax_forward(__global const ${T}* x, const long x_off, __global ${T}* y, const long y_off,
