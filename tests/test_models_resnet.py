@@ -118,7 +118,8 @@ def test_state_dict_round_trip_through_numpy(device, rng):
     assert target.layer1[0].bn1.num_batches_tracked.to_host().dtype == np.int64
     x = nc.tensor(_batch(rng)[0], device=device)
     source.eval(), target.eval()
-    np.testing.assert_array_equal(source(x).to_host(), target(x).to_host())
+    # not bitwise: the planner may run another convolution strategy for the second model
+    assert_close(target(x).to_host(), source(x).to_host(), 1e-5, "same weights, same outputs")
     arrays.pop("fc.bias")
     with pytest.raises(nc.NetclError, match="missing keys.*fc.bias"):
         target.load_state_dict(arrays)
