@@ -191,7 +191,7 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
     if plan is not None:
         return plan
     profile = device_profile(device, layer.dtype)
-    candidates = assess(pass_, profile, answers(layer, pass_, device), budget)
+    candidates = assess(pass_, profile, answers(layer, pass_, device), budget, layer)
     if chosen:
         plan = forced(layer, pass_, chosen, how, candidates, budget, mode, names)
     else:

@@ -9,7 +9,8 @@ device (netcl.ops.conv_profile). The coefficients (a, b) are per strategy and pa
 least-squares fit of measured times of that strategy on that device (`netcl tune conv`, and every measured
 plan after it). ``local`` corrects what two coefficients cannot explain: the geometric mean of the fit's
 residuals on that device's measurements of the same strategy and pass, weighted by how close each
-measured case is to this one (in log arith_ms and log other_ms, LOCAL_WIDTH wide), shrunk toward 1 by
+measured case is to this one (in log arith_ms, log other_ms and the log of the layer's batch, groups,
+kernel taps and stride: what the two terms do not see; LOCAL_WIDTH wide), shrunk toward 1 by
 LOCAL_PRIOR measurements' worth of trust in the fit. A device without measurements uses a = b = 1 and no
 local term, the fallback: the strategy as fast as the device's GEMM and copy, and plans say so. No
 coefficient is fitted on one machine and shipped.
@@ -17,6 +18,7 @@ coefficient is fitted on one machine and shipped.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +42,7 @@ class DeviceProfile:
     source: str              # where the device quantities come from: "measured", "tuning database", "estimate"
     class_gflops: dict = field(default_factory=dict)  # GEMM rate per netcl.ops.gemm.shape_class
     coefficients: dict = field(default_factory=dict)  # "strategy|pass" -> (a, b, samples)
-    samples: dict = field(default_factory=dict)       # "strategy|pass" -> [(arith_ms, other_ms, measured_ms)]
+    samples: dict = field(default_factory=dict)       # "strategy|pass" -> [(arith_ms, other_ms, measured_ms, features)]
     calibration: str = "none"  # "netcl tune conv", "measured plans", or "none" (the fallback)
 
     def rate(self, m: int, n: int, k: int, batch: int = 1) -> float:
@@ -76,7 +78,25 @@ def split_ms(terms: CostTerms, profile: DeviceProfile) -> tuple[float, float]:
     return arith, other
 
 
-def predict_ms(name: str, pass_: str, terms: CostTerms, profile: DeviceProfile) -> tuple[float, bool]:
+def layer_features(layer) -> tuple:
+    """What the local correction compares besides the two terms: log batch, groups, taps and stride."""
+    return (math.log(layer.n), math.log(layer.groups), math.log(layer.r * layer.s),
+            math.log(layer.stride_h * layer.stride_w))
+
+
+_SIGNATURE = re.compile(r"n(\d+)c\d+h\d+w\d+k\d+r(\d+)s(\d+)st(\d+)x(\d+)p\d+x\d+d\d+x\d+g(\d+)")
+
+
+def signature_features(signature: str) -> tuple | None:
+    """layer_features of a ConvLayer.signature() (what a stored sample keeps)."""
+    found = _SIGNATURE.match(str(signature))
+    if not found:
+        return None
+    n, r, s, sh, sw, g = (int(v) for v in found.groups())
+    return math.log(n), math.log(g), math.log(r * s), math.log(sh * sw)
+
+
+def predict_ms(name: str, pass_: str, terms: CostTerms, profile: DeviceProfile, layer=None) -> tuple[float, bool]:
     """(predicted milliseconds, whether the device's calibration for this strategy and pass was used)."""
     arith, other = split_ms(terms, profile)
     key = f"{name}|{pass_}"
@@ -84,18 +104,23 @@ def predict_ms(name: str, pass_: str, terms: CostTerms, profile: DeviceProfile) 
     if not coefficients:
         return arith + other, False
     a, b = coefficients[0], coefficients[1]
-    return (a * arith + b * other) * local_correction(a, b, arith, other, profile.samples.get(key, ())), True
+    features = layer_features(layer) if layer is not None else None
+    return (a * arith + b * other) * local_correction(a, b, arith, other, profile.samples.get(key, ()), features), True
 
 
-def local_correction(a: float, b: float, arith: float, other: float, samples) -> float:
-    """The fit's residual near (arith, other): see the module docstring."""
+def local_correction(a: float, b: float, arith: float, other: float, samples, features=None) -> float:
+    """The fit's residual near this case: see the module docstring."""
     total = weight_sum = 0.0
-    for s_arith, s_other, measured in samples:
+    for sample in samples:
+        s_arith, s_other, measured = sample[:3]
         fitted = a * s_arith + b * s_other
         if fitted <= 0 or measured <= 0:
             continue
         distance = (math.log(max(arith, 1e-9) / max(s_arith, 1e-9)) ** 2
                     + math.log(max(other, 1e-9) / max(s_other, 1e-9)) ** 2)
+        s_features = sample[3] if len(sample) > 3 else None
+        if features is not None and s_features is not None:
+            distance += sum((f - g) ** 2 for f, g in zip(features, s_features))
         weight = math.exp(-distance / (2 * LOCAL_WIDTH ** 2))
         total += weight * math.log(measured / fitted)
         weight_sum += weight

@@ -72,14 +72,14 @@ def mib(nbytes: int) -> str:
     return f"{nbytes / (1 << 20):.1f} MiB"
 
 
-def assess(pass_: str, profile, answers: list, budget: int) -> list:
+def assess(pass_: str, profile, answers: list, budget: int, layer: ConvLayer | None = None) -> list:
     """Candidates in the answers' order: applicability, workspace, budget and predicted time."""
     out = []
     for a in answers:
         if a.why_not:
             out.append(Candidate(a.strategy, False, a.why_not, None, None))
             continue
-        ms, calibrated = conv_cost.predict_ms(a.strategy, pass_, a.terms, profile)
+        ms, calibrated = conv_cost.predict_ms(a.strategy, pass_, a.terms, profile, layer)
         out.append(Candidate(a.strategy, True, None, a.workspace_bytes, ms, within_budget=a.workspace_bytes <= budget,
                              calibrated=calibrated))
     return out

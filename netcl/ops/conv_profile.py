@@ -72,6 +72,10 @@ def _positive(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _tuned_rates(device, dtype: str) -> dict:
     try:
         from ..tuning.gemm import expected_gflops
@@ -112,12 +116,14 @@ def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
         profile.source = "measured"
     samples = entry.get("samples") if isinstance(entry.get("samples"), dict) else {}
     for key, rows in samples.items():
-        valid = [r[:3] for r in rows if isinstance(r, list) and len(r) >= 3] if isinstance(rows, list) else []
-        valid = [r for r in valid if all(isinstance(v, (int, float)) for v in r) and r[2] > 0]
-        fitted = conv_cost.fit(valid)
+        # [arith_ms, other_ms, measured_ms, layer signature]; anything else is skipped
+        valid = [(float(r[0]), float(r[1]), float(r[2]), conv_cost.signature_features(r[3] if len(r) > 3 else ""))
+                 for r in (rows if isinstance(rows, list) else [])
+                 if isinstance(r, list) and len(r) >= 3 and all(_number(v) for v in r[:3]) and r[2] > 0]
+        fitted = conv_cost.fit([r[:3] for r in valid])
         if fitted:
             profile.coefficients[key] = (fitted[0], fitted[1], len(valid))
-            profile.samples[key] = [tuple(float(v) for v in r) for r in valid]
+            profile.samples[key] = valid
     if profile.coefficients:
         profile.calibration = str(entry.get("calibrated_by") or "measured plans")
     return profile

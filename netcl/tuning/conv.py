@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 
-# (input NCHW, weight KCRS, stride, padding): small enough that direct convolution stays in tens of ms
+# (input NCHW, weight KCRS, stride, padding[, groups]): small enough that direct convolution stays in tens
+# of ms
 LAYERS = [
     ((16, 1, 28, 28), (20, 1, 5, 5), 1, 0),
     ((16, 20, 12, 12), (50, 20, 5, 5), 1, 0),
@@ -30,13 +31,13 @@ LAYERS = [
     ((64, 1, 28, 28), (20, 1, 5, 5), 1, 0),       # LeNet as `netcl train lenet` runs it
     ((64, 20, 12, 12), (50, 20, 5, 5), 1, 0),
     ((1, 96, 24, 24), (128, 96, 5, 5), 1, 0),
-    ((1, 32, 112, 112), (32, 32, 7, 7), 2, 0),
+    ((8, 32, 16, 16), (32, 1, 3, 3), 1, 1, 32),   # depthwise
 ]
 QUICK_LAYERS = [LAYERS[3], LAYERS[5], LAYERS[7], LAYERS[12]]
 # The fastest sample: a device characteristic, which load from other processes only slows down (medians
 # of a few samples moved 3-10x between sessions on the shared 2-core machine). Two warm-up runs: PoCL
 # generates code at the first launch and GEMM's packing buffers reach their size over the first runs.
-TIMING = dict(warmup=2, min_runs=4, max_runs=6, time_budget_s=0.25, contention=1.2, settle_below_s=0.01,
+TIMING = dict(warmup=2, min_runs=3, max_runs=5, time_budget_s=0.25, contention=1.2, settle_below_s=0.01,
               statistic="min")
 QUICK_TIMING = dict(warmup=2, min_runs=2, max_runs=3, time_budget_s=0.1, contention=1.1, settle_below_s=0.0,
                     statistic="min")
@@ -44,8 +45,8 @@ QUICK_TIMING = dict(warmup=2, min_runs=2, max_runs=3, time_budget_s=0.1, content
 
 def calibration_layers(quick: bool, dtype: str = "float32") -> list:
     from ..ops.conv_common import ConvLayer
-    return [ConvLayer.from_shapes(x, w, stride=s, padding=p, dtype=dtype)
-            for x, w, s, p in (QUICK_LAYERS if quick else LAYERS)]
+    return [ConvLayer.from_shapes(x, w, stride=s, padding=p, groups=(g or [1])[0], dtype=dtype)
+            for x, w, s, p, *g in (QUICK_LAYERS if quick else LAYERS)]
 
 
 def calibrate(device, dtype: str = "float32", quick: bool = False, progress: bool = True, layers=None) -> dict:
