@@ -3,8 +3,9 @@
 1. heuristic: the plan the cost model makes from the device's calibration alone (`netcl tune conv`; no
    measured plans), made for every case before anything else is measured;
 2. measure: the plan measure mode makes in a fresh copy of that calibrated cache;
-3. truth: every applicable candidate timed in two independent sessions (each the median of interleaved
-   runs in rotated order, warm-up excluded; netcl.runtime.timing); the lower of the two medians counts.
+3. truth: every applicable candidate timed in two independent sessions (interleaved runs in rotated
+   order, warm-up excluded, the statistic measure mode uses: the fastest sample; netcl.runtime.timing);
+   the lower of the two counts.
 
 A choice "hits" when its true time is within 25 % (heuristic) or 10 % (measure) of the fastest
 candidate. Two sets: the 42 passes of LeNet (batch 64) and the MEC paper's cv1–cv12 (batch 1), and a
