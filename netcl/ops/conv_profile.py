@@ -13,6 +13,7 @@ the fitted coefficients (netcl.ops.conv_cost.fit).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 
@@ -32,17 +33,23 @@ _profiles = DeviceMemo("conv device profiles")
 _lock = threading.RLock()
 
 
-def context(device) -> str:
-    """What a stored calibration is valid for."""
-    from .. import __version__
+@functools.lru_cache(maxsize=1)
+def _gemm_source_hash() -> str:
+    """The GEMM kernel's source as this process first read it (read once: the calibration describes the
+    GEMM a process runs, and an edit of the file during a long run must not orphan its measurements)."""
     from ..runtime.kernels import kernels_dir
     try:
-        gemm_source = (kernels_dir() / "gemm.cl").read_bytes()
+        return hashlib.sha256((kernels_dir() / "gemm.cl").read_bytes()).hexdigest()
     except OSError:
-        gemm_source = b""
-    blob = b"|".join((__version__.encode(), str(CALIBRATION_VERSION).encode(), db.identity(device).encode(),
-                      hashlib.sha256(gemm_source).hexdigest().encode()))
-    return hashlib.sha256(blob).hexdigest()[:16]
+        return ""
+
+
+def context(device) -> str:
+    """What a stored calibration is valid for: netcl's version, the GEMM kernel's source and the device's
+    kernel tuning."""
+    from .. import __version__
+    blob = "|".join((__version__, str(CALIBRATION_VERSION), db.identity(device), _gemm_source_hash()))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def stored(device, dtype: str = "float32") -> dict:
