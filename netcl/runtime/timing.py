@@ -76,29 +76,44 @@ def sample(fn, device, repeats: int = 5, warmup: int = 1, calls: int = 1, statis
 
 def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_runs: int = 40,
             time_budget_s: float = 3.0, contention: float = 1.3, settle_below_s: float = 0.05,
-            slow_s: float = 1.0, statistic: str = "median", errors: tuple = (Exception,)) -> dict:
+            slow_s: float = 1.0, statistic: str = "median", errors: tuple = (Exception,),
+            isolate_above: float = 10.0) -> dict:
     """Time several runners against each other: {name: Timing, or the exception a runner raised}.
 
-    Each runner gets ``warmup`` untimed runs, then the runners take turns in rounds whose order
-    rotates. Every runner gets ``min_runs`` samples, except one whose single sample already exceeds
-    ``slow_s`` and three times the best; runners within ``contention`` of the best get further rounds,
-    up to ``max_runs``, while the timed total stays within ``time_budget_s``. A runner faster than
-    ``settle_below_s`` runs once untimed before each sample: what ran before it (a 70 ms direct
-    convolution) left caches that slowed a 5 ms runner 1.5×.
+    Each runner gets ``warmup`` untimed runs (the last one's duration sorts them), then the runners take
+    turns in rounds whose order rotates. A runner whose warm-up took more than ``isolate_above`` times
+    the fastest one's is timed in its own later rounds: between the others' samples, a 40 ms direct
+    convolution made a 0.7 ms Winograd pass take 3.3 ms in every sample of a session. Every runner gets
+    ``min_runs`` samples, except one whose single sample already exceeds ``slow_s`` and three times the
+    best; runners within ``contention`` of the best get further rounds, up to ``max_runs``, while the
+    timed total stays within ``time_budget_s``. A runner faster than ``settle_below_s`` runs once untimed
+    before each sample: what ran before it left caches that slowed a 5 ms runner 1.5×.
     """
     _check_statistic(statistic)
     results: dict[str, object] = {}
-    timings: dict[str, Timing] = {}
+    warm: dict[str, float] = {}
     for name, fn in runners.items():
         try:
-            for _ in range(warmup):
+            for _ in range(max(0, warmup - 1)):
                 fn()
-            device.synchronize()
-            timings[name] = Timing([], statistic)
+            warm[name] = timed_call(fn, device) if warmup > 0 else 0.0
         except errors as exc:
             results[name] = exc
+    fastest = min(warm.values(), default=0.0)
+    groups = [[n for n in warm if warm[n] <= isolate_above * fastest or fastest <= 0],
+              [n for n in warm if fastest > 0 and warm[n] > isolate_above * fastest]]
+    for group in groups:
+        if group:
+            results.update(_rounds({n: runners[n] for n in group}, device, min_runs, max_runs, time_budget_s,
+                                   contention, settle_below_s, slow_s, statistic))
+    return {name: results[name] for name in runners if name in results}
+
+
+def _rounds(runners, device, min_runs, max_runs, time_budget_s, contention, settle_below_s, slow_s,
+            statistic) -> dict:
+    timings = {name: Timing([], statistic) for name in runners}
     spent, rounds = 0.0, 0
-    while timings and rounds < max_runs:
+    while rounds < max_runs:
         best = min((t.seconds for t in timings.values() if t.samples), default=None)
         active = []
         for name, t in timings.items():
@@ -118,5 +133,4 @@ def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_ru
             t.samples.append(elapsed)
             spent += elapsed
         rounds += 1
-    results.update(timings)
-    return results
+    return timings
