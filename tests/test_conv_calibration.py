@@ -190,3 +190,20 @@ def test_tune_conv_quick_is_bounded_and_calibrates(tmp_path):
     print(f"tune conv --quick: {out['seconds']} s calibrating, {time.perf_counter() - start:.1f} s in all")
     used = _child(tmp_path, _PROFILE)
     assert used["calibrated"] and used["profile"]["calibration"] == "netcl tune conv"
+
+
+def test_compare_times_a_much_slower_runner_in_rounds_of_its_own(device):
+    order = []
+
+    def runner(name, seconds):
+        def run():
+            order.append(name)
+            time.sleep(seconds)
+        return run
+    results = timing.compare({"slow": runner("slow", 0.03), "a": runner("a", 0.001), "b": runner("b", 0.0015)},
+                             device, warmup=2, min_runs=3, max_runs=3, time_budget_s=0.0, settle_below_s=0.0)
+    after_warmup = order[6:]
+    first_slow = after_warmup.index("slow")
+    assert set(after_warmup[:first_slow]) == {"a", "b"} and set(after_warmup[first_slow:]) == {"slow"}
+    assert all(len(results[n].samples) == 3 for n in ("slow", "a", "b"))
+    assert list(results) == ["slow", "a", "b"]
