@@ -31,7 +31,7 @@ CASES = [
 def _run(op, x, k, s, p, d, count_include_pad=True):
     if op == "max":
         return F.max_pool2d(x, k, s, p, d)
-    return F.avg_pool2d(x, k, s, p, d, count_include_pad)
+    return F.avg_pool2d(x, k, s, p, count_include_pad=count_include_pad, dilation=d)
 
 
 @pytest.mark.parametrize("shape,k,s,p,d", CASES)
@@ -52,7 +52,7 @@ def test_pool_forward_backward_float32(device, rng, canaries, shape, k, s, p, d,
 def test_avg_pool_padding_divisor(device, rng, canaries, count_include_pad):
     x_host = rng.uniform(-2, 2, size=(2, 3, 7, 7)).astype(np.float32)
     x = nc.tensor(x_host, device=device, requires_grad=True)
-    y = F.avg_pool2d(x, 3, 2, 1, 1, count_include_pad)
+    y = F.avg_pool2d(x, 3, 2, 1, count_include_pad=count_include_pad)
     y_ref, grad_ref = pool_ref(x_host, (3, 3), (2, 2), (1, 1), (1, 1), "avg", count_include_pad)
     assert_close(y.to_host(), y_ref, 1e-6, "avg pool forward")
     gy = rng.uniform(-2, 2, size=y.shape).astype(np.float32)

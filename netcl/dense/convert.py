@@ -180,8 +180,8 @@ def _separable_pool(pool, x, kh: int, kw: int, dh: int, dw: int):
     Exact for max (the same winner: the first maximum in row-major order, so gradients go to the same input)
     and for the mean of a full window (a mean of row means)."""
     if kh == 1 or kw == 1:
-        return pool(x, (kh, kw), 1, 0, (dh, dw))
-    return pool(pool(x, (1, kw), 1, 0, (1, dw)), (kh, 1), 1, 0, (dh, 1))
+        return pool(x, (kh, kw), 1, 0, dilation=(dh, dw))
+    return pool(pool(x, (1, kw), 1, 0, dilation=(1, dw)), (kh, 1), 1, 0, dilation=(dh, 1))
 
 
 def _layers(module: Module, prefix: str = ""):

@@ -43,13 +43,26 @@ def _pool(x: Tensor, op: str, kernel_size, stride, padding, dilation, count_incl
     return rules_nn.Pool2dFunction.apply(x, geometry, op, bool(count_include_pad), bool(relu))
 
 
-def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, fused_relu: bool = False) -> Tensor:
-    """Max pooling; ``fused_relu`` computes max_pool2d(relu(x)) in one kernel (same values and gradients,
-    without the ReLU's passes over the larger input)."""
+def _unsupported(what: str, **flags) -> None:
+    for name, value in flags.items():
+        if value:
+            raise ShapeError(f"{what}: {name}={value!r} is not supported by netcl (output sizes round down)")
+
+
+def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False,
+               *, fused_relu: bool = False) -> Tensor:
+    """Max pooling (PyTorch's signature; ceil_mode and return_indices are not supported). ``fused_relu``
+    computes max_pool2d(relu(x)) in one kernel (same values and gradients, without the ReLU's passes over
+    the larger input)."""
+    _unsupported("max_pool2d", ceil_mode=ceil_mode, return_indices=return_indices)
     return _pool(x, "max", kernel_size, stride, padding, dilation, relu=fused_relu)
 
 
-def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, count_include_pad=True) -> Tensor:
+def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None, *, dilation=1) -> Tensor:
+    """Average pooling (PyTorch's signature; ceil_mode and divisor_override are not supported); netcl's
+    keyword ``dilation`` spreads the taps (the d-regularly sparse kernels of netcl.dense)."""
+    _unsupported("avg_pool2d", ceil_mode=ceil_mode, divisor_override=divisor_override is not None)
     return _pool(x, "avg", kernel_size, stride, padding, dilation, count_include_pad)
 
 

@@ -136,22 +136,30 @@ class MaxPool2d(_Pool2d):
     stride defaults to kernel_size.
     """
 
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
+        F._unsupported("MaxPool2d", return_indices=return_indices, ceil_mode=ceil_mode)
+        super().__init__(kernel_size, stride, padding, dilation)
+
     def forward(self, x, fused_relu=False):
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, fused_relu)
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, fused_relu=fused_relu)
 
 
 class AvgPool2d(_Pool2d):
-    """Mean over kernel windows (taps ``dilation`` apart); padding counts as zeros in the mean unless
-    ``count_include_pad=False``. Shapes as MaxPool2d."""
+    """Mean over kernel windows; padding counts as zeros in the mean unless ``count_include_pad=False``.
+    PyTorch's signature (ceil_mode and divisor_override are not supported); netcl's keyword ``dilation``
+    puts the taps apart. Shapes as MaxPool2d."""
 
     op = "avg"
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, count_include_pad=True):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None, *, dilation=1):
+        F._unsupported("AvgPool2d", ceil_mode=ceil_mode, divisor_override=divisor_override is not None)
         super().__init__(kernel_size, stride, padding, dilation)
         self.count_include_pad = bool(count_include_pad)
 
     def forward(self, x):
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.count_include_pad)
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, count_include_pad=self.count_include_pad,
+                            dilation=self.dilation)
 
 
 class AdaptiveAvgPool2d(Module):

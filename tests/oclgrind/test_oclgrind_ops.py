@@ -167,7 +167,7 @@ def test_pooling(geometry, device, rng):
                        ("avg", {"count_include_pad": False})):
             X = _t(x, device, grad=True)
             fn = F.max_pool2d if op == "max" else F.avg_pool2d
-            y = fn(X, k, s, p, d, **kw)
+            y = fn(X, k, s, p, dilation=d, **kw)
             source = np.maximum(x, 0) if kw.get("fused_relu") else x
             ref = _pool_ref(source, op, k, s, p, d, kw.get("count_include_pad", True))
             assert_close(y.to_host(), ref, 1e-6, f"{op} pool {kw}")
