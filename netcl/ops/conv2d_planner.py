@@ -36,13 +36,13 @@ MODES = ("heuristic", "measure", "exhaustive")
 MEASURE_MARGIN = 10.0   # measure mode skips candidates predicted this many times slower than the best
 PLAN_FAMILY = "conv_plans"
 # Timing rules of measure mode (netcl.runtime.timing.compare): at least 7 interleaved runs, up to 40 for
-# candidates within 1.3× of the best while 3 s last; two untimed runs first (PoCL finishes code generation
+# candidates within 1.3× of the best while 3 s last, all of them for at least 1 s; two untimed runs first (PoCL finishes code generation
 # and GEMM's workspaces reach their size over the first runs, not only the first). The fastest sample
 # counts: under load from other processes (load average 9 on the 2-core machine) three sessions of the
 # same candidates gave medians of 0.56-1.81 ms for one and 0.78-2.42 ms for another, minimums of
 # 0.52-0.53 and 0.65-0.68 ms; what the planner ranks is the device's speed, which load only hides.
 MEASURE_TIMING = dict(warmup=2, min_runs=7, max_runs=40, time_budget_s=3.0, contention=1.3, settle_below_s=0.05,
-                      statistic="min")
+                      statistic="min", min_time_s=1.0)
 
 _plans = DeviceMemo("conv plans")
 

@@ -77,42 +77,48 @@ def sample(fn, device, repeats: int = 5, warmup: int = 1, calls: int = 1, statis
 def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_runs: int = 40,
             time_budget_s: float = 3.0, contention: float = 1.3, settle_below_s: float = 0.05,
             slow_s: float = 1.0, statistic: str = "median", errors: tuple = (Exception,),
-            isolate_above: float = 10.0) -> dict:
+            isolate_above: float = 10.0, min_time_s: float = 0.0) -> dict:
     """Time several runners against each other: {name: Timing, or the exception a runner raised}.
 
-    Each runner gets ``warmup`` untimed runs (the last one's duration sorts them), then the runners take
-    turns in rounds whose order rotates. A runner whose warm-up took more than ``isolate_above`` times
+    The runners first take ``warmup`` untimed turns (the last one's duration sorts them), then take
+    turns in timed rounds whose order rotates. A runner whose warm-up took more than ``isolate_above`` times
     the fastest one's is timed in its own later rounds: between the others' samples, a 40 ms direct
     convolution made a 0.7 ms Winograd pass take 3.3 ms in every sample of a session. Every runner gets
     ``min_runs`` samples, except one whose single sample already exceeds ``slow_s`` and three times the
     best; runners within ``contention`` of the best get further rounds, up to ``max_runs``, while the
-    timed total stays within ``time_budget_s``. A runner faster than ``settle_below_s`` runs once untimed
-    before each sample: what ran before it left caches that slowed a 5 ms runner 1.5×.
+    timed total stays within ``time_budget_s``; all of them keep going (up to ``max_runs``) until the
+    rounds span ``min_time_s``: a burst of load from another process lasts longer than a session of a
+    few short runners, and moved whole sessions' fastest samples 2-3×. A runner faster than
+    ``settle_below_s`` runs once untimed before each sample: what ran before it left caches that slowed a
+    5 ms runner 1.5×.
     """
     _check_statistic(statistic)
     results: dict[str, object] = {}
-    warm: dict[str, float] = {}
-    for name, fn in runners.items():
-        try:
-            for _ in range(max(0, warmup - 1)):
-                fn()
-            warm[name] = timed_call(fn, device) if warmup > 0 else 0.0
-        except errors as exc:
-            results[name] = exc
+    warm: dict[str, float] = {name: 0.0 for name in runners}
+    # Warm-up in interleaved rounds too: runners warmed one after the other were still 1.5-3x slow in
+    # every sample of the first session on a layer (PoCL, buffers, caches), and fine in the next.
+    for _ in range(warmup):
+        for name in [n for n in runners if n in warm]:
+            try:
+                warm[name] = timed_call(runners[name], device)
+            except errors as exc:
+                results[name] = exc
+                del warm[name]
     fastest = min(warm.values(), default=0.0)
     groups = [[n for n in warm if warm[n] <= isolate_above * fastest or fastest <= 0],
               [n for n in warm if fastest > 0 and warm[n] > isolate_above * fastest]]
     for group in groups:
         if group:
             results.update(_rounds({n: runners[n] for n in group}, device, min_runs, max_runs, time_budget_s,
-                                   contention, settle_below_s, slow_s, statistic))
+                                   contention, settle_below_s, slow_s, statistic, min_time_s))
     return {name: results[name] for name in runners if name in results}
 
 
 def _rounds(runners, device, min_runs, max_runs, time_budget_s, contention, settle_below_s, slow_s,
-            statistic) -> dict:
+            statistic, min_time_s=0.0) -> dict:
     timings = {name: Timing([], statistic) for name in runners}
     spent, rounds = 0.0, 0
+    started = time.perf_counter()
     while rounds < max_runs:
         best = min((t.seconds for t in timings.values() if t.samples), default=None)
         active = []
@@ -120,7 +126,8 @@ def _rounds(runners, device, min_runs, max_runs, time_budget_s, contention, sett
             current = t.seconds if t.samples else None
             if current is None or best is None:
                 active.append(name)
-            elif rounds < min_runs and not (current > slow_s and current > 3 * best):
+            elif (rounds < min_runs or time.perf_counter() - started < min_time_s) \
+                    and not (current > slow_s and current > 3 * best):
                 active.append(name)
             elif current <= contention * best and spent < time_budget_s:
                 active.append(name)

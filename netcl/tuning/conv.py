@@ -37,10 +37,11 @@ QUICK_LAYERS = [LAYERS[3], LAYERS[5], LAYERS[7], LAYERS[12]]
 # The fastest sample: a device characteristic, which load from other processes only slows down (medians
 # of a few samples moved 3-10x between sessions on the shared 2-core machine). Two warm-up runs: PoCL
 # generates code at the first launch and GEMM's packing buffers reach their size over the first runs.
-TIMING = dict(warmup=2, min_runs=3, max_runs=5, time_budget_s=0.25, contention=1.2, settle_below_s=0.01,
-              statistic="min")
-QUICK_TIMING = dict(warmup=2, min_runs=2, max_runs=3, time_budget_s=0.1, contention=1.1, settle_below_s=0.0,
-                    statistic="min")
+# Samples spread over at least 0.4 s (0.15 s quick): a burst of load outlasts a few short runs.
+TIMING = dict(warmup=2, min_runs=3, max_runs=20, time_budget_s=0.25, contention=1.2, settle_below_s=0.01,
+              statistic="min", min_time_s=0.4)
+QUICK_TIMING = dict(warmup=2, min_runs=2, max_runs=10, time_budget_s=0.1, contention=1.1, settle_below_s=0.0,
+                    statistic="min", min_time_s=0.15)
 
 
 def calibration_layers(quick: bool, dtype: str = "float32") -> list:
