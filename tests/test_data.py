@@ -289,3 +289,17 @@ def test_uploads_are_enqueued_behind_running_work_without_waiting(device):
                for e in loader._uploads_in_flight), "the batch's upload was waited for"
     device.queue.finish()
     assert np.array_equal(y.to_host(), [0, 1]) and np.array_equal(x.to_host()[1], np.full((2, 3), 1.0))
+
+
+def test_a_duck_typed_dataset_is_collated_too(device):
+    """Any object with __len__ and __getitem__ serves (PyTorch's map-style protocol), not only subclasses."""
+    class Pairs:
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return np.array([i, -i], np.float32), i
+
+    batches = [(x.to_host(), y.to_host()) for x, y in DataLoader(Pairs(), batch_size=3, device=device)]
+    assert [y.tolist() for _, y in batches] == [[0, 1, 2], [3, 4]]
+    assert np.array_equal(batches[1][0], [[3, -3], [4, -4]]) and batches[1][1].dtype == np.int64
