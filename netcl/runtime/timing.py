@@ -77,13 +77,15 @@ def sample(fn, device, repeats: int = 5, warmup: int = 1, calls: int = 1, statis
 def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_runs: int = 40,
             time_budget_s: float = 3.0, contention: float = 1.3, settle_below_s: float = 0.05,
             slow_s: float = 1.0, statistic: str = "median", errors: tuple = (Exception,),
-            isolate_above: float = 10.0, min_time_s: float = 0.0) -> dict:
+            isolate_above: float = 10.0, min_time_s: float = 0.0, time_isolated: bool = True) -> dict:
     """Time several runners against each other: {name: Timing, or the exception a runner raised}.
 
     The runners first take ``warmup`` untimed turns (the last one's duration sorts them), then take
-    turns in timed rounds whose order rotates. A runner whose warm-up took more than ``isolate_above`` times
-    the fastest one's is timed in its own later rounds: between the others' samples, a 40 ms direct
-    convolution made a 0.7 ms Winograd pass take 3.3 ms in every sample of a session. Every runner gets
+    turns in timed rounds whose order rotates. A runner whose warm-up took more than ``isolate_above``
+    times the fastest one's is timed in its own later rounds (without ``time_isolated``, its warm-up time
+    is its one sample: it cannot be the fastest; one over ``slow_s`` also gets a single warm-up run):
+    between the others' samples, a 40 ms direct convolution made a 0.7 ms Winograd pass take 3.3 ms in
+    every sample of a session. Every runner gets
     ``min_runs`` samples, except one whose single sample already exceeds ``slow_s`` and three times the
     best; runners within ``contention`` of the best get further rounds, up to ``max_runs``, while the
     timed total stays within ``time_budget_s``; all of them keep going (up to ``max_runs``) until the
@@ -97,8 +99,11 @@ def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_ru
     warm: dict[str, float] = {name: 0.0 for name in runners}
     # Warm-up in interleaved rounds too: runners warmed one after the other were still 1.5-3x slow in
     # every sample of the first session on a layer (PoCL, buffers, caches), and fine in the next.
-    for _ in range(warmup):
+    for round_ in range(warmup):
+        fastest = min((t for t in warm.values() if t > 0), default=0.0)
         for name in [n for n in runners if n in warm]:
+            if round_ and warm[name] > slow_s and warm[name] > isolate_above * fastest:
+                continue  # far too slow to win: one warm-up of several seconds is enough
             try:
                 warm[name] = timed_call(runners[name], device)
             except errors as exc:
@@ -107,6 +112,9 @@ def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_ru
     fastest = min(warm.values(), default=0.0)
     groups = [[n for n in warm if warm[n] <= isolate_above * fastest or fastest <= 0],
               [n for n in warm if fastest > 0 and warm[n] > isolate_above * fastest]]
+    if not time_isolated:
+        results.update({n: Timing([warm[n]], statistic) for n in groups[1]})
+        groups = groups[:1]
     for group in groups:
         if group:
             results.update(_rounds({n: runners[n] for n in group}, device, min_runs, max_runs, time_budget_s,
