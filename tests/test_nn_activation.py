@@ -11,7 +11,7 @@ import pytest
 import netcl as nc
 from netcl.nn import functional as F
 from nn_reference import finite_difference
-from util import assert_close
+from util import assert_close, assert_close_to_scale
 
 _erf = np.vectorize(math.erf)
 
@@ -43,7 +43,9 @@ def test_activation_forward_backward(device, rng, canaries, name, shape):
     gy = rng.uniform(-1, 1, size=shape).astype(np.float32)
     y.backward(nc.tensor(gy, device=device))
     numeric = finite_difference(lambda z: float(np.sum(ref(z) * gy)), x_h.astype(np.float64))
-    assert_close(x.grad.to_host(), numeric, 1e-5, f"{name} grad")
+    # measured against the upstream gradient's size: f' passes through 0 (GELU near x = -0.75), where a
+    # one-element relative error means nothing
+    assert_close_to_scale(x.grad.to_host(), numeric, gy, 1e-5, f"{name} grad")
 
 
 @pytest.mark.parametrize("log", [False, True])
