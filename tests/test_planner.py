@@ -38,6 +38,9 @@ def fresh_planner(tmp_path, monkeypatch):
     monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path / "cache"))
     for var in ("NETCL_CONV_STRATEGY", "NETCL_CONV_WORKSPACE_LIMIT", "NETCL_CONV_PLAN_MODE", "NETCL_CACHE"):
         monkeypatch.delenv(var, raising=False)
+    # the timing rules' minimum span and second session are for real plans, not for these checks
+    monkeypatch.setitem(planner.MEASURE_TIMING, "min_time_s", 0.05)
+    monkeypatch.setattr(planner, "MEASURE_SESSIONS", 1)
     planner.clear_memory_cache()
     yield
     planner.clear_memory_cache()
