@@ -8,6 +8,8 @@ Template parameters (all have defaults):
            "leaky_relu"  y = x > 0 ? x : slope * x            (PyTorch: the slope's side gets slope * g)
            "gelu"        y = x/2 (1 + erf(x / sqrt 2))        (exact, PyTorch's default)
            "gelu_tanh"   y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+         both computed without the cancellation of 1 + erf / 1 + tanh for negative x: as
+         x/2 erfc(-x / sqrt 2) and x / (1 + exp(-2u)), u the tanh's argument
   LOG    softmax_forward / softmax_backward compute log-softmax instead       (default False)
 
 Kernels:
@@ -38,9 +40,9 @@ __kernel void act_forward(__global const ${T}* x, const long x_off, __global ${T
 % if ACT == 'leaky_relu':
     y[y_off + e] = v > (${T}) 0 ? v : slope * v;
 % elif ACT == 'gelu':
-    y[y_off + e] = (${T}) 0.5 * v * ((${T}) 1 + erf(v * SQRT_HALF));
+    y[y_off + e] = (${T}) 0.5 * v * erfc(-v * SQRT_HALF);
 % elif ACT == 'gelu_tanh':
-    y[y_off + e] = (${T}) 0.5 * v * ((${T}) 1 + tanh(SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v)));
+    y[y_off + e] = v / ((${T}) 1 + exp((${T}) -2 * SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v)));
 % endif
 }
 
@@ -53,12 +55,13 @@ __kernel void act_backward(__global const ${T}* x, const long x_off, __global co
 % if ACT == 'leaky_relu':
     gx[gx_off + e] = v > (${T}) 0 ? d : slope * d;
 % elif ACT == 'gelu':
-    const ${T} cdf = (${T}) 0.5 * ((${T}) 1 + erf(v * SQRT_HALF));
+    const ${T} cdf = (${T}) 0.5 * erfc(-v * SQRT_HALF);
     gx[gx_off + e] = d * (cdf + v * INV_SQRT_2PI * exp((${T}) -0.5 * v * v));
 % elif ACT == 'gelu_tanh':
-    const ${T} t = tanh(SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v));
-    const ${T} dt = SQRT_2_OVER_PI * ((${T}) 1 + (${T}) 3 * GELU_CUBIC * v * v);
-    gx[gx_off + e] = d * ((${T}) 0.5 * ((${T}) 1 + t) + (${T}) 0.5 * v * ((${T}) 1 - t * t) * dt);
+    /* s = (1 + tanh u) / 2 = 1 / (1 + exp(-2u)); d/du of s = 2 s (1 - s) */
+    const ${T} s = (${T}) 1 / ((${T}) 1 + exp((${T}) -2 * SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v)));
+    const ${T} du = SQRT_2_OVER_PI * ((${T}) 1 + (${T}) 3 * GELU_CUBIC * v * v);
+    gx[gx_off + e] = d * (s + (${T}) 2 * v * s * ((${T}) 1 - s) * du);
 % endif
 }
 
