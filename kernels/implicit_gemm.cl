@@ -41,7 +41,11 @@ work-item keeps its accumulators in registers (four rows at a time) and is vecto
 T<TN> vectors. Per panel of TK inner indices (GotoBLAS's KC) it gathers B (TK x TN) into local memory,
 then runs four rows of A at a time past it, read in place, with their four accumulators in registers
 for the whole panel: one load and store of the accumulators per panel, not per 16 inner indices.
+
+The file calls no OpenCL built-in function that takes or returns a vector (vloadN, vstoreN, fma) and
+no min: netcl.runtime.cl_vectors says why (the PoCL wheel's LLVM 14 aborted on this kernel's float16 fma).
 </%doc>
+<%! from netcl.runtime.cl_vectors import vload, vstore, lesser %>
 <%page args="T='float', MODE='forward', TM=64, TN=16, TK=512, BIAS=False"/>
 <%
     VT = T + str(TN)
@@ -95,7 +99,7 @@ void igemm_${MODE}(
     const int s_m = CG * RS;
 % endif
     const int m0 = get_group_id(1) * ${TM}, n0 = get_group_id(0) * ${TN};
-    const int rows = min(${TM}, MD - m0);
+    const int rows = ${lesser(str(TM), '(MD - m0)')};
 
     __local ${T} Bs[${TK}][${TN}];
     int col_off[${TN}], col_h[${TN}], col_w[${TN}], col_store[${TN}];
@@ -143,7 +147,7 @@ void igemm_${MODE}(
     // (k, r, s) for backward_data (r, s counted among the class's valid taps), (n, p, q) for backward_weight.
     int u0 = 0, u1 = 0, u2 = 0;
     for (int k0 = 0; k0 < KD; k0 += ${TK}) {
-        const int kc = min(${TK}, KD - k0);
+        const int kc = ${lesser(str(TK), '(KD - k0)')};
         for (int i = 0; i < kc; ++i) {
             int off, hh, ww, ao;
 % if MODE == 'forward':
@@ -172,7 +176,8 @@ void igemm_${MODE}(
 % if MODE != 'backward_weight':
             const int hh0 = col_h[0] + ih, ww0 = col_w[0] + iw;
             if (run && (uint)hh0 < (uint)LIM_H && ww0 >= 0 && ww0 + ${TN - 1} < LIM_W) {
-                vstore${TN}(vload${TN}(0, B + b_off + col_off[0] + io), 0, &Bs[i][0]);
+                const ${VT} run_vals = ${vload(VT, TN, 'B + b_off + col_off[0] + io')};
+                ${vstore('run_vals', TN, '&Bs[i][0]')}
                 continue;
             }
 % endif
@@ -194,28 +199,28 @@ void igemm_${MODE}(
 % endif
         for (int m = 0; m < rows; m += 4) {
             __global const ${T}* a0 = A + a_base + (long)(m0 + m) * a_m;
-            __global const ${T}* a1 = A + a_base + (long)(m0 + min(m + 1, rows - 1)) * a_m;
-            __global const ${T}* a2 = A + a_base + (long)(m0 + min(m + 2, rows - 1)) * a_m;
-            __global const ${T}* a3 = A + a_base + (long)(m0 + min(m + 3, rows - 1)) * a_m;
+            __global const ${T}* a1 = A + a_base + (long)(m0 + (m + 1 < rows - 1 ? m + 1 : rows - 1)) * a_m;
+            __global const ${T}* a2 = A + a_base + (long)(m0 + (m + 2 < rows - 1 ? m + 2 : rows - 1)) * a_m;
+            __global const ${T}* a3 = A + a_base + (long)(m0 + (m + 3 < rows - 1 ? m + 3 : rows - 1)) * a_m;
             ${VT} r0 = acc[m], r1 = acc[m + 1], r2 = acc[m + 2], r3 = acc[m + 3];
             if (a_run) {
                 const int first = in_a[0];
                 a0 += first; a1 += first; a2 += first; a3 += first;
                 for (int i = 0; i < kc; ++i) {
-                    const ${VT} bv = vload${TN}(0, &Bs[i][0]);
-                    r0 = fma((${VT})(a0[i]), bv, r0);
-                    r1 = fma((${VT})(a1[i]), bv, r1);
-                    r2 = fma((${VT})(a2[i]), bv, r2);
-                    r3 = fma((${VT})(a3[i]), bv, r3);
+                    const ${VT} bv = ${vload(VT, TN, '&Bs[i][0]')};
+                    r0 = (${VT})(a0[i]) * bv + r0;
+                    r1 = (${VT})(a1[i]) * bv + r1;
+                    r2 = (${VT})(a2[i]) * bv + r2;
+                    r3 = (${VT})(a3[i]) * bv + r3;
                 }
             } else {
                 for (int i = 0; i < kc; ++i) {
-                    const ${VT} bv = vload${TN}(0, &Bs[i][0]);
+                    const ${VT} bv = ${vload(VT, TN, '&Bs[i][0]')};
                     const int ao = in_a[i];
-                    r0 = fma((${VT})(a0[ao]), bv, r0);
-                    r1 = fma((${VT})(a1[ao]), bv, r1);
-                    r2 = fma((${VT})(a2[ao]), bv, r2);
-                    r3 = fma((${VT})(a3[ao]), bv, r3);
+                    r0 = (${VT})(a0[ao]) * bv + r0;
+                    r1 = (${VT})(a1[ao]) * bv + r1;
+                    r2 = (${VT})(a2[ao]) * bv + r2;
+                    r3 = (${VT})(a3[ao]) * bv + r3;
                 }
             }
             acc[m] = r0; acc[m + 1] = r1; acc[m + 2] = r2; acc[m + 3] = r3;
@@ -225,9 +230,10 @@ void igemm_${MODE}(
     for (int m = 0; m < rows; ++m) {
         ${T} vals[${TN}];
 % if BIAS and MODE == 'forward':
-        vstore${TN}(acc[m] + (${VT})(bias[bias_off + g * KG + m0 + m]), 0, vals);
+        const ${VT} out = acc[m] + (${VT})(bias[bias_off + g * KG + m0 + m]);
+        ${vstore('out', TN, 'vals')}
 % else:
-        vstore${TN}(acc[m], 0, vals);
+        ${vstore('acc[m]', TN, 'vals')}
 % endif
         for (int b = 0; b < ${TN}; ++b) {
             const int st = col_store[b];

@@ -18,6 +18,12 @@ from netcl.runtime import memory
 from netcl.runtime.device import resolve_device
 from netcl.tensor import Tensor, _check_shape
 
+# Child processes (CLI runs, mpiexec workers, fresh-process checks) must import the netcl under test,
+# not whichever copy pip last installed: the repository root goes first on their module path.
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_REPO_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _REPO_ROOT])
+
 GUARD = 37  # elements on each side; odd so that guarded tensors are misaligned for vector loads
 SENTINEL = {np.dtype(np.float32): np.float32(-7.654321e29), np.dtype(np.float64): np.float64(-7.654321e29),
             np.dtype(np.int32): np.int32(-123456789), np.dtype(np.int64): np.int64(-123456789012),
