@@ -1,6 +1,6 @@
 """Fuzzed sweeps of gemm, im2col, col2im and pooling, in the manner of tests/test_fuzz_conv.py: seeded
-random cases (a pure function of NETCL_FUZZ_SEED and the case index) checked against float64 NumPy, 200 of
-each in the default suite and 5,000 behind `slow`; a failure prints the case and the command that replays
+random cases (a pure function of NETCL_FUZZ_SEED and the case index) checked against float64 NumPy, 64 of
+each in the default suite and 5,136 more behind `slow`; a failure prints the case and the command that replays
 it; NaN/Inf and all-zero results fail; every tensor sits between canary elements (tests/conftest.py).
 
 gemm cases draw sizes (1..70), transposes, alpha/beta, operands that are offset views into larger
