@@ -31,7 +31,11 @@ Template parameters (all have defaults):
 Launch: mec_lower is 3-D, global (LOCAL, IH, N*G), local (LOCAL, 1, 1): one work-group per padded input
 row and (sample, group). The others take `geom` at run time: one work-item per produced element (tails
 guarded), 1-D, any local size.
+
+No OpenCL built-in function takes or returns a vector here (vload8/vstore8 are spelled out) and min is
+a comparison: netcl.runtime.cl_vectors says why (the PoCL wheel crashed running this file's double8 loads).
 </%doc>
+<%! from netcl.runtime.cl_vectors import vload, vstore, lesser %>
 <%page args="T='float', LOCAL=64, CT=1, N=1, C=1, H=1, W=1, G=1, Q=1, S=1, SW=1, PW=0, DW=1, PH=0"/>
 <% CG = C // G; IH = H + 2 * PH %>
 % if T == 'double':
@@ -63,7 +67,7 @@ void mec_lower(
     __global const ${T}* plane0 = x + x_off + ((long)(n * ${C} + g * ${CG}) * ${H} + (row_inside ? hh : 0)) * ${W};
     __global ${T}* row0 = L + l_off + ((long)(n * ${Q} * ${G} + g) * ${IH} + h) * ${S * CG};
     for (int c0 = 0; c0 < ${CG}; c0 += ${CT}) {
-        const int chunk = min(${CT}, ${CG} - c0);
+        const int chunk = ${lesser(str(CT), '(%d - c0)' % CG)};
         barrier(CLK_LOCAL_MEM_FENCE);
         // a work-item per (channel, 8 columns), channels fastest: neighbouring work-items store
         // neighbouring slab elements, and the 8 unrolled loads of each stay within its input row
@@ -87,7 +91,8 @@ void mec_lower(
             for (; j + 8 <= ${S * CT}; j += 8) {
                 const int i = start + j;
                 if (i >= 0 && i + 8 <= ${W * CT}) {
-                    vstore8(vload8(0, slab + i), 0, dst + j);
+                    const ${T}8 run = ${vload(T + '8', 8, 'slab + i')};
+                    ${vstore('run', 8, 'dst + j')}
                 } else {
                     for (int v = 0; v < 8; ++v)
                         dst[j + v] = (i + v >= 0 && i + v < ${W * CT}) ? slab[i + v] : (${T})0;
@@ -105,7 +110,10 @@ void mec_lower(
             __global ${T}* dst = row0 + (long)q * ${G * IH * S * CG} + s * ${CG} + c0;
             if (ww >= 0 && ww < ${W}) {
                 int ct = 0;
-                for (; ct + 8 <= chunk; ct += 8) vstore8(vload8(0, slab + ww * ${CT} + ct), 0, dst + ct);
+                for (; ct + 8 <= chunk; ct += 8) {
+                    const ${T}8 run = ${vload(T + '8', 8, 'slab + ww * %d + ct' % CT)};
+                    ${vstore('run', 8, 'dst + ct')}
+                }
                 for (; ct < chunk; ++ct) dst[ct] = slab[ww * ${CT} + ct];
             } else {
                 for (int ct = 0; ct < chunk; ++ct) dst[ct] = (${T})0;
