@@ -39,6 +39,7 @@ Template parameters (defaults in the page tag):
 gemm_pack_a / gemm_pack_b / gemm_pack_bt (LOCAL=0 only) write the panels PACK_A / PACK_B read; the
 host picks gemm_pack_bt for a B whose unit stride runs along K.
 </%doc>
+<%! from netcl.runtime import cl_vectors %>\
 <%page args="T='float', MR=4, VW=8, NV=2, WG_M=1, WG_N=1, KU=1, LOCAL=0, KC=16, PACK_B=0, PACK_A=0, ORDER='nm'"/>
 <%
     NR = VW * NV
@@ -51,15 +52,10 @@ host picks gemm_pack_bt for a B whose unit stride runs along K.
     # are assembled from element loads and stored element by element, which LLVM turns into the same
     # unaligned vector loads and stores; a * b + c is contracted into an FMA where the target has one.
     def vload(ptr):
-        if VW == 1:
-            return '*(%s)' % ptr
-        return '(%s)(%s)' % (V, ', '.join('(%s)[%d]' % (ptr, l) for l in range(VW)))
+        return cl_vectors.vload(V, VW, ptr)
     def vstore(value, ptr):
-        if VW == 1:
-            return '*(%s) = %s;' % (ptr, value)
-        return ' '.join('(%s)[%d] = (%s).s%x;' % (ptr, l, value, l) for l in range(VW))
-    def lesser(a, b):
-        return '(%s < %s ? %s : %s)' % (a, b, a, b)
+        return cl_vectors.vstore(value, VW, ptr)
+    lesser = cl_vectors.lesser
     def lane(v, l):
         return v if VW == 1 else '%s.s%x' % (v, l)
 %>

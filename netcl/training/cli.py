@@ -108,13 +108,15 @@ def train(model_name: str = "lenet", epochs: int = 3, batch_size: int | None = N
         if ranks.is_main:
             log(f"resuming {checkpoint_path} after epoch {start_epoch}", file=sys.stderr)
     trained = dist_tools.wrap(model, ranks)
+    loss_fn = recipes.loss_function(model_name)
 
     last = history[-1] if history else None
     end_epoch = epochs if stop_after is None else min(epochs, start_epoch + stop_after)
     for epoch in range(start_epoch, end_epoch):
         loader.set_epoch(epoch)
         bar = progress_bar(steps_per_epoch, f"epoch {epoch + 1}/{epochs}", progress and ranks.is_main)
-        stats = loop.train_epoch(trained, loader, optimizer, scheduler, bar, max_steps=steps_per_epoch)
+        stats = loop.train_epoch(trained, loader, optimizer, scheduler, bar, max_steps=steps_per_epoch,
+                                 loss_fn=loss_fn)
         if bar is not None:
             bar.close()
         counts = loop.predict_counts(trained, eval_loader)  # a wrapper shares rank 0's BatchNorm statistics
