@@ -199,9 +199,9 @@ void igemm_${MODE}(
 % endif
         for (int m = 0; m < rows; m += 4) {
             __global const ${T}* a0 = A + a_base + (long)(m0 + m) * a_m;
-            __global const ${T}* a1 = A + a_base + (long)(m0 + (m + 1 < rows - 1 ? m + 1 : rows - 1)) * a_m;
-            __global const ${T}* a2 = A + a_base + (long)(m0 + (m + 2 < rows - 1 ? m + 2 : rows - 1)) * a_m;
-            __global const ${T}* a3 = A + a_base + (long)(m0 + (m + 3 < rows - 1 ? m + 3 : rows - 1)) * a_m;
+            __global const ${T}* a1 = A + a_base + (long)(m0 + ${lesser('(m + 1)', '(rows - 1)')}) * a_m;
+            __global const ${T}* a2 = A + a_base + (long)(m0 + ${lesser('(m + 2)', '(rows - 1)')}) * a_m;
+            __global const ${T}* a3 = A + a_base + (long)(m0 + ${lesser('(m + 3)', '(rows - 1)')}) * a_m;
             ${VT} r0 = acc[m], r1 = acc[m + 1], r2 = acc[m + 2], r3 = acc[m + 3];
             if (a_run) {
                 const int first = in_a[0];

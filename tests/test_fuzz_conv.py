@@ -4,9 +4,9 @@ gradients, against the float64 NumPy reference (tests/util.py) with the convolut
 relative L2 error ≤ 1e-5 forward and ≤ 1e-4 for gradients (Winograd: 1e-4 and 5e-4). Results containing
 NaN/Inf, or all zeros where the reference is not, fail.
 
-64 layers run in the default suite, 5,136 more behind the `slow` marker (the default suite compiles a
-program for nearly every fuzzed geometry: 200 cases of each sweep were 6 of a cold PoCL suite's minutes). The layers are a pure function of
-the seed (NETCL_FUZZ_SEED, default below) and the layer's index, so a failure names the layer and the
+64 layers run in the default suite, 5,136 more behind the `slow` marker (nearly every fuzzed geometry is
+a program to build: 200 cases per sweep were 6 of a cold PoCL suite's 21 minutes). The layers are a pure
+function of the seed (NETCL_FUZZ_SEED, default below) and the layer's index, so a failure names the layer and the
 command that replays exactly it. Every tensor sits between canary elements (tests/conftest.py), so a write
 past a tensor's end fails the case even where it stays inside one buffer. Strategies registered later join automatically (netcl.ops.conv_common).
 """
