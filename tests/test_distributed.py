@@ -81,6 +81,12 @@ def test_all_reduce_ops_and_broadcast(tmp_path, seed):
         want = np.arange(31, dtype=np.float32) + 100 * rank
         want[7:20] = sum(np.arange(7, 20, dtype=np.float32) + 100 * k for k in range(RANKS))
         np.testing.assert_array_equal(r["view/whole"], want)
+    whole_node = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) == os.cpu_count()
+    if whole_node and os.cpu_count() >= RANKS and os.environ.get("NETCL_BIND_CORES", "1") != "0":
+        # each rank pinned to a share of its own, and running there
+        shares = [set(r["affinity"].tolist()) for r in ranks]
+        assert all(shares) and not set.intersection(*shares), shares
+        assert all(set(r["pinned"].tolist()) == share for r, share in zip(ranks, shares))
 
 
 @needs_mpi
@@ -179,6 +185,25 @@ def test_cores_per_rank_splits_the_node(monkeypatch):
     assert [process_group.cores_per_rank(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3}, raising=False)
     assert process_group.cores_per_rank(4) == 2  # bound by the launcher: its cores are the rank's share
+
+
+def test_bind_share_gives_each_local_rank_its_own_cores(monkeypatch):
+    from netcl.distributed import process_group
+    pinned = []
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(7)), raising=False)
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cores: pinned.append(list(cores)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 7)
+    monkeypatch.delenv("NETCL_BIND_CORES", raising=False)
+    shares = [process_group.bind_share(r, 3) for r in range(3)]
+    assert shares == pinned == [[0, 1], [2, 3], [4, 5, 6]]
+    assert process_group.bind_share(0, 1) is None  # a rank alone keeps the node
+    assert process_group.bind_share(0, 8) is None  # more ranks than cores: nothing to split
+    monkeypatch.setenv("NETCL_BIND_CORES", "0")
+    assert process_group.bind_share(1, 3) is None
+    monkeypatch.delenv("NETCL_BIND_CORES")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3}, raising=False)
+    assert process_group.bind_share(0, 2) is None  # the launcher bound it: its binding stands
+    assert len(pinned) == 3
 
 
 def test_cost_model_closed_forms():

@@ -28,13 +28,13 @@ def build(model_name: str):
     return getattr(nc.models, model_name)(num_classes=10, in_channels=3), (3, 32, 32)
 
 
-def measure(model_name: str, batch: int, steps: int, warmup: int) -> dict | None:
+def measure(model_name: str, batch: int, steps: int, warmup: int, bucket_cap_mb: float = 25) -> dict | None:
     import netcl as nc
     nc.distributed.init_process_group(backend="mpi")
     rank, world = nc.distributed.get_rank(), nc.distributed.get_world_size()
     model, image = build(model_name)
     if world > 1:
-        model = nc.nn.parallel.DistributedDataParallel(model)
+        model = nc.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
     optimizer = nc.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nc.nn.CrossEntropyLoss()
     rng = np.random.default_rng(rank)
@@ -72,14 +72,16 @@ def alternate(args) -> dict:
     runs = {1: [], args.ranks: []}
     for _ in range(args.rounds):
         for n in (1, args.ranks):
-            out = subprocess.run(["mpiexec", "-n", str(n), sys.executable, __file__, args.model, "--batch",
-                                  str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup)],
+            binding = ["-bind-to", "core"] if args.bind_to_core else []
+            out = subprocess.run(["mpiexec", *binding, "-n", str(n), sys.executable, __file__, args.model,
+                                  "--batch", str(args.batch), "--steps", str(args.steps), "--warmup",
+                                  str(args.warmup), "--bucket-cap-mb", str(args.bucket_cap_mb)],
                                  env=env, capture_output=True, text=True, check=True).stdout
             runs[n].append(json.loads(out.strip().splitlines()[-1]))
     efficiencies = [m["global_images_per_second"] / (args.ranks * s["global_images_per_second"])
                     for s, m in zip(runs[1], runs[args.ranks])]
     best = {n: max(r["global_images_per_second"] for r in runs[n]) for n in runs}
-    return {"model": args.model, "ranks": args.ranks, "batch_per_rank": args.batch,
+    return {"model": args.model, "ranks": args.ranks, "batch_per_rank": args.batch, "bound_to_cores": args.bind_to_core,
             "efficiency_median": statistics.median(efficiencies), "efficiencies": efficiencies,
             # the least disturbed run of each: on a shared machine the closest to what an idle one gives
             "efficiency_best_of": best[args.ranks] / (args.ranks * best[1]),
@@ -99,7 +101,11 @@ if __name__ == "__main__":
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=0, help="alternate this many 1-rank / N-rank runs")
     parser.add_argument("--ranks", type=int, default=2, help="N for --rounds")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25)
+    parser.add_argument("--bind-to-core", action="store_true",
+                        help="mpiexec -bind-to core for both runs: each rank, the single one included, on a core "
+                             "of its own (its host thread shares it with its PoCL thread)")
     cli = parser.parse_args()
-    result = alternate(cli) if cli.rounds else measure(cli.model, cli.batch, cli.steps, cli.warmup)
+    result = alternate(cli) if cli.rounds else measure(cli.model, cli.batch, cli.steps, cli.warmup, cli.bucket_cap_mb)
     if result is not None:
         print(json.dumps(result))

@@ -11,6 +11,7 @@ asserted here, so a failure shows up as a test failure with the data, not as a h
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -96,6 +97,8 @@ def collectives(out: Path, seed: int) -> None:
     whole = nc.tensor(np.arange(31, dtype=np.float32) + 100 * rank)
     nc.distributed.all_reduce(whole[7:20], op="sum")
     results["view/whole"] = whole.to_host()
+    results["affinity"] = np.array(sorted(os.sched_getaffinity(0)))
+    results["pinned"] = np.array(nc.distributed.describe()["cores"] or [], dtype=np.int64)
     nc.distributed.barrier()
     np.savez(out / f"collectives-rank{rank}.npz", **results)
 
