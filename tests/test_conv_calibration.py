@@ -3,6 +3,7 @@ timing helper they share."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -72,6 +73,9 @@ def test_calibration_is_stored_and_reused_by_a_second_process(tmp_path):
     profile = used["profile"]
     assert profile["source"] == "measured" and profile["calibration"] == "netcl tune conv"
     assert profile["coefficients"] == made["coefficients"]
+    # the local correction's parameters chosen on this device's measurements travel with them
+    assert profile["local"] == {k: made["local"][k] for k in ("width", "prior", "feature_weight")}
+    assert 0 < made["local"]["hits"] <= made["local"]["choices"]
     assert profile["bandwidth_gbs"] == pytest.approx(made["basics"]["bandwidth_gbs"], rel=1e-3)
     assert used["calibrated"] and "fallback" not in used["reason"] and used["summary"].startswith("calibrated")
     store = json.loads((tmp_path / "cache" / "tuning" / "tuning.json").read_text())
@@ -108,6 +112,30 @@ def test_fit_recovers_two_coefficients_and_falls_back_to_one_scale():
     one = conv_cost.fit([(1.0, 1.0, 4.0)])
     assert one == (2.0, 2.0)
     assert conv_cost.fit([("x", 1, 2), (1, 1, -1)]) is None
+
+
+def test_select_local_learns_what_the_two_terms_miss(monkeypatch):
+    """Strategy "slow_when_grouped" runs 3x its fitted time on grouped layers, which neither term sees: a
+    local correction that weighs the layer features finds it from the other grouped layers, one that
+    mixes in the dense layers does not. Leave-one-layer-out must pick the former."""
+    rng = np.random.default_rng(0)
+    samples = {"steady|forward": [], "slow_when_grouped|forward": []}
+    for index in range(12):
+        groups = 32 if index % 2 else 1
+        arith, other = float(rng.uniform(0.5, 2.0)), float(rng.uniform(0.2, 0.6))
+        features = (math.log(8), math.log(groups), math.log(9), 0.0)
+        layer = f"layer{index}"
+        samples["steady|forward"].append((arith, other, 1.3 * (arith + other), features, layer))
+        slow = (arith + other) * (3.0 if groups > 1 else 1.0)
+        samples["slow_when_grouped|forward"].append((arith, other, slow, features, layer))
+    params, score = conv_cost.select_local(samples)
+    assert set(params) == set(conv_cost.LOCAL_DEFAULTS)
+    assert all(params[k] in conv_cost.LOCAL_GRID[k] for k in params)
+    assert score["choices"] == 12 and score["hits"] == 12, (params, score)
+    # blind to the layer features, the same search misses
+    monkeypatch.setitem(conv_cost.LOCAL_GRID, "feature_weight", (0.0,))
+    _, blind = conv_cost.select_local(samples)
+    assert blind["hits"] < 12, blind
 
 
 _PLAN_AFTER_TRAINING = """

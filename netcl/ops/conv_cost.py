@@ -9,9 +9,11 @@ device (netcl.ops.conv_profile). The coefficients (a, b) are per strategy and pa
 least-squares fit of measured times of that strategy on that device (`netcl tune conv`, and every measured
 plan after it). ``local`` corrects what two coefficients cannot explain: the geometric mean of the fit's
 residuals on that device's measurements of the same strategy and pass, weighted by how close each
-measured case is to this one (in log arith_ms, log other_ms and, at half weight, the log of the layer's
-batch, groups, kernel taps and stride: what the two terms do not see; LOCAL_WIDTH wide), shrunk toward 1 by
-LOCAL_PRIOR measurements' worth of trust in the fit. A device without measurements uses a = b = 1 and no
+measured case is to this one (in log arith_ms, log other_ms and, at a feature weight, the log of the
+layer's batch, groups, kernel taps and stride: what the two terms do not see; a width wide), shrunk
+toward 1 by a prior of that many measurements' worth of trust in the fit. Width, prior and feature
+weight are the device's too: `netcl tune conv` picks them by leave-one-layer-out over its own
+measurements (:func:`select_local`); LOCAL_DEFAULTS serve until it has. A device without measurements uses a = b = 1 and no
 local term, the fallback: the strategy as fast as the device's GEMM and copy, and plans say so. No
 coefficient is fitted on one machine and shipped.
 """
@@ -30,11 +32,12 @@ from .conv_common import CostTerms
 TWO_COEFFICIENTS_FROM = 4
 COEFFICIENT_BOUNDS = (1e-3, 1e3)
 SAMPLES_KEPT = 48  # per strategy and pass: the newest win
-LOCAL_WIDTH = 1.0  # natural-log distance at which a measured case counts e^-0.5 as much as an equal one
-LOCAL_PRIOR = 0.5
-FEATURE_WEIGHT = 0.5  # the layer features' share of that distance, beside the two terms'
-# (width, prior and weight chosen by leave-one-layer-out on a calibration of this machine: 33-37 of 45
-# choices within 25 % over the whole grid tried, so none of them is critical)
+# (width: the natural-log distance at which a measured case counts e^-0.5 as much as an equal one; prior:
+# measurements' worth of trust in the fit; feature weight: the layer features' share of that distance,
+# beside the two terms'). The defaults are the middle of the grid select_local searches.
+LOCAL_DEFAULTS = {"width": 1.0, "prior": 0.5, "feature_weight": 0.5}
+LOCAL_GRID = {"width": (0.5, 1.0, 2.0), "prior": (0.1, 0.25, 0.5, 1.0), "feature_weight": (0.25, 0.5, 1.0, 2.0)}
+HIT_RATIO = 1.25  # a choice within 25 % of the fastest measured counts as right (the planner's target)
 
 
 @dataclass
@@ -47,6 +50,7 @@ class DeviceProfile:
     coefficients: dict = field(default_factory=dict)  # "strategy|pass" -> (a, b, samples)
     samples: dict = field(default_factory=dict)       # "strategy|pass" -> [(arith_ms, other_ms, measured_ms, features)]
     calibration: str = "none"  # "netcl tune conv", "measured plans", or "none" (the fallback)
+    local: dict = field(default_factory=lambda: dict(LOCAL_DEFAULTS))  # the local correction's parameters
 
     def rate(self, m: int, n: int, k: int, batch: int = 1) -> float:
         """GFLOP/s of a (batched) product of this shape: its shape class's measured rate, else the large one."""
@@ -61,7 +65,8 @@ class DeviceProfile:
         return {"gemm_gflops": round(self.gemm_gflops, 2), "bandwidth_gbs": round(self.bandwidth_gbs, 2),
                 "launch_ms": round(self.launch_ms, 4), "source": self.source, "calibration": self.calibration,
                 "class_gflops": {k: round(v, 2) for k, v in sorted(self.class_gflops.items())},
-                "coefficients": {k: [round(v[0], 4), round(v[1], 4), v[2]] for k, v in sorted(self.coefficients.items())}}
+                "coefficients": {k: [round(v[0], 4), round(v[1], 4), v[2]] for k, v in sorted(self.coefficients.items())},
+                "local": dict(self.local)}
 
 
 def estimate(device) -> DeviceProfile:
@@ -108,10 +113,13 @@ def predict_ms(name: str, pass_: str, terms: CostTerms, profile: DeviceProfile, 
         return arith + other, False
     a, b = coefficients[0], coefficients[1]
     features = layer_features(layer) if layer is not None else None
-    return (a * arith + b * other) * local_correction(a, b, arith, other, profile.samples.get(key, ()), features), True
+    correction = local_correction(a, b, arith, other, profile.samples.get(key, ()), features, **profile.local)
+    return (a * arith + b * other) * correction, True
 
 
-def local_correction(a: float, b: float, arith: float, other: float, samples, features=None) -> float:
+def local_correction(a: float, b: float, arith: float, other: float, samples, features=None,
+                     width: float = LOCAL_DEFAULTS["width"], prior: float = LOCAL_DEFAULTS["prior"],
+                     feature_weight: float = LOCAL_DEFAULTS["feature_weight"]) -> float:
     """The fit's residual near this case: see the module docstring."""
     total = weight_sum = 0.0
     for sample in samples:
@@ -123,11 +131,57 @@ def local_correction(a: float, b: float, arith: float, other: float, samples, fe
                     + math.log(max(other, 1e-9) / max(s_other, 1e-9)) ** 2)
         s_features = sample[3] if len(sample) > 3 else None
         if features is not None and s_features is not None:
-            distance += FEATURE_WEIGHT ** 2 * sum((f - g) ** 2 for f, g in zip(features, s_features))
-        weight = math.exp(-distance / (2 * LOCAL_WIDTH ** 2))
+            distance += feature_weight ** 2 * sum((f - g) ** 2 for f, g in zip(features, s_features))
+        weight = math.exp(-distance / (2 * width ** 2))
         total += weight * math.log(measured / fitted)
         weight_sum += weight
-    return math.exp(total / (weight_sum + LOCAL_PRIOR)) if weight_sum else 1.0
+    return math.exp(total / (weight_sum + prior)) if weight_sum else 1.0
+
+
+def select_local(samples: dict) -> tuple[dict, dict]:
+    """The local correction's (width, prior, feature weight) that choose best on this device's own
+    measurements, by leave-one-layer-out: for each measured layer, the coefficients are refitted without
+    it and its strategies predicted from the rest; a setting scores its choices within HIT_RATIO of the
+    fastest measured, then its geometric-mean slowdown. ``samples``: {"strategy|pass": [(arith_ms,
+    other_ms, measured_ms, features, layer signature), ...]}. Returns (the parameters, their score)."""
+    import itertools
+    cases: dict = {}  # (layer, pass) -> {strategy: (arith, other, measured, features)}
+    for key, rows in samples.items():
+        name, pass_ = key.split("|", 1)
+        for arith, other, measured, features, layer in rows:
+            cases.setdefault((layer, pass_), {})[name] = (arith, other, measured, features)
+    layers = sorted({layer for layer, _ in cases})
+    refits = {}  # layer left out -> {key: ((a, b), rest)}
+    for left_out in layers:
+        refits[left_out] = {}
+        for key, rows in samples.items():
+            rest = [row[:4] for row in rows if row[4] != left_out]
+            fitted = fit([row[:3] for row in rest])
+            if fitted:
+                refits[left_out][key] = (fitted, rest)
+    best, best_score = dict(LOCAL_DEFAULTS), None
+    for width, prior, feature_weight in itertools.product(*LOCAL_GRID.values()):
+        hits = count = 0
+        log_slowdown = 0.0
+        for (layer, pass_), measured in cases.items():
+            if len(measured) < 2:
+                continue
+            predicted = {}
+            for name, (arith, other, _, features) in measured.items():
+                (a, b), rest = refits[layer].get(f"{name}|{pass_}", ((1.0, 1.0), ()))
+                predicted[name] = (a * arith + b * other) * local_correction(
+                    a, b, arith, other, rest, features, width, prior, feature_weight)
+            ratio = measured[min(predicted, key=predicted.get)][2] / min(m[2] for m in measured.values())
+            hits += ratio <= HIT_RATIO
+            log_slowdown += math.log(ratio)
+            count += 1
+        score = (hits, -log_slowdown)
+        if count and (best_score is None or score > best_score):
+            best = {"width": width, "prior": prior, "feature_weight": feature_weight}
+            best_score = score
+    summary = {"choices": count, "hits": best_score[0] if best_score else 0,
+               "geomean_slowdown": round(math.exp(-best_score[1] / count), 4) if best_score and count else None}
+    return best, summary
 
 
 def fit(samples) -> tuple[float, float] | None:

@@ -7,6 +7,8 @@ One entry per device and dtype (family "conv_calibration" of netcl.tuning.db, be
                                            measured times of each strategy against the model's two parts,
                                            from `netcl tune conv` and from every measured plan
   calibrated_by                            who measured last: "netcl tune conv" or "measured plans"
+  local                                    the local correction's width, prior and feature weight chosen
+                                           on these samples by `netcl tune conv` (conv_cost.select_local)
 The entry is valid for one context (netcl's version, the GEMM kernel's source, the device's kernel
 tuning); another context's entry is ignored. :func:`device_profile` turns it into a DeviceProfile with
 the fitted coefficients (netcl.ops.conv_cost.fit).
@@ -121,12 +123,11 @@ def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
         profile.bandwidth_gbs, profile.launch_ms = basics
         profile.class_gflops, profile.gemm_gflops = classes, classes["large"]
         profile.source = "measured"
-    samples = entry.get("samples") if isinstance(entry.get("samples"), dict) else {}
-    for key, rows in samples.items():
-        # [arith_ms, other_ms, measured_ms, layer signature]; anything else is skipped
-        valid = [(float(r[0]), float(r[1]), float(r[2]), conv_cost.signature_features(r[3] if len(r) > 3 else ""))
-                 for r in (rows if isinstance(rows, list) else [])
-                 if isinstance(r, list) and len(r) >= 3 and all(_number(v) for v in r[:3]) and r[2] > 0]
+    local = entry.get("local") if isinstance(entry.get("local"), dict) else {}
+    if all(_positive(local.get(k)) for k in conv_cost.LOCAL_DEFAULTS):
+        profile.local = {k: float(local[k]) for k in conv_cost.LOCAL_DEFAULTS}
+    for key, rows in _valid_samples(entry).items():
+        valid = [r[:4] for r in rows]
         fitted = conv_cost.fit([r[:3] for r in valid])
         if fitted:
             profile.coefficients[key] = (fitted[0], fitted[1], len(valid))
@@ -134,6 +135,29 @@ def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
     if profile.coefficients:
         profile.calibration = str(entry.get("calibrated_by") or "measured plans")
     return profile
+
+
+def _valid_samples(entry: dict) -> dict:
+    """{"strategy|pass": [(arith_ms, other_ms, measured_ms, features, layer signature), ...]} of a stored
+    entry, whose rows are [arith_ms, other_ms, measured_ms, layer signature]; anything else is skipped."""
+    samples = entry.get("samples") if isinstance(entry.get("samples"), dict) else {}
+    valid = {}
+    for key, rows in samples.items():
+        valid[key] = [(float(r[0]), float(r[1]), float(r[2]), conv_cost.signature_features(r[3] if len(r) > 3 else ""),
+                       str(r[3]) if len(r) > 3 else "")
+                      for r in (rows if isinstance(rows, list) else [])
+                      if isinstance(r, list) and len(r) >= 3 and all(_number(v) for v in r[:3]) and r[2] > 0]
+    return valid
+
+
+def choose_local(device, dtype: str = "float32") -> dict:
+    """Pick the local correction's parameters for this device from its stored measurements (leave one
+    layer out, conv_cost.select_local) and store them with their score; returns what was stored."""
+    samples = {key: [r for r in rows if r[4]] for key, rows in _valid_samples(stored(device, dtype)).items()}
+    params, score = conv_cost.select_local(samples)
+    chosen = dict(params, **score)
+    update(device, dtype, lambda entry: entry.update(local=chosen))
+    return chosen
 
 
 def has_basics(device, dtype: str = "float32") -> bool:
@@ -195,6 +219,7 @@ def measure_basics(device, dtype: str = "float32") -> dict:
         entry.update(basics)
         entry["samples"] = {}
         entry.pop("calibrated_by", None)
+        entry.pop("local", None)
     update(device, dtype, mutate)
     return basics
 

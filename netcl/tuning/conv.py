@@ -14,8 +14,10 @@ import time
 
 import numpy as np
 
-# (input NCHW, weight KCRS, stride, padding[, groups]): small enough that direct convolution stays in tens
-# of ms
+# (input NCHW, weight KCRS, stride, padding[, groups[, dilation]]): small enough that direct convolution
+# stays in tens of ms. Every kind of layer a network brings (stride 1, 2 and 4; 1×1, 3×3, 5×5, 7×7, 11×11;
+# depthwise; dilated; few and many channels; batch 1 to 64) has neighbours here: the model's local
+# correction learns from measured layers like the one it predicts.
 LAYERS = [
     ((16, 1, 28, 28), (20, 1, 5, 5), 1, 0),
     ((16, 20, 12, 12), (50, 20, 5, 5), 1, 0),
@@ -32,6 +34,14 @@ LAYERS = [
     ((64, 20, 12, 12), (50, 20, 5, 5), 1, 0),
     ((1, 96, 24, 24), (128, 96, 5, 5), 1, 0),
     ((8, 32, 16, 16), (32, 1, 3, 3), 1, 1, 32),   # depthwise
+    ((4, 48, 24, 24), (48, 1, 3, 3), 2, 1, 48),   # depthwise, strided
+    ((4, 96, 16, 16), (96, 96, 3, 3), 1, 1),      # many channels: where Winograd wins
+    ((2, 48, 32, 32), (48, 48, 3, 3), 1, 1),
+    ((4, 48, 20, 20), (96, 48, 3, 3), 2, 1),
+    ((4, 48, 20, 20), (96, 48, 1, 1), 2, 0),      # a strided 1×1 projection
+    ((2, 192, 8, 8), (96, 192, 1, 1), 1, 0),
+    ((4, 24, 20, 20), (24, 24, 3, 3), 1, 2, 1, 2),  # dilated
+    ((2, 3, 48, 48), (24, 3, 7, 7), 2, 3),        # a 7×7 stem
 ]
 QUICK_LAYERS = [LAYERS[3], LAYERS[5], LAYERS[7], LAYERS[12]]
 # The fastest sample: a device characteristic, which load from other processes only slows down (medians
@@ -46,8 +56,9 @@ QUICK_TIMING = dict(warmup=2, min_runs=2, max_runs=10, time_budget_s=0.1, conten
 
 def calibration_layers(quick: bool, dtype: str = "float32") -> list:
     from ..ops.conv_common import ConvLayer
-    return [ConvLayer.from_shapes(x, w, stride=s, padding=p, groups=(g or [1])[0], dtype=dtype)
-            for x, w, s, p, *g in (QUICK_LAYERS if quick else LAYERS)]
+    return [ConvLayer.from_shapes(x, w, stride=s, padding=p, groups=(rest + [1])[0], dilation=(rest + [1, 1])[1],
+                                  dtype=dtype)
+            for x, w, s, p, *rest in (QUICK_LAYERS if quick else LAYERS)]
 
 
 def calibrate(device, dtype: str = "float32", quick: bool = False, progress: bool = True, layers=None) -> dict:
@@ -75,12 +86,13 @@ def calibrate(device, dtype: str = "float32", quick: bool = False, progress: boo
         conv_profile.record(device, dtype, pass_, measured, terms, layer.signature(), by="netcl tune conv")
         timings += len(measured)
     bar.close()
+    local = conv_profile.choose_local(device, dtype)
     seconds = time.perf_counter() - started
     conv_profile.update(device, dtype, lambda e: e.update(tune_seconds=round(seconds, 1), quick=quick,
                                                           tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
     planner.clear_memory_cache()
     profile = conv_profile.device_profile(device, dtype)
-    return {"seconds": round(seconds, 1), "layers": len(layers), "timings": timings, "basics": basics,
+    return {"seconds": round(seconds, 1), "layers": len(layers), "timings": timings, "basics": basics, "local": local,
             "coefficients": profile.as_dict()["coefficients"]}
 
 
