@@ -121,7 +121,8 @@ def check_conv_layer(spec: dict, rng: np.random.Generator, device) -> list[str]:
     return checked
 
 
-def run_case(test: str, index: int, device) -> None:
+def run_case(test: str, index: int, device) -> list[str]:
+    """Check fuzzed layer ``index`` (AssertionError naming it and its replay); the passes checked."""
     rng = layer_rng("conv", index)
     spec = random_conv_layer(rng)
     try:
@@ -129,18 +130,20 @@ def run_case(test: str, index: int, device) -> None:
     except AssertionError as exc:
         raise AssertionError(f"conv layer #{index} ({describe(spec)}): {exc}\n{spec!r}\n"
                              f"{replay_hint(test, index)}") from None
-    assert "direct/forward" in checked, f"the direct strategy must serve every layer ({describe(spec)})"
+    return checked
 
 
 @pytest.mark.parametrize("index", range(DEFAULT_LAYERS))
 def test_conv_fuzz(index, device, canaries):
-    run_case("test_conv_fuzz", index, device)
+    checked = run_case("test_conv_fuzz", index, device)
+    assert "direct/forward" in checked, f"the direct strategy must serve every layer (#{index})"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(DEFAULT_LAYERS, DEFAULT_LAYERS + SLOW_LAYERS))
 def test_conv_fuzz_slow(index, device, canaries):
-    run_case("test_conv_fuzz_slow", index, device)
+    checked = run_case("test_conv_fuzz_slow", index, device)
+    assert "direct/forward" in checked, f"the direct strategy must serve every layer (#{index})"
 
 
 def test_generator_covers_every_strategy_and_parameter():

@@ -35,7 +35,7 @@ class DistributedError(NetclError, RuntimeError):
 class _Group:
     """What init_process_group learned; one per process."""
 
-    def __init__(self, mpi, comm, local_rank: int, local_size: int, threads: dict, device):
+    def __init__(self, mpi, comm, local_rank: int, local_size: int, threads: dict, device, cores=None):
         self.mpi = mpi
         self.comm = comm
         self.rank = comm.Get_rank()
@@ -48,7 +48,7 @@ class _Group:
         self.notice = bytearray(4096)
         self.notice_request = self.failure_comm.Irecv(self.notice, source=mpi.ANY_SOURCE, tag=_FAILURE_TAG)
         self.failing = False
-        self.cores = None  # the cores init_process_group pinned this rank to (None: not pinned)
+        self.cores = cores  # the cores init_process_group pinned this rank to (None: not pinned)
 
 
 _group: _Group | None = None
@@ -104,9 +104,15 @@ def _local_placement(mpi, comm) -> tuple[int, int]:
 def cores_per_rank(local_size: int) -> int:
     """The cores this rank may use: what the launcher bound it to, else an equal share of the node's."""
     available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if available < (os.cpu_count() or available):
-        return available  # the launcher bound the rank (mpiexec -bind-to core): its cores are its share
+    if _bound(available):
+        return available  # its cores are its share
     return max(1, available // max(local_size, 1))
+
+
+def _bound(available: int) -> bool:
+    """Whether this process runs on fewer cores than the node has: a launcher (mpiexec -bind-to core) or
+    bind_share pinned it."""
+    return available < (os.cpu_count() or available)
 
 
 def bind_share(local_rank: int, local_size: int) -> list[int] | None:
@@ -122,7 +128,7 @@ def bind_share(local_rank: int, local_size: int) -> list[int] | None:
     if local_size < 2 or os.environ.get("NETCL_BIND_CORES", "1") == "0" or not hasattr(os, "sched_setaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < (os.cpu_count() or len(cores)) or len(cores) < local_size:
+    if _bound(len(cores)) or len(cores) < local_size:
         return None
     start, stop = (len(cores) * local_rank) // local_size, (len(cores) * (local_rank + 1)) // local_size
     share = cores[start:stop]
@@ -133,8 +139,9 @@ def bind_share(local_rank: int, local_size: int) -> list[int] | None:
     return share
 
 
-def _split_cores(local_size: int) -> dict:
-    """Set the CPU drivers' thread counts the user left unset, if no OpenCL platform is open yet."""
+def _split_cores(local_rank: int, local_size: int) -> tuple[dict, list[int] | None]:
+    """If no OpenCL platform is open yet: pin the rank to its share of the cores (bind_share) and set the
+    CPU drivers' thread counts the user left unset to its size. (variables set, cores pinned)"""
     from ..runtime import device as device_registry
     if device_registry._devices is not None:
         if local_size > 1 and not all(name in os.environ for name in THREAD_COUNT_VARIABLES):
@@ -143,14 +150,15 @@ def _split_cores(local_size: int) -> dict:
                           f"this node could not split its cores (POCL_MAX_PTHREAD_COUNT is read when the "
                           f"platform initializes): call it before creating tensors, or set the variable",
                           RuntimeWarning, stacklevel=3)
-        return {}
+        return {}, None
+    cores = bind_share(local_rank, local_size)
     threads = str(cores_per_rank(local_size))
     chosen = {}
     for name in THREAD_COUNT_VARIABLES:
         if name not in os.environ:
             os.environ[name] = threads
             chosen[name] = threads
-    return chosen
+    return chosen, cores
 
 
 def _pick_device(local_rank: int):
@@ -178,12 +186,9 @@ def init_process_group(backend: str = "mpi") -> None:
     mpi = _import_mpi()
     comm = mpi.COMM_WORLD
     local_rank, local_size = _local_placement(mpi, comm)
-    from ..runtime import device as device_registry
-    cores = bind_share(local_rank, local_size) if device_registry._devices is None else None
-    threads = _split_cores(local_size)
+    threads, cores = _split_cores(local_rank, local_size)
     device = _pick_device(local_rank)
-    _group = _Group(mpi, comm, local_rank, local_size, threads, device)
-    _group.cores = cores
+    _group = _Group(mpi, comm, local_rank, local_size, threads, device, cores)
     _install_excepthook()
     import atexit
     atexit.register(_withdraw_notice_receive)  # runs before mpi4py's MPI_Finalize (atexit is LIFO)

@@ -48,7 +48,7 @@ class DeviceProfile:
     source: str              # where the device quantities come from: "measured", "tuning database", "estimate"
     class_gflops: dict = field(default_factory=dict)  # GEMM rate per netcl.ops.gemm.shape_class
     coefficients: dict = field(default_factory=dict)  # "strategy|pass" -> (a, b, samples)
-    samples: dict = field(default_factory=dict)       # "strategy|pass" -> [(arith_ms, other_ms, measured_ms, features)]
+    samples: dict = field(default_factory=dict)       # "strategy|pass" -> [(arith_ms, other_ms, measured_ms, features, layer signature)]
     calibration: str = "none"  # "netcl tune conv", "measured plans", or "none" (the fallback)
     local: dict = field(default_factory=lambda: dict(LOCAL_DEFAULTS))  # the local correction's parameters
 
@@ -150,6 +150,7 @@ def select_local(samples: dict) -> tuple[dict, dict]:
         name, pass_ = key.split("|", 1)
         for arith, other, measured, features, layer in rows:
             cases.setdefault((layer, pass_), {})[name] = (arith, other, measured, features)
+    scored = [(layer, pass_, measured) for (layer, pass_), measured in cases.items() if len(measured) >= 2]
     layers = sorted({layer for layer, _ in cases})
     refits = {}  # layer left out -> {key: ((a, b), rest)}
     for left_out in layers:
@@ -161,11 +162,8 @@ def select_local(samples: dict) -> tuple[dict, dict]:
                 refits[left_out][key] = (fitted, rest)
     best, best_score = dict(LOCAL_DEFAULTS), None
     for width, prior, feature_weight in itertools.product(*LOCAL_GRID.values()):
-        hits = count = 0
-        log_slowdown = 0.0
-        for (layer, pass_), measured in cases.items():
-            if len(measured) < 2:
-                continue
+        hits, log_slowdown = 0, 0.0
+        for layer, pass_, measured in scored:
             predicted = {}
             for name, (arith, other, _, features) in measured.items():
                 (a, b), rest = refits[layer].get(f"{name}|{pass_}", ((1.0, 1.0), ()))
@@ -174,13 +172,12 @@ def select_local(samples: dict) -> tuple[dict, dict]:
             ratio = measured[min(predicted, key=predicted.get)][2] / min(m[2] for m in measured.values())
             hits += ratio <= HIT_RATIO
             log_slowdown += math.log(ratio)
-            count += 1
         score = (hits, -log_slowdown)
-        if count and (best_score is None or score > best_score):
+        if scored and (best_score is None or score > best_score):
             best = {"width": width, "prior": prior, "feature_weight": feature_weight}
             best_score = score
-    summary = {"choices": count, "hits": best_score[0] if best_score else 0,
-               "geomean_slowdown": round(math.exp(-best_score[1] / count), 4) if best_score and count else None}
+    summary = {"choices": len(scored), "hits": best_score[0] if best_score else 0,
+               "geomean_slowdown": round(math.exp(-best_score[1] / len(scored)), 4) if best_score else None}
     return best, summary
 
 

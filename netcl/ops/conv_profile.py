@@ -127,11 +127,10 @@ def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
     if all(_positive(local.get(k)) for k in conv_cost.LOCAL_DEFAULTS):
         profile.local = {k: float(local[k]) for k in conv_cost.LOCAL_DEFAULTS}
     for key, rows in _valid_samples(entry).items():
-        valid = [r[:4] for r in rows]
-        fitted = conv_cost.fit([r[:3] for r in valid])
+        fitted = conv_cost.fit([r[:3] for r in rows])
         if fitted:
-            profile.coefficients[key] = (fitted[0], fitted[1], len(valid))
-            profile.samples[key] = valid
+            profile.coefficients[key] = (fitted[0], fitted[1], len(rows))
+            profile.samples[key] = rows
     if profile.coefficients:
         profile.calibration = str(entry.get("calibrated_by") or "measured plans")
     return profile

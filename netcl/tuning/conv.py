@@ -56,9 +56,12 @@ QUICK_TIMING = dict(warmup=2, min_runs=2, max_runs=10, time_budget_s=0.1, conten
 
 def calibration_layers(quick: bool, dtype: str = "float32") -> list:
     from ..ops.conv_common import ConvLayer
-    return [ConvLayer.from_shapes(x, w, stride=s, padding=p, groups=(rest + [1])[0], dilation=(rest + [1, 1])[1],
-                                  dtype=dtype)
-            for x, w, s, p, *rest in (QUICK_LAYERS if quick else LAYERS)]
+    layers = []
+    for x, w, stride, padding, *rest in (QUICK_LAYERS if quick else LAYERS):
+        groups, dilation = (rest + [1, 1])[:2]
+        layers.append(ConvLayer.from_shapes(x, w, stride=stride, padding=padding, groups=groups,
+                                            dilation=dilation, dtype=dtype))
+    return layers
 
 
 def calibrate(device, dtype: str = "float32", quick: bool = False, progress: bool = True, layers=None) -> dict:
