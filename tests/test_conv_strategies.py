@@ -39,6 +39,9 @@ CASES = [
     ((1, 13, 7, 31), (7, 13, 1, 7), 1, (0, 3), 1, 1, "float32"),            # 1×7, odd channels
     ((2, 8, 9, 9), (8, 1, 3, 3), 1, 1, 1, 8, "float32"),                    # depthwise
     ((1, 4, 10, 10), (8, 1, 3, 3), 2, 1, 1, 4, "float32"),                  # depthwise, multiplier 2
+    ((2, 3, 5, 37), (24, 3, 3, 3), 1, 1, 1, 1, "float32"),                 # rows wider than a vector, 24 channels
+    ((1, 3, 7, 20), (5, 3, 5, 3), 1, (2, 0), 1, 1, "float32"),             # 5×3, padding only in the height
+    ((3, 16, 6, 6), (32, 16, 3, 3), 1, 1, 1, 1, "float32"),                 # several rows per vector
     ((2, 3, 9, 9), (4, 3, 3, 3), 1, 1, 1, 1, "float64"),
     ((1, 4, 7, 7), (6, 2, 3, 3), 2, 1, 1, 2, "float64"),
 ]

@@ -178,6 +178,8 @@ def test_masked_gradients_equal_patch_minibatch(device, rng, reduction):
 
 
 def test_masked_backward_cost_does_not_depend_on_mask(device, rng, monkeypatch):
+    # plans fixed for both runs: training's first steps would otherwise time candidate strategies
+    monkeypatch.setenv("NETCL_CONV_PLAN_MODE", "heuristic")
     launches = []
 
     def counting_launch(device, kernel, global_size, local_size, *args, **kw):
@@ -195,12 +197,13 @@ def test_masked_backward_cost_does_not_depend_on_mask(device, rng, monkeypatch):
     one_pixel = np.zeros((1, 6, 6), bool)
     one_pixel[0, 1, 1] = True
     runs = []
-    for mask in (one_pixel, np.ones((1, 6, 6), bool)):
+    # the first run also does first-call work (plans, prepared operands) that no mask changes
+    for mask in (np.ones((1, 6, 6), bool), one_pixel, np.ones((1, 6, 6), bool)):
         model.zero_grad()
         launches.clear()
         nc.dense.masked_cross_entropy(dense(image), labels, mask).backward()
         runs.append(list(launches))
-    assert runs[0] == runs[1] and len(runs[0]) > 10
+    assert runs[1] == runs[2] and len(runs[1]) > 10
 
 
 # ---- parameter sharing -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ BUILTIN = (
     "netcl.ops.conv_implicit_gemm",
     "netcl.ops.conv_winograd",
     "netcl.ops.conv_mec",
+    "netcl.ops.conv_direct_blocked",
 )
 
 _registry: dict[str, object] = {}

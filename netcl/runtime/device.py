@@ -80,6 +80,9 @@ class Device:
         self.has_fp64: bool = "cl_khr_fp64" in extensions or bool(getattr(d, "double_fp_config", 0))
         self.has_fp16: bool = "cl_khr_fp16" in extensions
         self.has_int64_atomics: bool = "cl_khr_int64_base_atomics" in extensions
+        # lanes of the device's native vectors per dtype (16 floats on AVX-512 CPUs, 8 on AVX2, 1 on most GPUs)
+        self.native_vector_width: dict[str, int] = {"float32": int(d.native_vector_width_float),
+                                                     "float64": int(d.native_vector_width_double)}
         self._lock = threading.Lock()
         self._context: cl.Context | None = None
         self._queue: cl.CommandQueue | None = None

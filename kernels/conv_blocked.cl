@@ -1,0 +1,208 @@
+<%doc>
+Register-blocked direct convolution (the `direct_blocked` strategy): stride 1, dilation 1, one group,
+NCHW tensors, KCRS weight. A work-item owns a block of outputs held in vector registers for the whole
+reduction: KB output channels × (ROWS × QW) output positions (ROWS consecutive rows, QW consecutive
+columns each), one T<QW*ROWS> vector per output channel. Per input channel and kernel row it loads the
+input rows its positions read once, builds the S shifted vectors the kernel's columns need from them by
+lane selection (no reload per tap, no bounds test per element), and runs KB·S multiply-adds of a
+broadcast weight against them: the loop oneDNN's direct convolution runs on AVX, written so that a
+CPU OpenCL compiler keeps the accumulators in registers.
+
+  conv_blocked_output  MODE "output": Y[n, k, p, q] = Σ_{c,r,s} X[n, c, p + r − PH, q + s − PW] · Wt(k, c, r, s)
+                       forward:        X = x, Y = y,   Wt(k, c, r, s) = w[k, c, r, s]
+                       backward_data:  X = gy, Y = gx, Wt(c, k, r, s) = w[k, c, R−1−r, S−1−s] (FLIP), with
+                                       padding R−1−PH, S−1−PW (the transposed convolution of stride 1)
+  conv_blocked_weight  MODE "weight": gw[k, c, r, s] = Σ_{n,p,q} gy[n, k, p, q] · x[n, c, p + r − PH, q + s − PW];
+                       a work-item owns (c, r) and KB output channels: KB × S vector accumulators summed
+                       across lanes at the end (no atomics, deterministic)
+
+Template parameters (all have defaults):
+  T      element type, "float" or "double"                                       (default "float")
+  MODE   "output" or "weight"                                                    (default "output")
+  FLIP   output mode: read the weight as backward_data does                      (default False)
+  KB     output channels per work-item (the host picks a divisor of the count)   (default 8)
+  QW     output columns per work-item row; QW·ROWS ∈ {2, 4, 8, 16} lanes          (default 16)
+  ROWS   output rows per work-item                                               (default 1)
+  S      kernel width (compiled in: it fixes the lane selections)                (default 3)
+  PW     padding on the left of a row, as this kernel sees it                    (default 1)
+  BIAS   output mode: add bias[k] to every output of channel k                   (default False)
+
+Scalar arguments: output mode (N, CI, HI, WI, CO, HO, WO, R, PH) = batch, input channels and size,
+output channels and size, kernel height, top padding; weight mode (N, C, H, W, K, P, Q, R, PH) = batch,
+input channels and size, output channels and size, kernel height, top padding.
+
+Launch (work-groups of one work-item, as kernels/implicit_gemm.cl says why):
+  output: global (ceil(WO/QW), ceil(HO/ROWS), N·CO/KB), local (1, 1, 1)
+  weight: global (C, R, K/KB), local (1, 1, 1)
+
+Vectors are assembled from element loads and read back lane by lane: no OpenCL built-in takes or
+returns a vector here (netcl.runtime.cl_vectors says why).
+</%doc>
+<%!
+def lane_source(j, offset, qw):
+    """The register holding input column qb + offset of loaded row j: a left edge, the middle run or a
+    right edge."""
+    if offset < 0:
+        return "L%d_%d" % (j, -offset - 1)
+    if offset >= qw:
+        return "E%d_%d" % (j, offset - qw)
+    return "M%d_%d" % (j, offset)
+%>
+<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False"/>
+<%
+    LANES = QW * ROWS
+    VT = T + str(LANES)
+    RIGHT = max(0, S - 1 - PW)
+%>
+% if T == 'double':
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+% endif
+
+<%def name="load_rows(xc, h0, width, full, T, QW, ROWS, S, PW)">
+<%
+    VT = T + str(QW * ROWS)
+    RIGHT = max(0, S - 1 - PW)
+%>            /* input rows h0 + j, columns qb − PW … qb + QW + S − 2 − PW, zero outside the tensor */
+% for j in range(ROWS):
+            ${T} ${', '.join('M%d_%d = 0' % (j, l) for l in range(QW))};
+% if PW:
+            ${T} ${', '.join('L%d_%d = 0' % (j, i) for i in range(PW))};
+% endif
+% if RIGHT:
+            ${T} ${', '.join('E%d_%d = 0' % (j, i) for i in range(RIGHT))};
+% endif
+            if ((uint)(${h0} + ${j}) < (uint)H_IN) {
+                __global const ${T}* row = ${xc} + (long)(${h0} + ${j}) * ${width};
+                if (${full}) {
+% for l in range(QW):
+                    M${j}_${l} = row[qb + ${l}];
+% endfor
+                } else {
+% for l in range(QW):
+                    if (qb + ${l} < ${width}) M${j}_${l} = row[qb + ${l}];
+% endfor
+                }
+% for i in range(PW):
+                if ((uint)(qb - ${i + 1}) < (uint)${width}) L${j}_${i} = row[qb - ${i + 1}];
+% endfor
+% for i in range(RIGHT):
+                if (qb + ${QW + i} < ${width}) E${j}_${i} = row[qb + ${QW + i}];
+% endfor
+            }
+% endfor
+% for s in range(S):
+            const ${VT} xs${s} = (${VT})(${', '.join(lane_source(j, l + s - PW, QW) for j in range(ROWS) for l in range(QW))});
+% endfor
+</%def>
+
+% if MODE == 'output':
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void conv_blocked_output(
+    __global const ${T}* X, const long x_off,
+    __global const ${T}* Wt, const long w_off,
+    __global ${T}* Y, const long y_off,
+    const int N, const int CI, const int H_IN, const int W_IN, const int CO, const int HO, const int WO,
+    const int R, const int PH,
+    __global const ${T}* bias, const long bias_off)
+{
+    const int qb = get_global_id(0) * ${QW}, p0 = get_global_id(1) * ${ROWS};
+    const int blocks = CO / ${KB};
+    const int n = get_global_id(2) / blocks, k0 = (get_global_id(2) - n * blocks) * ${KB};
+    const int full = qb + ${QW} <= W_IN;
+% if FLIP:
+    const long w_k = (long)R * ${S}, w_c = (long)CO * R * ${S};  /* w[c_in][k_out][R-1-r][S-1-s] */
+% else:
+    const long w_k = (long)CI * R * ${S}, w_c = (long)R * ${S};  /* w[k_out][c_in][r][s] */
+% endif
+    ${VT} acc[${KB}];
+    for (int kk = 0; kk < ${KB}; ++kk) acc[kk] = (${VT})(0);
+    for (int c = 0; c < CI; ++c) {
+        __global const ${T}* xc = X + x_off + ((long)n * CI + c) * H_IN * W_IN;
+        for (int r = 0; r < R; ++r) {
+            const int h0 = p0 + r - PH;
+${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW)}
+% if FLIP:
+            __global const ${T}* wk = Wt + w_off + (long)k0 * w_k + c * w_c + (long)(R - 1 - r) * ${S} + ${S - 1};
+% else:
+            __global const ${T}* wk = Wt + w_off + (long)k0 * w_k + c * w_c + (long)r * ${S};
+% endif
+            for (int kk = 0; kk < ${KB}; ++kk) {
+                __global const ${T}* wkk = wk + kk * w_k;
+% for s in range(S):
+                acc[kk] = (${VT})(wkk[${-s if FLIP else s}]) * xs${s} + acc[kk];
+% endfor
+            }
+        }
+    }
+    for (int kk = 0; kk < ${KB}; ++kk) {
+% if BIAS:
+        const ${VT} out = acc[kk] + (${VT})(bias[bias_off + k0 + kk]);
+% else:
+        const ${VT} out = acc[kk];
+% endif
+% for j in range(ROWS):
+        if (p0 + ${j} < HO) {
+            __global ${T}* dst = Y + y_off + (((long)n * CO + k0 + kk) * HO + p0 + ${j}) * WO + qb;
+% for l in range(QW):
+            if (qb + ${l} < WO) dst[${l}] = out.s${'%x' % (j * QW + l)};
+% endfor
+        }
+% endfor
+    }
+}
+% else:
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void conv_blocked_weight(
+    __global const ${T}* X, const long x_off,
+    __global const ${T}* G, const long g_off,
+    __global ${T}* GW, const long gw_off,
+    const int N, const int C, const int H_IN, const int W_IN, const int K, const int P, const int Q,
+    const int R, const int PH)
+{
+    const int c = get_global_id(0), r = get_global_id(1), k0 = get_global_id(2) * ${KB};
+    ${VT} acc[${KB}][${S}];
+    for (int kk = 0; kk < ${KB}; ++kk)
+        for (int s = 0; s < ${S}; ++s) acc[kk][s] = (${VT})(0);
+    for (int n = 0; n < N; ++n) {
+        __global const ${T}* xc = X + x_off + ((long)n * C + c) * H_IN * W_IN;
+        __global const ${T}* gn = G + g_off + ((long)n * K + k0) * P * Q;
+        for (int p0 = 0; p0 < P; p0 += ${ROWS}) {
+            const int h0 = p0 + r - PH;
+            for (int qb = 0; qb < Q; qb += ${QW}) {
+                const int full = qb + ${QW} <= W_IN, full_g = qb + ${QW} <= Q;
+${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW)}
+                for (int kk = 0; kk < ${KB}; ++kk) {
+                    /* output-gradient lanes past the tensor stay 0, so their input lanes add nothing */
+% for j in range(ROWS):
+                    ${T} ${', '.join('G%d_%d = 0' % (j, l) for l in range(QW))};
+                    if (p0 + ${j} < P) {
+                        __global const ${T}* grow = gn + ((long)kk * P + p0 + ${j}) * Q + qb;
+                        if (full_g) {
+% for l in range(QW):
+                            G${j}_${l} = grow[${l}];
+% endfor
+                        } else {
+% for l in range(QW):
+                            if (qb + ${l} < Q) G${j}_${l} = grow[${l}];
+% endfor
+                        }
+                    }
+% endfor
+                    const ${VT} gv = (${VT})(${', '.join('G%d_%d' % (j, l) for j in range(ROWS) for l in range(QW))});
+% for s in range(S):
+                    acc[kk][${s}] = gv * xs${s} + acc[kk][${s}];
+% endfor
+                }
+            }
+        }
+    }
+    for (int kk = 0; kk < ${KB}; ++kk) {
+% for s in range(S):
+        {
+            const ${VT} a = acc[kk][${s}];
+            GW[gw_off + (((long)(k0 + kk) * C + c) * R + r) * ${S} + ${s}] = ${' + '.join('a.s%x' % l for l in range(LANES))};
+        }
+% endfor
+    }
+}
+% endif

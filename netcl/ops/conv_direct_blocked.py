@@ -1,0 +1,161 @@
+"""The `direct_blocked` conv2d strategy: register-blocked direct convolution (kernels/conv_blocked.cl).
+
+A work-item keeps a block of outputs (several output channels × a run of output positions, one vector
+per channel) in registers for the whole reduction and builds the shifted input vectors each kernel column
+needs from one load of each input row, so every loaded element feeds many multiply-adds and no lowered
+matrix or transformed tensor exists (workspace 0). It serves stride-1, undilated, ungrouped layers: the
+3×3 and 1×1 convolutions of residual networks, where the GEMM-based strategies lose most on narrow
+channels. backward_data is the same kernel on the output gradient with the flipped weight read in place.
+
+How large a block is follows the device: as many lanes as its native vector width reports (4 to 16) and
+as many output channels as fill about half of a CPU's vector register file with accumulators (16 vectors
+where the width is 16, as on AVX-512's 32 registers; 8 where it is 8, as on AVX2's 16).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..runtime.kernels import get_kernel, launch
+from ..tensor import Tensor
+from .conv_common import ConvLayer, ConvStrategy, CostTerms, tensor_bytes
+
+KERNELS = {"output": "conv_blocked_output", "weight": "conv_blocked_weight"}  # by the template's MODE
+WORK_PER_UNIT = 4  # work-items per compute unit that keep it busy (as implicit GEMM's work-groups)
+
+
+def lanes(device, dtype: str) -> int:
+    """Vector lanes per work-item: the device's native width for the dtype, kept within 4..16."""
+    native = device.native_vector_width.get(dtype, 1)
+    return 4 if native <= 4 else (8 if native <= 8 else 16)
+
+
+def channel_budget(device, dtype: str) -> int:
+    """Output channels (accumulator vectors) a work-item may hold: half the vector registers of the ISA
+    its native float width suggests."""
+    return 16 if device.native_vector_width.get("float32", 1) >= 16 else 8
+
+
+def _largest_divisor(count: int, limit: int) -> int:
+    return max(d for d in range(1, min(count, limit) + 1) if count % d == 0)
+
+
+def _row_shape(device, dtype: str, out_h: int, out_w: int) -> tuple[int, int]:
+    """(QW, ROWS): lanes along a row, rows per work-item. A narrow row shares the vector with the next rows."""
+    width = lanes(device, dtype)
+    qw = width
+    while qw > 2 and qw // 2 >= out_w:
+        qw //= 2
+    rows = width // qw
+    while rows > 1 and rows // 2 >= out_h:
+        rows //= 2
+        qw = width // rows
+    return qw, rows
+
+
+def blocking(layer: ConvLayer, pass_: str, device) -> dict:
+    """The template's blocking for one pass on one device (what conv_blocked.cl is compiled with)."""
+    if pass_ == "backward_weight":
+        qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
+        limit = max(1, (3 * channel_budget(device, layer.dtype) // 2) // layer.s)
+        return dict(MODE="weight", KB=_largest_divisor(layer.k, limit), QW=qw, ROWS=rows, S=layer.s,
+                    PW=layer.pad_w)
+    if pass_ == "forward":
+        qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
+        return dict(MODE="output", FLIP=False, KB=_largest_divisor(layer.k, channel_budget(device, layer.dtype)),
+                    QW=qw, ROWS=rows, S=layer.s, PW=layer.pad_w)
+    qw, rows = _row_shape(device, layer.dtype, layer.h, layer.w)
+    return dict(MODE="output", FLIP=True, KB=_largest_divisor(layer.c, channel_budget(device, layer.dtype)),
+                QW=qw, ROWS=rows, S=layer.s, PW=layer.s - 1 - layer.pad_w)
+
+
+def _grid(layer: ConvLayer, pass_: str, block: dict) -> tuple[int, int, int]:
+    if pass_ == "backward_weight":
+        return layer.c, layer.r, layer.k // block["KB"]
+    out_h, out_w, channels = ((layer.out_h, layer.out_w, layer.k) if pass_ == "forward"
+                              else (layer.h, layer.w, layer.c))
+    return -(-out_w // block["QW"]), -(-out_h // block["ROWS"]), layer.n * channels // block["KB"]
+
+
+def efficiency(layer: ConvLayer, pass_: str, device) -> float:
+    """Useful fraction of the arithmetic the kernel issues: lanes past the rows' ends, accumulator blocks
+    smaller than the register budget (each loaded input feeds fewer multiply-adds), and work-items too
+    few to fill the compute units."""
+    block = blocking(layer, pass_, device)
+    out_h, out_w = (layer.h, layer.w) if pass_ == "backward_data" else (layer.out_h, layer.out_w)
+    used = (out_w / (-(-out_w // block["QW"]) * block["QW"])) * (out_h / (-(-out_h // block["ROWS"]) * block["ROWS"]))
+    budget = channel_budget(device, layer.dtype)
+    if pass_ == "backward_weight":
+        budget = max(1, (3 * budget // 2) // layer.s)
+    reuse = min(1.0, (block["KB"] / budget) ** 0.5)
+    items = int(np.prod(_grid(layer, pass_, block)))
+    return used * reuse * min(1.0, items / (WORK_PER_UNIT * device.compute_units))
+
+
+def _launch(device, pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor,
+            bias: Tensor | None = None) -> Tensor:
+    if out.size == 0:
+        return out
+    block = blocking(layer, pass_, device)
+    params = dict(block, T=dtypes.c_type(a.dtype))
+    if block["MODE"] == "output":
+        params["BIAS"] = bias is not None
+    kernel = get_kernel(device, "conv_blocked.cl", KERNELS[block["MODE"]], **params)
+    if pass_ == "forward":
+        sizes = (layer.n, layer.c, layer.h, layer.w, layer.k, layer.out_h, layer.out_w, layer.r, layer.pad_h)
+    elif pass_ == "backward_data":
+        sizes = (layer.n, layer.k, layer.out_h, layer.out_w, layer.c, layer.h, layer.w, layer.r,
+                 layer.r - 1 - layer.pad_h)
+    else:
+        sizes = (layer.n, layer.c, layer.h, layer.w, layer.k, layer.out_h, layer.out_w, layer.r, layer.pad_h)
+    args = [a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
+            *(np.int32(v) for v in sizes)]
+    if block["MODE"] == "output":
+        bias_arg = bias if bias is not None else out  # not read without BIAS
+        args += [bias_arg.buffer, np.int64(bias_arg.offset)]
+    launch(device, kernel, _grid(layer, pass_, block), (1, 1, 1), *args)
+    return out
+
+
+class DirectBlockedStrategy(ConvStrategy):
+    name = "direct_blocked"
+    fuses_bias = True  # forward(..., bias=) adds the bias as it stores the output
+
+    def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
+        if (layer.stride_h, layer.stride_w) != (1, 1):
+            return f"stride {(layer.stride_h, layer.stride_w)}: the register-blocked kernels need stride 1"
+        if (layer.dil_h, layer.dil_w) != (1, 1):
+            return f"dilation {(layer.dil_h, layer.dil_w)}: the register-blocked kernels need dilation 1"
+        if layer.groups != 1:
+            return f"groups={layer.groups}: the register-blocked kernels serve ungrouped layers"
+        if layer.s > 16:
+            return f"a kernel {layer.s} columns wide: the register-blocked kernels hold at most 16 shifted rows"
+        if pass_ == "backward_data" and (layer.pad_h > layer.r - 1 or layer.pad_w > layer.s - 1):
+            return (f"padding {(layer.pad_h, layer.pad_w)} exceeds the kernel size minus one, which the "
+                    f"transposed convolution of backward_data would need as negative padding")
+        biggest = max(layer.n * layer.c * layer.h * layer.w, layer.n * layer.k * layer.out_h * layer.out_w)
+        if biggest >= 2 ** 31 - 2 ** 30:
+            return f"a tensor of {biggest:,} elements exceeds the kernel's 32-bit indexing"
+        return None
+
+    def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
+        """The definition's arithmetic in its own kernel (the lanes, channels and work-items it wastes
+        counted as flops), every tensor read in place once."""
+        from ..runtime.device import resolve_device
+        return CostTerms(kernel_flops=layer.flops / efficiency(layer, pass_, resolve_device(device)),
+                         bytes_moved=tensor_bytes(layer), launches=1)
+
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None) -> Tensor:
+        return _launch(x.device, "forward", layer, x, w,
+                       Tensor.empty(layer.output_shape, x.dtype, x.device), bias)
+
+    def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        return _launch(grad_y.device, "backward_data", layer, grad_y, w,
+                       Tensor.empty(layer.input_shape, grad_y.dtype, grad_y.device))
+
+    def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
+        return _launch(x.device, "backward_weight", layer, x, grad_y,
+                       Tensor.empty(layer.weight_shape, x.dtype, x.device))
+
+
+STRATEGY = DirectBlockedStrategy()

@@ -1,0 +1,86 @@
+"""The register-blocked direct strategy beyond the shared sweep: random stride-1 layers (every kernel size,
+padding and row width its lane selections must handle), the blockings other devices get (8 and 4 lanes,
+8 accumulators) run here by overriding the device's reported vector width, and the fused bias."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.ops import conv_direct_blocked as blocked
+from netcl.ops.conv2d import conv2d
+from netcl.ops.conv_common import ConvLayer
+from util import assert_close, conv2d_grads_ref, conv2d_ref
+
+
+def _random_layer(rng):
+    r, s = int(rng.integers(1, 8)), int(rng.integers(1, 8))
+    ph, pw = int(rng.integers(0, r)), int(rng.integers(0, s))  # ≤ kernel − 1: every pass is served
+    h, w = int(rng.integers(max(1, r - 2 * ph), 12)), int(rng.integers(max(1, s - 2 * pw), 40))
+    return ((int(rng.integers(1, 4)), int(rng.integers(1, 6)), h, w), (int(rng.integers(1, 20)), 0, r, s), (ph, pw))
+
+
+def check(xs, ws, padding, rng, device, dtype="float32"):
+    ws = (ws[0], xs[1], ws[2], ws[3])
+    layer = ConvLayer.from_shapes(xs, ws, 1, padding, 1, 1, dtype)
+    assert all(blocked.STRATEGY.why_not(layer, p) is None for p in ("forward", "backward_data", "backward_weight"))
+    x, w = rng.uniform(-1, 1, xs).astype(dtype), rng.uniform(-1, 1, ws).astype(dtype)
+    gy = rng.uniform(-1, 1, layer.output_shape).astype(dtype)
+    X = nc.Tensor.from_host(x, device, requires_grad=True)
+    W = nc.Tensor.from_host(w, device, requires_grad=True)
+    y = conv2d(X, W, padding=padding, strategy="direct_blocked")
+    y.backward(nc.Tensor.from_host(gy, device))
+    args = ((1, 1), padding, (1, 1), 1)
+    gx_ref, gw_ref = conv2d_grads_ref(x, w, gy, *args)
+    what = f"x {xs}, w {ws}, padding {padding}"
+    assert_close(y.to_host(), conv2d_ref(x, w, *args), 1e-5, f"forward of {what}")
+    assert_close(X.grad.to_host(), gx_ref, 1e-4, f"grad input of {what}")
+    assert_close(W.grad.to_host(), gw_ref, 1e-4, f"grad weight of {what}")
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_random_stride_one_layers(index, rng, device, canaries):
+    check(*_random_layer(rng), rng, device)
+
+
+@pytest.mark.parametrize("native", [4, 8])
+def test_blockings_of_narrower_devices(native, rng, device, monkeypatch, canaries):
+    monkeypatch.setitem(device.native_vector_width, "float32", native)
+    layer = ConvLayer.from_shapes((2, 5, 9, 21), (24, 5, 3, 3), 1, 1)
+    assert blocked.lanes(device, "float32") == native
+    assert blocked.blocking(layer, "forward", device)["KB"] <= 8
+    check((2, 5, 9, 21), (24, 5, 3, 3), (1, 1), rng, device)
+    check((1, 3, 6, 3), (7, 3, 3, 3), (1, 1), rng, device)
+
+
+def test_rows_share_a_vector_when_narrow(device):
+    wide, narrow = (ConvLayer.from_shapes((1, 4, 8, w), (4, 4, 3, 3), 1, 1) for w in (40, 3))
+    assert blocked.blocking(wide, "forward", device)["ROWS"] == 1
+    block = blocked.blocking(narrow, "forward", device)
+    assert block["QW"] >= 3 and block["QW"] * block["ROWS"] == blocked.lanes(device, "float32")
+
+
+def test_fused_bias(rng, device, canaries):
+    x = rng.uniform(-1, 1, (2, 3, 7, 11)).astype(np.float32)
+    w = rng.uniform(-1, 1, (6, 3, 3, 3)).astype(np.float32)
+    b = rng.uniform(-1, 1, 6).astype(np.float32)
+    y = conv2d(nc.Tensor.from_host(x, device), nc.Tensor.from_host(w, device), nc.Tensor.from_host(b, device),
+               padding=1, strategy="direct_blocked")
+    assert_close(y.to_host(), conv2d_ref(x, w, (1, 1), (1, 1)) + b[None, :, None, None], 1e-5, "forward + bias")
+
+
+def test_float64(rng, device, canaries):
+    if not device.has_fp64:
+        pytest.skip(f"{device.describe()} has no float64")
+    check((2, 3, 5, 19), (5, 3, 3, 3), (1, 1), rng, device, "float64")
+
+
+@pytest.mark.parametrize("layer, pass_, words", [
+    (((1, 4, 8, 8), (4, 4, 3, 3), 2, 1, 1, 1), "forward", "stride"),
+    (((1, 4, 8, 8), (4, 4, 3, 3), 1, 2, 2, 1), "forward", "dilation"),
+    (((1, 4, 8, 8), (4, 2, 3, 3), 1, 1, 1, 2), "forward", "groups"),
+    (((1, 4, 8, 8), (4, 4, 3, 3), 1, 3, 1, 1), "backward_data", "padding"),
+])
+def test_why_not_names_the_rule(layer, pass_, words):
+    reason = blocked.STRATEGY.why_not(ConvLayer.from_shapes(*layer), pass_)
+    assert reason and words in reason
