@@ -12,9 +12,11 @@ CPU OpenCL compiler keeps the accumulators in registers.
                        forward:        X = x, Y = y,   Wt(k, c, r, s) = w[k, c, r, s]
                        backward_data:  X = gy, Y = gx, Wt(c, k, r, s) = w[k, c, R−1−r, S−1−s] (FLIP), with
                                        padding R−1−PH, S−1−PW (the transposed convolution of stride 1)
-  conv_blocked_weight  MODE "weight": gw[k, c, r, s] = Σ_{n,p,q} gy[n, k, p, q] · x[n, c, p + r − PH, q + s − PW];
-                       a work-item owns (c, r) and KB output channels: KB × S vector accumulators summed
-                       across lanes at the end (no atomics, deterministic)
+  conv_blocked_weight  MODE "weight": part[b, k, c, r, s] = Σ_{n in chunk b, p, q} gy[n, k, p, q] · x[n, c, p + r − PH, q + s − PW];
+                       a work-item owns (chunk b of IMAGES images, c, r) and KB output channels: KB × S
+                       vector accumulators summed across lanes at the end (no atomics, deterministic).
+                       The work-items of one chunk run together and share its images in cache; the
+                       host sums the chunks' partial gradients (one chunk writes gw directly).
 
 Template parameters (all have defaults):
   T      element type, "float" or "double"                                       (default "float")
@@ -29,11 +31,11 @@ Template parameters (all have defaults):
 
 Scalar arguments: output mode (N, CI, HI, WI, CO, HO, WO, R, PH) = batch, input channels and size,
 output channels and size, kernel height, top padding; weight mode (N, C, H, W, K, P, Q, R, PH) = batch,
-input channels and size, output channels and size, kernel height, top padding.
+input channels and size, output channels and size, kernel height, top padding, images per chunk.
 
 Launch (work-groups of one work-item, as kernels/implicit_gemm.cl says why):
   output: global (ceil(WO/QW), ceil(HO/ROWS), N·CO/KB), local (1, 1, 1)
-  weight: global (C, R, K/KB), local (1, 1, 1)
+  weight: global (C, R, K/KB · chunks), local (1, 1, 1)
 
 Vectors are assembled from element loads and read back lane by lane: no OpenCL built-in takes or
 returns a vector here (netcl.runtime.cl_vectors says why).
@@ -157,13 +159,16 @@ void conv_blocked_weight(
     __global const ${T}* G, const long g_off,
     __global ${T}* GW, const long gw_off,
     const int N, const int C, const int H_IN, const int W_IN, const int K, const int P, const int Q,
-    const int R, const int PH)
+    const int R, const int PH, const int IMAGES)
 {
-    const int c = get_global_id(0), r = get_global_id(1), k0 = get_global_id(2) * ${KB};
+    const int blocks = K / ${KB};
+    const int chunk = get_global_id(2) / blocks;
+    const int c = get_global_id(0), r = get_global_id(1), k0 = (get_global_id(2) - chunk * blocks) * ${KB};
+    const int n_end = ${'(chunk + 1) * IMAGES < N ? (chunk + 1) * IMAGES : N'};
     ${VT} acc[${KB}][${S}];
     for (int kk = 0; kk < ${KB}; ++kk)
         for (int s = 0; s < ${S}; ++s) acc[kk][s] = (${VT})(0);
-    for (int n = 0; n < N; ++n) {
+    for (int n = chunk * IMAGES; n < n_end; ++n) {
         __global const ${T}* xc = X + x_off + ((long)n * C + c) * H_IN * W_IN;
         __global const ${T}* gn = G + g_off + ((long)n * K + k0) * P * Q;
         for (int p0 = 0; p0 < P; p0 += ${ROWS}) {
@@ -200,7 +205,7 @@ ${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW)}
 % for s in range(S):
         {
             const ${VT} a = acc[kk][${s}];
-            GW[gw_off + (((long)(k0 + kk) * C + c) * R + r) * ${S} + ${s}] = ${' + '.join('a.s%x' % l for l in range(LANES))};
+            GW[gw_off + (((chunk * (long)K + k0 + kk) * C + c) * R + r) * ${S} + ${s}] = ${' + '.join('a.s%x' % l for l in range(LANES))};
         }
 % endfor
     }

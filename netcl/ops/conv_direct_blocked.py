@@ -3,7 +3,8 @@
 A work-item keeps a block of outputs (several output channels × a run of output positions, one vector
 per channel) in registers for the whole reduction and builds the shifted input vectors each kernel column
 needs from one load of each input row, so every loaded element feeds many multiply-adds and no lowered
-matrix or transformed tensor exists (workspace 0). It serves stride-1, undilated, ungrouped layers: the
+matrix or transformed tensor exists (the only workspace: backward_weight's partial sums per chunk of
+images). It serves stride-1, undilated, ungrouped layers: the
 3×3 and 1×1 convolutions of residual networks, where the GEMM-based strategies lose most on narrow
 channels. backward_data is the same kernel on the output gradient with the flipped weight read in place.
 
@@ -18,6 +19,7 @@ import numpy as np
 from .. import dtypes
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
+from .reduce import reduce
 from .conv_common import ConvLayer, ConvStrategy, CostTerms, tensor_bytes
 
 KERNELS = {"output": "conv_blocked_output", "weight": "conv_blocked_weight"}  # by the template's MODE
@@ -69,9 +71,23 @@ def blocking(layer: ConvLayer, pass_: str, device) -> dict:
                 QW=qw, ROWS=rows, S=layer.s, PW=layer.s - 1 - layer.pad_w)
 
 
-def _grid(layer: ConvLayer, pass_: str, block: dict) -> tuple[int, int, int]:
+def weight_chunks(layer: ConvLayer, device) -> int:
+    """Image chunks of backward_weight. Many small chunks keep each chunk's images in cache for all its
+    work-items, but each chunk costs a partial gradient (one weight) to store and sum, and each
+    work-item a sum across the lanes of its KB·S accumulators: so no more chunks than keep the partials
+    no larger than the tensors they come from, and at least 4·lanes vector steps per work-item, which
+    makes the lane sums a small fraction of its multiply-adds."""
+    block = blocking(layer, "backward_weight", device)
+    steps_per_image = -(-layer.out_h // block["ROWS"]) * -(-layer.out_w // block["QW"])
+    fewest_images = -(-4 * block["QW"] * block["ROWS"] // steps_per_image)
+    weight = layer.k * layer.c * layer.r * layer.s
+    tensors = layer.n * (layer.c * layer.h * layer.w + layer.k * layer.out_h * layer.out_w)
+    return max(1, min(layer.n // fewest_images, tensors // weight))
+
+
+def _grid(layer: ConvLayer, pass_: str, block: dict, device) -> tuple[int, int, int]:
     if pass_ == "backward_weight":
-        return layer.c, layer.r, layer.k // block["KB"]
+        return layer.c, layer.r, layer.k // block["KB"] * weight_chunks(layer, device)
     out_h, out_w, channels = ((layer.out_h, layer.out_w, layer.k) if pass_ == "forward"
                               else (layer.h, layer.w, layer.c))
     return -(-out_w // block["QW"]), -(-out_h // block["ROWS"]), layer.n * channels // block["KB"]
@@ -88,7 +104,7 @@ def efficiency(layer: ConvLayer, pass_: str, device) -> float:
     if pass_ == "backward_weight":
         budget = max(1, (3 * budget // 2) // layer.s)
     reuse = min(1.0, (block["KB"] / budget) ** 0.5)
-    items = int(np.prod(_grid(layer, pass_, block)))
+    items = int(np.prod(_grid(layer, pass_, block, device)))
     return used * reuse * min(1.0, items / (WORK_PER_UNIT * device.compute_units))
 
 
@@ -107,13 +123,15 @@ def _launch(device, pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Ten
         sizes = (layer.n, layer.k, layer.out_h, layer.out_w, layer.c, layer.h, layer.w, layer.r,
                  layer.r - 1 - layer.pad_h)
     else:
-        sizes = (layer.n, layer.c, layer.h, layer.w, layer.k, layer.out_h, layer.out_w, layer.r, layer.pad_h)
+        images = -(-layer.n // weight_chunks(layer, device))
+        sizes = (layer.n, layer.c, layer.h, layer.w, layer.k, layer.out_h, layer.out_w, layer.r, layer.pad_h,
+                 images)
     args = [a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
             *(np.int32(v) for v in sizes)]
     if block["MODE"] == "output":
         bias_arg = bias if bias is not None else out  # not read without BIAS
         args += [bias_arg.buffer, np.int64(bias_arg.offset)]
-    launch(device, kernel, _grid(layer, pass_, block), (1, 1, 1), *args)
+    launch(device, kernel, _grid(layer, pass_, block, device), (1, 1, 1), *args)
     return out
 
 
@@ -142,8 +160,9 @@ class DirectBlockedStrategy(ConvStrategy):
         """The definition's arithmetic in its own kernel (the lanes, channels and work-items it wastes
         counted as flops), every tensor read in place once."""
         from ..runtime.device import resolve_device
+        partials = self.workspace_bytes(layer, pass_, device)
         return CostTerms(kernel_flops=layer.flops / efficiency(layer, pass_, resolve_device(device)),
-                         bytes_moved=tensor_bytes(layer), launches=1)
+                         bytes_moved=tensor_bytes(layer) + 2 * partials, launches=1 + (partials > 0))
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None) -> Tensor:
         return _launch(x.device, "forward", layer, x, w,
@@ -153,9 +172,20 @@ class DirectBlockedStrategy(ConvStrategy):
         return _launch(grad_y.device, "backward_data", layer, grad_y, w,
                        Tensor.empty(layer.input_shape, grad_y.dtype, grad_y.device))
 
+    def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
+        """backward_weight's partial gradients, one weight per image chunk, when there is more than one."""
+        from ..runtime.device import resolve_device
+        chunks = weight_chunks(layer, resolve_device(device)) if pass_ == "backward_weight" else 1
+        return 0 if chunks == 1 else chunks * layer.k * layer.c * layer.r * layer.s * layer.itemsize
+
     def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
-        return _launch(x.device, "backward_weight", layer, x, grad_y,
-                       Tensor.empty(layer.weight_shape, x.dtype, x.device))
+        chunks = weight_chunks(layer, x.device)
+        if chunks == 1:
+            return _launch(x.device, "backward_weight", layer, x, grad_y,
+                           Tensor.empty(layer.weight_shape, x.dtype, x.device))
+        partial = _launch(x.device, "backward_weight", layer, x, grad_y,
+                          Tensor.empty((chunks,) + layer.weight_shape, x.dtype, x.device))
+        return reduce(partial, "sum", axis=0)
 
 
 STRATEGY = DirectBlockedStrategy()
