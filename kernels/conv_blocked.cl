@@ -97,6 +97,33 @@ def lane_source(j, offset, qw):
 % endfor
 </%def>
 
+<%def name="weight_steps(masked, T, QW, ROWS, S, KB)">
+<%
+    VT = T + str(QW * ROWS)
+%>
+                    for (int kk = 0; kk < ${KB}; ++kk) {
+% for j in range(ROWS):
+                        __global const ${T}* grow${j} = gn + ((long)kk * P + p0 + ${j}) * Q + qb;
+% if masked:
+                        ${T} ${', '.join('G%d_%d = 0' % (j, l) for l in range(QW))};
+                        if (p0 + ${j} < P) {
+% for l in range(QW):
+                            if (qb + ${l} < Q) G${j}_${l} = grow${j}[${l}];
+% endfor
+                        }
+% endif
+% endfor
+% if masked:
+                        const ${VT} gv = (${VT})(${', '.join('G%d_%d' % (j, l) for j in range(ROWS) for l in range(QW))});
+% else:
+                        const ${VT} gv = (${VT})(${', '.join('grow%d[%d]' % (j, l) for j in range(ROWS) for l in range(QW))});
+% endif
+% for s in range(S):
+                        acc[kk][${s}] = gv * xs${s} + acc[kk][${s}];
+% endfor
+                    }
+</%def>
+
 % if MODE == 'output':
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void conv_blocked_output(
@@ -176,27 +203,11 @@ void conv_blocked_weight(
             for (int qb = 0; qb < Q; qb += ${QW}) {
                 const int full = qb + ${QW} <= W_IN, full_g = qb + ${QW} <= Q;
 ${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW)}
-                for (int kk = 0; kk < ${KB}; ++kk) {
-                    /* output-gradient lanes past the tensor stay 0, so their input lanes add nothing */
-% for j in range(ROWS):
-                    ${T} ${', '.join('G%d_%d = 0' % (j, l) for l in range(QW))};
-                    if (p0 + ${j} < P) {
-                        __global const ${T}* grow = gn + ((long)kk * P + p0 + ${j}) * Q + qb;
-                        if (full_g) {
-% for l in range(QW):
-                            G${j}_${l} = grow[${l}];
-% endfor
-                        } else {
-% for l in range(QW):
-                            if (qb + ${l} < Q) G${j}_${l} = grow[${l}];
-% endfor
-                        }
-                    }
-% endfor
-                    const ${VT} gv = (${VT})(${', '.join('G%d_%d' % (j, l) for j in range(ROWS) for l in range(QW))});
-% for s in range(S):
-                    acc[kk][${s}] = gv * xs${s} + acc[kk][${s}];
-% endfor
+                /* output-gradient lanes past the tensor stay 0, so their input lanes add nothing */
+                if (full_g && p0 + ${ROWS} <= P) {
+${weight_steps(False, T, QW, ROWS, S, KB)}
+                } else {
+${weight_steps(True, T, QW, ROWS, S, KB)}
                 }
             }
         }
