@@ -4,9 +4,8 @@ A work-item keeps a block of outputs (several output channels × a run of output
 per channel) in registers for the whole reduction and builds the shifted input vectors each kernel column
 needs from one load of each input row, so every loaded element feeds many multiply-adds and no lowered
 matrix or transformed tensor exists (the only workspace: backward_weight's partial sums per chunk of
-images). It serves stride-1, undilated, ungrouped layers: the
-3×3 and 1×1 convolutions of residual networks, where the GEMM-based strategies lose most on narrow
-channels. backward_data is the same kernel on the output gradient with the flipped weight read in place.
+images). It serves stride-1, undilated, ungrouped layers: the 3×3 and 1×1 convolutions of residual
+networks, where the GEMM-based strategies lose most on narrow channels. backward_data is the same kernel on the output gradient with the flipped weight read in place.
 
 How large a block is follows the device: as many lanes as its native vector width reports (4 to 16) and
 as many output channels as fill about half of a CPU's vector register file with accumulators (16 vectors
@@ -32,10 +31,12 @@ def lanes(device, dtype: str) -> int:
     return 4 if native <= 4 else (8 if native <= 8 else 16)
 
 
-def channel_budget(device, dtype: str) -> int:
-    """Output channels (accumulator vectors) a work-item may hold: half the vector registers of the ISA
-    its native float width suggests."""
-    return 16 if device.native_vector_width.get("float32", 1) >= 16 else 8
+def channel_budget(device, pass_: str, kernel_width: int) -> int:
+    """Output channels a work-item may hold: accumulator vectors for half the vector registers of the ISA
+    its native float width suggests (16 or 8); backward_weight holds S vectors per channel and may use
+    three quarters of the registers, as it keeps no weights in flight."""
+    half = 16 if device.native_vector_width.get("float32", 1) >= 16 else 8
+    return max(1, (3 * half // 2) // kernel_width) if pass_ == "backward_weight" else half
 
 
 def _largest_divisor(count: int, limit: int) -> int:
@@ -57,27 +58,26 @@ def _row_shape(device, dtype: str, out_h: int, out_w: int) -> tuple[int, int]:
 
 def blocking(layer: ConvLayer, pass_: str, device) -> dict:
     """The template's blocking for one pass on one device (what conv_blocked.cl is compiled with)."""
+    budget = channel_budget(device, pass_, layer.s)
     if pass_ == "backward_weight":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
-        limit = max(1, (3 * channel_budget(device, layer.dtype) // 2) // layer.s)
-        return dict(MODE="weight", KB=_largest_divisor(layer.k, limit), QW=qw, ROWS=rows, S=layer.s,
+        return dict(MODE="weight", KB=_largest_divisor(layer.k, budget), QW=qw, ROWS=rows, S=layer.s,
                     PW=layer.pad_w)
     if pass_ == "forward":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
-        return dict(MODE="output", FLIP=False, KB=_largest_divisor(layer.k, channel_budget(device, layer.dtype)),
+        return dict(MODE="output", FLIP=False, KB=_largest_divisor(layer.k, budget),
                     QW=qw, ROWS=rows, S=layer.s, PW=layer.pad_w)
     qw, rows = _row_shape(device, layer.dtype, layer.h, layer.w)
-    return dict(MODE="output", FLIP=True, KB=_largest_divisor(layer.c, channel_budget(device, layer.dtype)),
+    return dict(MODE="output", FLIP=True, KB=_largest_divisor(layer.c, budget),
                 QW=qw, ROWS=rows, S=layer.s, PW=layer.s - 1 - layer.pad_w)
 
 
-def weight_chunks(layer: ConvLayer, device) -> int:
+def weight_chunks(layer: ConvLayer, block: dict) -> int:
     """Image chunks of backward_weight. Many small chunks keep each chunk's images in cache for all its
     work-items, but each chunk costs a partial gradient (one weight) to store and sum, and each
     work-item a sum across the lanes of its KB·S accumulators: so no more chunks than keep the partials
     no larger than the tensors they come from, and at least 4·lanes vector steps per work-item, which
-    makes the lane sums a small fraction of its multiply-adds."""
-    block = blocking(layer, "backward_weight", device)
+    makes the lane sums a small fraction of its multiply-adds. ``block``: backward_weight's blocking."""
     steps_per_image = -(-layer.out_h // block["ROWS"]) * -(-layer.out_w // block["QW"])
     fewest_images = -(-4 * block["QW"] * block["ROWS"] // steps_per_image)
     weight = layer.k * layer.c * layer.r * layer.s
@@ -85,9 +85,9 @@ def weight_chunks(layer: ConvLayer, device) -> int:
     return max(1, min(layer.n // fewest_images, tensors // weight))
 
 
-def _grid(layer: ConvLayer, pass_: str, block: dict, device) -> tuple[int, int, int]:
+def _grid(layer: ConvLayer, pass_: str, block: dict) -> tuple[int, int, int]:
     if pass_ == "backward_weight":
-        return layer.c, layer.r, layer.k // block["KB"] * weight_chunks(layer, device)
+        return layer.c, layer.r, layer.k // block["KB"] * weight_chunks(layer, block)
     out_h, out_w, channels = ((layer.out_h, layer.out_w, layer.k) if pass_ == "forward"
                               else (layer.h, layer.w, layer.c))
     return -(-out_w // block["QW"]), -(-out_h // block["ROWS"]), layer.n * channels // block["KB"]
@@ -100,19 +100,15 @@ def efficiency(layer: ConvLayer, pass_: str, device) -> float:
     block = blocking(layer, pass_, device)
     out_h, out_w = (layer.h, layer.w) if pass_ == "backward_data" else (layer.out_h, layer.out_w)
     used = (out_w / (-(-out_w // block["QW"]) * block["QW"])) * (out_h / (-(-out_h // block["ROWS"]) * block["ROWS"]))
-    budget = channel_budget(device, layer.dtype)
-    if pass_ == "backward_weight":
-        budget = max(1, (3 * budget // 2) // layer.s)
-    reuse = min(1.0, (block["KB"] / budget) ** 0.5)
-    items = int(np.prod(_grid(layer, pass_, block, device)))
+    reuse = min(1.0, (block["KB"] / channel_budget(device, pass_, layer.s)) ** 0.5)
+    items = int(np.prod(_grid(layer, pass_, block)))
     return used * reuse * min(1.0, items / (WORK_PER_UNIT * device.compute_units))
 
 
-def _launch(device, pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor,
+def _launch(device, pass_: str, layer: ConvLayer, block: dict, a: Tensor, b: Tensor, out: Tensor,
             bias: Tensor | None = None) -> Tensor:
     if out.size == 0:
         return out
-    block = blocking(layer, pass_, device)
     params = dict(block, T=dtypes.c_type(a.dtype))
     if block["MODE"] == "output":
         params["BIAS"] = bias is not None
@@ -123,7 +119,7 @@ def _launch(device, pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Ten
         sizes = (layer.n, layer.k, layer.out_h, layer.out_w, layer.c, layer.h, layer.w, layer.r,
                  layer.r - 1 - layer.pad_h)
     else:
-        images = -(-layer.n // weight_chunks(layer, device))
+        images = -(-layer.n // weight_chunks(layer, block))
         sizes = (layer.n, layer.c, layer.h, layer.w, layer.k, layer.out_h, layer.out_w, layer.r, layer.pad_h,
                  images)
     args = [a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
@@ -131,7 +127,7 @@ def _launch(device, pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Ten
     if block["MODE"] == "output":
         bias_arg = bias if bias is not None else out  # not read without BIAS
         args += [bias_arg.buffer, np.int64(bias_arg.offset)]
-    launch(device, kernel, _grid(layer, pass_, block, device), (1, 1, 1), *args)
+    launch(device, kernel, _grid(layer, pass_, block), (1, 1, 1), *args)
     return out
 
 
@@ -165,27 +161,27 @@ class DirectBlockedStrategy(ConvStrategy):
                          bytes_moved=tensor_bytes(layer) + 2 * partials, launches=1 + (partials > 0))
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None) -> Tensor:
-        return _launch(x.device, "forward", layer, x, w,
+        return _launch(x.device, "forward", layer, blocking(layer, "forward", x.device), x, w,
                        Tensor.empty(layer.output_shape, x.dtype, x.device), bias)
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
-        return _launch(grad_y.device, "backward_data", layer, grad_y, w,
-                       Tensor.empty(layer.input_shape, grad_y.dtype, grad_y.device))
+        return _launch(grad_y.device, "backward_data", layer, blocking(layer, "backward_data", grad_y.device),
+                       grad_y, w, Tensor.empty(layer.input_shape, grad_y.dtype, grad_y.device))
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
         """backward_weight's partial gradients, one weight per image chunk, when there is more than one."""
+        if pass_ != "backward_weight":
+            return 0
         from ..runtime.device import resolve_device
-        chunks = weight_chunks(layer, resolve_device(device)) if pass_ == "backward_weight" else 1
+        chunks = weight_chunks(layer, blocking(layer, pass_, resolve_device(device)))
         return 0 if chunks == 1 else chunks * layer.k * layer.c * layer.r * layer.s * layer.itemsize
 
     def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
-        chunks = weight_chunks(layer, x.device)
-        if chunks == 1:
-            return _launch(x.device, "backward_weight", layer, x, grad_y,
-                           Tensor.empty(layer.weight_shape, x.dtype, x.device))
-        partial = _launch(x.device, "backward_weight", layer, x, grad_y,
-                          Tensor.empty((chunks,) + layer.weight_shape, x.dtype, x.device))
-        return reduce(partial, "sum", axis=0)
+        block = blocking(layer, "backward_weight", x.device)
+        chunks = weight_chunks(layer, block)
+        shape = layer.weight_shape if chunks == 1 else (chunks,) + layer.weight_shape
+        out = _launch(x.device, "backward_weight", layer, block, x, grad_y, Tensor.empty(shape, x.dtype, x.device))
+        return out if chunks == 1 else reduce(out, "sum", axis=0)
 
 
 STRATEGY = DirectBlockedStrategy()
