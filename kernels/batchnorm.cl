@@ -47,14 +47,26 @@ Template parameters (all have defaults):
   COUNT           bn_apply's item 0 increments num_batches_tracked                    (default False)
   BATCH_STATS     backward through batch statistics (training) or constants (eval)   (default True)
   ITEM_RUNS       reduction items read contiguous runs (see above)                    (default True)
+  RUN_LANES       with ITEM_RUNS, a run is summed RUN_LANES elements at a time into that many
+                  independent accumulators (vector loads; 1: one scalar chain, which is bound by the
+                  add's latency, not by memory)                                     (default 1)
   SHIFT_ONLY      bn_apply adds bias[c] only (the folded convolution's epilogue)      (default False)
   CONV_BIAS       bn_fold: the convolution has a bias                                 (default False)
 </%doc>
-<%page args="T='float', ACC='float', LOCAL=64, AFFINE=True, RELU=False, RESIDUAL=False, UPDATE_RUNNING=False, CUMULATIVE=False, COUNT=False, BATCH_STATS=True, ITEM_RUNS=True, SHIFT_ONLY=False, CONV_BIAS=False"/>
+<%page args="T='float', ACC='float', LOCAL=64, AFFINE=True, RELU=False, RESIDUAL=False, UPDATE_RUNNING=False, CUMULATIVE=False, COUNT=False, BATCH_STATS=True, ITEM_RUNS=True, RUN_LANES=1, SHIFT_ONLY=False, CONV_BIAS=False"/>
 % if T == 'double' or ACC == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 
+<%
+    TV, AV = f"{T}{RUN_LANES}", f"{ACC}{RUN_LANES}"
+    def vload(pointer):
+        return f"vload{RUN_LANES}(0, {pointer})"
+    def widen(expr):
+        return f"convert_{AV}({expr})"
+    def lane_sum(v):
+        return "(" + " + ".join(f"{v}.s{k:x}" for k in range(RUN_LANES)) + ")" if RUN_LANES > 1 else v
+%>
 <%def name="tree_sum(buf)">
     for (int span = ${LOCAL // 2}; span > 0; span >>= 1) {
         if (l < span) ${buf}[l] += ${buf}[l + span];
@@ -64,7 +76,7 @@ Template parameters (all have defaults):
 
 /* Visit every element of channel c: `body` sees the element's index `i`. The runtime argument `parts`
    says how many items share one row (LOCAL / parts rows are in flight at a time). */
-<%def name="channel_loop(body)">
+<%def name="channel_loop(body, vector_body='')">
     {
         const int rows_per_step = ${LOCAL} / parts, row0 = l / parts, part = l % parts;
         if (row0 < rows_per_step) {
@@ -75,7 +87,14 @@ Template parameters (all have defaults):
             for (int n = row0; n < N; n += rows_per_step) {
                 const long base = ((long) n * C + c) * L;
 % if ITEM_RUNS:
-                for (int j = j0; j < j1; ++j) {
+                int j = j0;
+  % if RUN_LANES > 1 and vector_body:
+                for (; j + ${RUN_LANES} <= j1; j += ${RUN_LANES}) {
+                    const long i = base + j;
+                    ${vector_body}
+                }
+  % endif
+                for (; j < j1; ++j) {
 % else:
                 for (int j = part; j < L; j += parts) {
 % endif
@@ -102,7 +121,13 @@ void bn_stats(
     __global const ${T}* xs = x + x_off;
 
     ${ACC} acc = 0;
-    ${channel_loop("acc += (" + ACC + ") xs[i];")}
+% if RUN_LANES > 1:
+    ${AV} lanes = (${AV}) 0;
+% endif
+    ${channel_loop("acc += (" + ACC + ") xs[i];", "lanes += " + widen(vload("xs + i")) + ";")}
+% if RUN_LANES > 1:
+    acc += ${lane_sum("lanes")};
+% endif
     partial[l] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     ${tree_sum("partial")}
@@ -110,7 +135,14 @@ void bn_stats(
     barrier(CLK_LOCAL_MEM_FENCE);
 
     acc = 0;
-    ${channel_loop("const " + ACC + " d = (" + ACC + ") xs[i] - mu; acc += d * d;")}
+% if RUN_LANES > 1:
+    lanes = (${AV}) 0;
+% endif
+    ${channel_loop("const " + ACC + " d = (" + ACC + ") xs[i] - mu; acc += d * d;",
+                   "const " + AV + " d = " + widen(vload("xs + i")) + " - mu; lanes += d * d;")}
+% if RUN_LANES > 1:
+    acc += ${lane_sum("lanes")};
+% endif
     partial[l] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     ${tree_sum("partial")}
@@ -189,6 +221,15 @@ dy[dy_off + ${i}]
 % endif
 </%def>
 
+/* masked_grad for RUN_LANES consecutive elements from i (a vector comparison's lanes are all ones when true). */
+<%def name="masked_grad_lanes(i)">
+% if RELU:
+select((${TV}) 0, ${vload("dy + dy_off + " + i)}, ${vload("y + y_off + " + i)} > (${TV}) 0)
+% else:
+${vload("dy + dy_off + " + i)}
+% endif
+</%def>
+
 __kernel __attribute__((reqd_work_group_size(${LOCAL}, 1, 1)))
 void bn_backward_reduce(
     __global const ${T}* x, const long x_off,
@@ -204,7 +245,15 @@ void bn_backward_reduce(
     const int c = get_group_id(0);
     const ${ACC} mu = (${ACC}) mean[mean_off + c];
     ${ACC} a = 0, b = 0;
-    ${channel_loop("const " + ACC + " dz = (" + ACC + ") " + capture(masked_grad, "i").strip() + "; a += dz; b += dz * ((" + ACC + ") x[x_off + i] - mu);")}
+% if RUN_LANES > 1:
+    ${AV} lanes_a = (${AV}) 0, lanes_b = (${AV}) 0;
+% endif
+    ${channel_loop("const " + ACC + " dz = (" + ACC + ") " + capture(masked_grad, "i").strip() + "; a += dz; b += dz * ((" + ACC + ") x[x_off + i] - mu);",
+                   "const " + AV + " dz = " + widen(capture(masked_grad_lanes, "i").strip()) + "; lanes_a += dz; lanes_b += dz * (" + widen(vload("x + x_off + i")) + " - mu);")}
+% if RUN_LANES > 1:
+    a += ${lane_sum("lanes_a")};
+    b += ${lane_sum("lanes_b")};
+% endif
     sum_dz[l] = a;
     sum_dz_xmu[l] = b;
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -65,11 +65,21 @@ def _item_runs(device) -> bool:
     return device.kind == "cpu"
 
 
+def _run_lanes(device, acc: str) -> int:
+    """Independent accumulators of a CPU reduction item: two of the device's native vectors of the
+    accumulator type, so the adds of one run overlap instead of waiting on each other (one scalar chain
+    made bn_stats 10x slower than memory allows)."""
+    if not _item_runs(device):
+        return 1
+    native = device.native_vector_width.get("float64" if acc == "double" else "float32", 1)
+    return min(16, max(4, 1 << (2 * max(native, 1) - 1).bit_length()))
+
+
 def _variant(x: Tensor, **flags) -> dict:
     wide = x.dtype == np.float64 or (_item_runs(x.device) and x.device.has_fp64)
     acc = "double" if wide else "float"
     return dict(T=dtypes.c_type(x.dtype), ACC=acc, LOCAL=_reduce_local(x.device), ITEM_RUNS=_item_runs(x.device),
-                **flags)
+                RUN_LANES=_run_lanes(x.device, acc), **flags)
 
 
 def _parts(device, n: int, length: int, local: int) -> int:

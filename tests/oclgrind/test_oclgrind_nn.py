@@ -17,8 +17,12 @@ def _t(a, device, grad=False):
     return nc.Tensor.from_host(np.ascontiguousarray(a), device, requires_grad=grad)
 
 
-def test_batch_norm_variants(device, rng):
-    x_h = rng.normal(size=(3, 2, 3, 5)).astype(np.float32)
+@pytest.mark.parametrize("item_runs", [False, True], ids=["interleaved", "cpu-runs"])
+def test_batch_norm_variants(device, rng, monkeypatch, item_runs):
+    # the CPU geometry (one item per channel summing vector runs, then a scalar tail) checked here too
+    monkeypatch.setattr("netcl.ops.batchnorm._item_runs", lambda _device: item_runs)
+    x_h = rng.normal(size=(3, 2, 5, 7)).astype(np.float32)
+    m = x_h.size // 2
     r_h = rng.normal(size=x_h.shape).astype(np.float32)
     mean, var = x_h.mean((0, 2, 3)), x_h.var((0, 2, 3))
     for momentum, relu, residual in ((0.1, False, False), (None, True, True)):
@@ -31,7 +35,7 @@ def test_batch_norm_variants(device, rng):
         y.sum().backward()
         assert np.all(np.isfinite(x.grad.to_host()))
         factor = 1.0 if momentum is None else momentum
-        assert_close(bn.running_var.to_host(), (1 - factor) + factor * var * 45 / 44, 1e-5, "running_var")
+        assert_close(bn.running_var.to_host(), (1 - factor) + factor * var * m / (m - 1), 1e-5, "running_var")
         assert int(bn.num_batches_tracked.to_host()) == 1
     bn.eval()
     x = _t(x_h, device, grad=True)
