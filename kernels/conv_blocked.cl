@@ -28,6 +28,10 @@ Template parameters (all have defaults):
   S      kernel width (compiled in: it fixes the lane selections)                (default 3)
   PW     padding on the left of a row, as this kernel sees it                    (default 1)
   BIAS   output mode: add bias[k] to every output of channel k                   (default False)
+  TAIL   some work-items' blocks reach past the output's rows or columns (or their input row past
+         the input's width), so loads and stores test bounds; False compiles only the unmasked path,
+         which keeps the register allocator from spilling the accumulators for a path never taken
+                                                                                 (default True)
 
 Scalar arguments: output mode (N, CI, HI, WI, CO, HO, WO, R, PH) = batch, input channels and size,
 output channels and size, kernel height, top padding; weight mode (N, C, H, W, K, P, Q, R, PH) = batch,
@@ -50,7 +54,7 @@ def lane_source(j, offset, qw):
         return "E%d_%d" % (j, offset - qw)
     return "M%d_%d" % (j, offset)
 %>
-<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False"/>
+<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False, TAIL=True"/>
 <%
     LANES = QW * ROWS
     VT = T + str(LANES)
@@ -60,7 +64,7 @@ def lane_source(j, offset, qw):
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 
-<%def name="load_rows(xc, h0, width, full, T, QW, ROWS, S, PW)">
+<%def name="load_rows(xc, h0, width, full, T, QW, ROWS, S, PW, TAIL)">
 <%
     VT = T + str(QW * ROWS)
     RIGHT = max(0, S - 1 - PW)
@@ -75,15 +79,19 @@ def lane_source(j, offset, qw):
 % endif
             if ((uint)(${h0} + ${j}) < (uint)H_IN) {
                 __global const ${T}* row = ${xc} + (long)(${h0} + ${j}) * ${width};
+% if TAIL:
                 if (${full}) {
+% endif
 % for l in range(QW):
                     M${j}_${l} = row[qb + ${l}];
 % endfor
+% if TAIL:
                 } else {
 % for l in range(QW):
                     if (qb + ${l} < ${width}) M${j}_${l} = row[qb + ${l}];
 % endfor
                 }
+% endif
 % for i in range(PW):
                 if ((uint)(qb - ${i + 1}) < (uint)${width}) L${j}_${i} = row[qb - ${i + 1}];
 % endfor
@@ -100,10 +108,11 @@ def lane_source(j, offset, qw):
 <%def name="weight_steps(masked, T, QW, ROWS, S, KB)">
 <%
     VT = T + str(QW * ROWS)
-%>
-                    for (int kk = 0; kk < ${KB}; ++kk) {
+%>\
+% for kk in range(KB):
+                    {
 % for j in range(ROWS):
-                        __global const ${T}* grow${j} = gn + ((long)kk * P + p0 + ${j}) * Q + qb;
+                        __global const ${T}* grow${j} = gn + ((long)${kk} * P + p0 + ${j}) * Q + qb;
 % if masked:
                         ${T} ${', '.join('G%d_%d = 0' % (j, l) for l in range(QW))};
                         if (p0 + ${j} < P) {
@@ -119,9 +128,10 @@ def lane_source(j, offset, qw):
                         const ${VT} gv = (${VT})(${', '.join('grow%d[%d]' % (j, l) for j in range(ROWS) for l in range(QW))});
 % endif
 % for s in range(S):
-                        acc[kk][${s}] = gv * xs${s} + acc[kk][${s}];
+                        acc${kk}_${s} = gv * xs${s} + acc${kk}_${s};
 % endfor
                     }
+% endfor
 </%def>
 
 % if MODE == 'output':
@@ -143,41 +153,50 @@ void conv_blocked_output(
 % else:
     const long w_k = (long)CI * R * ${S}, w_c = (long)R * ${S};  /* w[k_out][c_in][r][s] */
 % endif
-    ${VT} acc[${KB}];
-    for (int kk = 0; kk < ${KB}; ++kk) acc[kk] = (${VT})(0);
+    /* one named accumulator per channel: an array indexed by a loop variable lived on the stack */
+    ${VT} ${', '.join('acc%d = 0' % kk for kk in range(KB))};
     for (int c = 0; c < CI; ++c) {
         __global const ${T}* xc = X + x_off + ((long)n * CI + c) * H_IN * W_IN;
         for (int r = 0; r < R; ++r) {
             const int h0 = p0 + r - PH;
-${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW)}
+${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
 % if FLIP:
             __global const ${T}* wk = Wt + w_off + (long)k0 * w_k + c * w_c + (long)(R - 1 - r) * ${S} + ${S - 1};
 % else:
             __global const ${T}* wk = Wt + w_off + (long)k0 * w_k + c * w_c + (long)r * ${S};
 % endif
-            for (int kk = 0; kk < ${KB}; ++kk) {
-                __global const ${T}* wkk = wk + kk * w_k;
+% for kk in range(KB):
 % for s in range(S):
-                acc[kk] = (${VT})(wkk[${-s if FLIP else s}]) * xs${s} + acc[kk];
+            acc${kk} = (${VT})(wk[${kk} * w_k + ${-s if FLIP else s}]) * xs${s} + acc${kk};
 % endfor
-            }
+% endfor
         }
     }
-    for (int kk = 0; kk < ${KB}; ++kk) {
+% for kk in range(KB):
+    {
 % if BIAS:
-        const ${VT} out = acc[kk] + (${VT})(bias[bias_off + k0 + kk]);
+        const ${VT} out = acc${kk} + (${VT})(bias[bias_off + k0 + ${kk}]);
 % else:
-        const ${VT} out = acc[kk];
+        const ${VT} out = acc${kk};
 % endif
 % for j in range(ROWS):
+% if TAIL:
         if (p0 + ${j} < HO) {
-            __global ${T}* dst = Y + y_off + (((long)n * CO + k0 + kk) * HO + p0 + ${j}) * WO + qb;
+% else:
+        {
+% endif
+            __global ${T}* dst = Y + y_off + (((long)n * CO + k0 + ${kk}) * HO + p0 + ${j}) * WO + qb;
 % for l in range(QW):
+% if TAIL:
             if (qb + ${l} < WO) dst[${l}] = out.s${'%x' % (j * QW + l)};
+% else:
+            dst[${l}] = out.s${'%x' % (j * QW + l)};
+% endif
 % endfor
         }
 % endfor
     }
+% endfor
 }
 % else:
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
@@ -192,9 +211,8 @@ void conv_blocked_weight(
     const int chunk = get_global_id(2) / blocks;
     const int c = get_global_id(0), r = get_global_id(1), k0 = (get_global_id(2) - chunk * blocks) * ${KB};
     const int n_end = ${'(chunk + 1) * IMAGES < N ? (chunk + 1) * IMAGES : N'};
-    ${VT} acc[${KB}][${S}];
-    for (int kk = 0; kk < ${KB}; ++kk)
-        for (int s = 0; s < ${S}; ++s) acc[kk][s] = (${VT})(0);
+    /* one named accumulator per (channel, column): an array indexed by a loop variable lived on the stack */
+    ${VT} ${', '.join('acc%d_%d = 0' % (kk, s) for kk in range(KB) for s in range(S))};
     for (int n = chunk * IMAGES; n < n_end; ++n) {
         __global const ${T}* xc = X + x_off + ((long)n * C + c) * H_IN * W_IN;
         __global const ${T}* gn = G + g_off + ((long)n * K + k0) * P * Q;
@@ -202,23 +220,24 @@ void conv_blocked_weight(
             const int h0 = p0 + r - PH;
             for (int qb = 0; qb < Q; qb += ${QW}) {
                 const int full = qb + ${QW} <= W_IN, full_g = qb + ${QW} <= Q;
-${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW)}
+${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
+% if TAIL:
                 /* output-gradient lanes past the tensor stay 0, so their input lanes add nothing */
                 if (full_g && p0 + ${ROWS} <= P) {
 ${weight_steps(False, T, QW, ROWS, S, KB)}
                 } else {
 ${weight_steps(True, T, QW, ROWS, S, KB)}
                 }
+% else:
+${weight_steps(False, T, QW, ROWS, S, KB)}
+% endif
             }
         }
     }
-    for (int kk = 0; kk < ${KB}; ++kk) {
+% for kk in range(KB):
 % for s in range(S):
-        {
-            const ${VT} a = acc[kk][${s}];
-            GW[gw_off + (((chunk * (long)K + k0 + kk) * C + c) * R + r) * ${S} + ${s}] = ${' + '.join('a.s%x' % l for l in range(LANES))};
-        }
+    GW[gw_off + (((chunk * (long)K + k0 + ${kk}) * C + c) * R + r) * ${S} + ${s}] = ${' + '.join('acc%d_%d.s%x' % (kk, s, l) for l in range(LANES))};
 % endfor
-    }
+% endfor
 }
 % endif

@@ -60,6 +60,18 @@ def test_rows_share_a_vector_when_narrow(device):
     assert block["QW"] >= 3 and block["QW"] * block["ROWS"] == blocked.lanes(device, "float32")
 
 
+@pytest.mark.parametrize("native", [4, 8, 16])
+def test_blocks_that_fill_the_output_exactly(native, rng, device, monkeypatch, canaries):
+    # rows a whole number of vectors wide (ResNet's 32/16/8): compiled without the bounds-tested path
+    monkeypatch.setitem(device.native_vector_width, "float32", native)
+    xs, ws = (3, 4, 2 * native, 2 * native), (8, 4, 3, 3)
+    layer = ConvLayer.from_shapes(xs, ws, 1, 1)
+    assert not any(blocked.blocking(layer, p, device)["TAIL"] for p in ("forward", "backward_data", "backward_weight"))
+    assert blocked.blocking(ConvLayer.from_shapes((3, 4, 9, 2 * native + 1), ws, 1, 1), "forward", device)["TAIL"]
+    check(xs, ws, (1, 1), rng, device)
+    check((2, 3, native // 2, native // 2), (5, 3, 3, 3), (1, 1), rng, device)  # rows share a vector
+
+
 def test_fused_bias(rng, device, canaries):
     x = rng.uniform(-1, 1, (2, 3, 7, 11)).astype(np.float32)
     w = rng.uniform(-1, 1, (6, 3, 3, 3)).astype(np.float32)

@@ -56,20 +56,25 @@ def _row_shape(device, dtype: str, out_h: int, out_w: int) -> tuple[int, int]:
     return qw, rows
 
 
+def _has_tail(qw: int, rows: int, out_h: int, out_w: int, in_w: int) -> bool:
+    """Whether some block reaches past the output (rows or columns) or its row loads past the input."""
+    return out_w % qw != 0 or out_h % rows != 0 or out_w > in_w
+
+
 def blocking(layer: ConvLayer, pass_: str, device) -> dict:
     """The template's blocking for one pass on one device (what conv_blocked.cl is compiled with)."""
     budget = channel_budget(device, pass_, layer.s)
     if pass_ == "backward_weight":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
         return dict(MODE="weight", KB=_largest_divisor(layer.k, budget), QW=qw, ROWS=rows, S=layer.s,
-                    PW=layer.pad_w)
+                    PW=layer.pad_w, TAIL=_has_tail(qw, rows, layer.out_h, layer.out_w, layer.w))
     if pass_ == "forward":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
-        return dict(MODE="output", FLIP=False, KB=_largest_divisor(layer.k, budget),
-                    QW=qw, ROWS=rows, S=layer.s, PW=layer.pad_w)
+        return dict(MODE="output", FLIP=False, KB=_largest_divisor(layer.k, budget), QW=qw, ROWS=rows,
+                    S=layer.s, PW=layer.pad_w, TAIL=_has_tail(qw, rows, layer.out_h, layer.out_w, layer.w))
     qw, rows = _row_shape(device, layer.dtype, layer.h, layer.w)
-    return dict(MODE="output", FLIP=True, KB=_largest_divisor(layer.c, budget),
-                QW=qw, ROWS=rows, S=layer.s, PW=layer.s - 1 - layer.pad_w)
+    return dict(MODE="output", FLIP=True, KB=_largest_divisor(layer.c, budget), QW=qw, ROWS=rows, S=layer.s,
+                PW=layer.s - 1 - layer.pad_w, TAIL=_has_tail(qw, rows, layer.h, layer.w, layer.out_w))
 
 
 def weight_chunks(layer: ConvLayer, block: dict) -> int:

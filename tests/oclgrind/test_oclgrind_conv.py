@@ -25,6 +25,7 @@ LAYERS = [
     ((1, 3, 6, 7), (2, 3, 2, 3), (2, 1), (0, 1), (1, 2), 1),
     ((1, 2, 4, 4), (3, 2, 3, 3), 1, 2, 1, 1),   # some windows lie entirely in the padding
     ((1, 8, 4, 5), (2, 8, 3, 3), 1, 1, 1, 1),   # 8 input channels: Winograd's vector filter transform
+    ((2, 3, 4, 8), (4, 3, 3, 3), 1, 1, 1, 1),   # rows of whole vectors: direct_blocked without bounds tests
 ]
 TOLERANCES = {"winograd": (1e-4, 5e-4)}
 
