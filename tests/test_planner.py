@@ -264,7 +264,7 @@ def test_damaged_plan_store_is_ignored_with_a_warning(tmp_path):
     assert json.loads(store.read_text())
 
 
-def test_plan_context_includes_version_tuning_and_strategy_set(device, monkeypatch):
+def test_plan_context_includes_version_kernels_tuning_and_strategy_set(device, monkeypatch):
     names = tuple(strategies())
     base = planner.plan_context(device, names)
     assert planner.plan_context(device, names + ("toy",)) != base
@@ -272,6 +272,10 @@ def test_plan_context_includes_version_tuning_and_strategy_set(device, monkeypat
     assert planner.plan_context(device, names) != base
     monkeypatch.undo()
     monkeypatch.setattr(nc, "__version__", "999.0")
+    assert planner.plan_context(device, names) != base
+    monkeypatch.undo()
+    # an edited kernel template is measured again, not ranked by its predecessor's times
+    monkeypatch.setattr("netcl.runtime.kernels.templates_digest", lambda: "edited")
     assert planner.plan_context(device, names) != base
 
 

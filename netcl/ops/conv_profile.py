@@ -15,7 +15,6 @@ the fitted coefficients (netcl.ops.conv_cost.fit).
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import threading
 
@@ -35,22 +34,12 @@ _profiles = DeviceMemo("conv device profiles")
 _lock = threading.RLock()
 
 
-@functools.lru_cache(maxsize=1)
-def _gemm_source_hash() -> str:
-    """The GEMM kernel's source as this process first read it (read once: the calibration describes the
-    GEMM a process runs, and an edit of the file during a long run must not orphan its measurements)."""
-    from ..runtime.kernels import kernels_dir
-    try:
-        return hashlib.sha256((kernels_dir() / "gemm.cl").read_bytes()).hexdigest()
-    except OSError:
-        return ""
-
-
 def context(device) -> str:
-    """What a stored calibration is valid for: netcl's version, the GEMM kernel's source and the device's
-    kernel tuning."""
+    """What a stored calibration is valid for: netcl's version, the kernel templates' sources (the GEMM's and
+    every strategy's: the calibration is their measured times) and the device's kernel tuning."""
     from .. import __version__
-    blob = "|".join((__version__, str(CALIBRATION_VERSION), db.identity(device), _gemm_source_hash()))
+    from ..runtime.kernels import templates_digest
+    blob = "|".join((__version__, str(CALIBRATION_VERSION), db.identity(device), templates_digest()))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

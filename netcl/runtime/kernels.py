@@ -10,6 +10,7 @@ Binaries are written off the critical path (netcl.runtime.binaries says why and 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sys
@@ -54,6 +55,20 @@ def kernels_dir() -> Path:
             return candidate
     raise DeviceError(f"netcl's kernel templates are missing (looked in {here / 'kernels'} and "
                       f"{here.parent / 'kernels'}); reinstall netcl")
+
+
+@functools.lru_cache(maxsize=1)
+def templates_digest() -> str:
+    """A hash of every kernel template as this process first read them. Measurements of kernels (the conv
+    planner's plans and calibration) carry it, so an edited kernel is measured again instead of being
+    ranked by its predecessor's times; read once, so an edit during a long run orphans nothing."""
+    digest = hashlib.sha256()
+    try:
+        for path in sorted(kernels_dir().glob("*.cl")):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    except (OSError, DeviceError):
+        return ""
+    return digest.hexdigest()[:16]
 
 
 _lookup: TemplateLookup | None = None
