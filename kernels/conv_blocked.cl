@@ -147,7 +147,9 @@ void conv_blocked_output(
     const int qb = get_global_id(0) * ${QW}, p0 = get_global_id(1) * ${ROWS};
     const int blocks = CO / ${KB};
     const int n = get_global_id(2) / blocks, k0 = (get_global_id(2) - n * blocks) * ${KB};
+% if TAIL:
     const int full = qb + ${QW} <= W_IN;
+% endif
 % if FLIP:
     const long w_k = (long)R * ${S}, w_c = (long)CO * R * ${S};  /* w[c_in][k_out][R-1-r][S-1-s] */
 % else:
@@ -219,7 +221,9 @@ void conv_blocked_weight(
         for (int p0 = 0; p0 < P; p0 += ${ROWS}) {
             const int h0 = p0 + r - PH;
             for (int qb = 0; qb < Q; qb += ${QW}) {
+% if TAIL:
                 const int full = qb + ${QW} <= W_IN, full_g = qb + ${QW} <= Q;
+% endif
 ${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
 % if TAIL:
                 /* output-gradient lanes past the tensor stay 0, so their input lanes add nothing */
