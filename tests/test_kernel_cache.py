@@ -110,6 +110,18 @@ def test_binaries_are_written_by_save_binaries_not_during_the_build(tmp_path, mo
     assert len(binaries(tmp_path)) == 1 and binary_cache.pending() == 0
 
 
+def test_discarded_programs_get_no_binary(tmp_path, monkeypatch, device):
+    """What a search built and threw away (the GEMM tuner's candidates) is not written at exit."""
+    import time
+    from netcl.runtime import binaries as binary_cache
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path))
+    kernels.save_binaries()
+    source = f"__kernel void candidate(__global float* x) {{ x[0] = 2.0f; }}\n// {time.time_ns()}"
+    kernels.build_program(device, source)
+    assert binary_cache.discard_unsaved() >= 1 and binary_cache.pending() == 0
+    assert kernels.save_binaries() == 0 and not binaries(tmp_path)
+
+
 # A kernel with a fixed work-group size, launched many times without waiting, and the program's binary
 # fetched while launches may still be queued: PoCL 3.1 aborted the process when the fetch overlapped a
 # launch (the background binary writer did that). Run in a child process, since the failure is an abort.

@@ -58,6 +58,26 @@ def test_unknown_device_gets_builtin_defaults(tmp_cache):
     assert db.source(fake_cpu, "nothing") == "none"
 
 
+@pytest.mark.parametrize("lanes, expected", [(16, 16), (8, 8), (4, 4), (1, 8), (0, 8)])
+def test_builtin_cpu_tiles_take_the_devices_vector_width(tmp_cache, lanes, expected):
+    """The built-in CPU tile for large products keeps its shape in vectors and takes the device's own width
+    (AVX-512: 16 floats); a device that reports no usable width keeps 256-bit vectors; a tuned entry is
+    used as stored."""
+    identity = f"Fake Platform|Fake CPU with {lanes} lanes|0.0|OpenCL 1.2"  # parameters are memoized per identity
+    fake_cpu = types.SimpleNamespace(identity=identity, kind="cpu",
+                                     native_vector_width={"float32": lanes, "float64": lanes // 2})
+    builtin = db.BUILTIN["cpu"]["gemm"]["float32"]
+    p = gemm_module.params_for(fake_cpu, np.float32, 300, 300, 300)
+    assert p["VW"] == expected and (p["MR"], p["NV"]) == (builtin["MR"], builtin["NV"])
+    assert gemm_module.params_for(fake_cpu, np.float32, 64, 10, 500)["VW"] == 8  # small classes: 256-bit tiles
+    tuned = {**builtin, "VW": 4, "MR": 3}
+    db.store(identity, "gemm", tuned, key="float32/large")
+    p = gemm_module.params_for(fake_cpu, np.float32, 300, 300, 300)
+    assert (p["VW"], p["MR"]) == (4, 3)
+    gpu = types.SimpleNamespace(identity="Other|gpu|1|x", kind="gpu", native_vector_width={"float32": 16})
+    assert gemm_module.params_for(gpu, np.float32, 300, 300, 300)["VW"] == db.BUILTIN["any"]["gemm"]["float32"]["VW"]
+
+
 @pytest.mark.parametrize("content", ["{not json", "[1, 2, 3]", '{"devices": {"x": 5}}'])
 def test_damaged_file_is_ignored_with_a_warning(tmp_cache, content):
     db.store(FAKE, "mec", {"T": 3})
@@ -110,7 +130,7 @@ def test_tuner_rejects_wrong_results(device, tmp_cache):
 def test_tuner_stores_winners(device, tmp_cache, monkeypatch):
     small = {"large": [(40, 48, 40)], "small_k": [(24, 40, 8)], "small_mn": [(8, 40, 120)], "tiny": [(4, 10, 50)]}
     monkeypatch.setattr(tuner, "QUICK_SHAPES", small)
-    monkeypatch.setattr(tuner, "_tiles", lambda dtype, quick: [{"MR": 2, "VW": 4, "NV": 1}])
+    monkeypatch.setattr(tuner, "_tiles", lambda dtype, quick, lanes=None: [{"MR": 2, "VW": 4, "NV": 1}])
     monkeypatch.setattr(tuner, "_groups", lambda quick: [{"WG_M": 2, "WG_N": 1, "ORDER": "mn"}])
     monkeypatch.setattr(tuner, "_extras", lambda quick: [{"PACK_B": 0, "PACK_A": 0, "KU": 1}])
     result = tuner.run_cli(types.SimpleNamespace(quick=True, json=True))

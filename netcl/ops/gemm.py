@@ -84,8 +84,31 @@ def params_for(device, dtype, M: int, N: int, K: int, batch: int = 1) -> dict:
     return dict(p)
 
 
+def native_lanes(device, dtype) -> int:
+    """Lanes of the device's native vector for ``dtype``, in which register tiles are counted: what a CPU
+    reports (16 floats on AVX-512, 8 on AVX2). A device that reports one lane (a GPU, whose vectors are
+    its work-items) or an unusual width counts in 256-bit registers."""
+    name = np.dtype(dtype).name
+    default = 8 if name == "float32" else 4
+    reported = int(getattr(device, "native_vector_width", {}).get(name, 0) or 0)
+    if getattr(device, "kind", "cpu") != "cpu" or reported not in (4, 8, 16):
+        return default
+    return reported
+
+
 def _lookup_params(device, name: str, cls: str) -> dict:
-    p = db.lookup(device, "gemm", f"{name}/{cls}") or db.lookup(device, "gemm", name) or {}
+    p, key = {}, name
+    for key in (f"{name}/{cls}", name):
+        p = db.lookup(device, "gemm", key) or {}
+        if p:
+            break
+    if p and cls == "large" and device.kind == "cpu" and db.source(device, "gemm", key) == "builtin":
+        # The built-in CPU tiles were measured on 256-bit vectors. For large products an untuned device
+        # keeps the tile's shape in vectors at its own vector's width (AVX-512 on a Zen 5: 1024² 148 ->
+        # 370 GFLOP/s). Smaller classes stay at 256 bits: their time is launches and edges, and PoCL
+        # takes twice as long to compile a 16-lane tile (0.6 s against 0.3 s at a first launch), which
+        # a cold first step pays once per class.
+        p["VW"] = native_lanes(device, name)
     try:
         return normalize(p)
     except ValueError as exc:

@@ -67,6 +67,16 @@ def pending() -> int:
         return len(_unsaved)
 
 
+def discard_unsaved() -> int:
+    """Forget the programs waiting for their binary to be written; returns how many. A search that built
+    a hundred candidates (`netcl tune gemm`) would otherwise spend minutes at exit writing binaries of
+    losers (each costs PoCL a second compilation); the next process rebuilds the few it uses."""
+    with _lock:
+        count = len(_unsaved)
+        _unsaved.clear()
+    return count
+
+
 def _write(path: Path, program: cl.Program) -> bool:
     try:
         payload = program.get_info(cl.program_info.BINARIES)[0]
