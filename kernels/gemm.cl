@@ -121,7 +121,10 @@ __kernel void gemm_pack_b(const int K, const int N, const int batch,
 }
 
 // B with unit stride along K (a transposed B): one work-item per 16 k of one panel reads 16-element runs
-// of NR rows and writes 16 rows of NR packed columns, so both sides touch whole cache lines.
+// of NR rows and writes them as a 16 x NR block of packed rows. The block is written in place, column by
+// column, not staged in a private tile: it is 16·NR elements of one cache-resident region either way,
+// and PoCL replicates a private tile per work-item of its chosen work-group (a 16x48 float tile and a
+// K = 8192 grid overflowed its worker's stack: a segfault in LeNet's backward pass at batch 128).
 __kernel void gemm_pack_bt(const int K, const int N, const int batch,
     __global const ${T}* B, const long b_off, const long b_cs, const long b_bs, __global ${T}* Bp)
 {
@@ -132,16 +135,12 @@ __kernel void gemm_pack_bt(const int K, const int N, const int batch,
     const int n0 = p * ${NR};
     __global const ${T}* src = B + b_off + b * b_bs + k0;
     __global ${T}* dst = Bp + (((long)b * panels + p) * K + k0) * ${NR};
-    ${T} tile[16][${NR}];
     for (int c = 0; c < ${NR}; ++c) {
         __global const ${T}* row = src + (long)${lesser('n0 + c', 'N - 1')} * b_cs;
         const int live = n0 + c < N;
-        for (int kk = 0; kk < 16; ++kk)
-            tile[kk][c] = (live && kk < kn) ? row[kk] : (${T})0;
+        for (int kk = 0; kk < kn; ++kk)
+            dst[kk * ${NR} + c] = live ? row[kk] : (${T})0;
     }
-    for (int kk = 0; kk < kn; ++kk)
-        for (int c = 0; c < ${NR}; ++c)
-            dst[kk * ${NR} + c] = tile[kk][c];
 }
 % endif
 

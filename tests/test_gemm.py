@@ -133,6 +133,17 @@ def test_large_k_and_m(rng, device, canaries):
         assert_close(out.to_host(), ref, 1e-5, f"{M}x{N}x{K}")
 
 
+@pytest.mark.parametrize("vw,nv", [(16, 2), (16, 3), (8, 3)])
+def test_wide_panels_of_a_transposed_b_with_long_k(vw, nv, rng, device, canaries):
+    """gemm_pack_bt with 32-48 columns a panel over a long K (LeNet's conv2 weight gradient at batch 128:
+    50x500x8192): a private 16xNR staging tile overflowed PoCL's worker stack and crashed the process."""
+    M, N, K = 50, 500, 8192  # 512 work-items along K: PoCL chose a large work-group
+    a, b, ref = _operands(rng, M, N, K, False, True)
+    out = gemm(nc.Tensor.from_host(a, device), nc.Tensor.from_host(b, device), trans_b=True,
+               params={"MR": 6, "VW": vw, "NV": nv, "WG_M": 8, "PACK_B": 1, "ORDER": "mn"})
+    assert_close(out.to_host(), ref, 1e-5, f"{M}x{N}x{K} VW={vw} NV={nv}")
+
+
 def test_empty_k(device, canaries):
     a = nc.Tensor.from_host(np.zeros((4, 0), np.float32), device)
     b = nc.Tensor.from_host(np.zeros((0, 6), np.float32), device)

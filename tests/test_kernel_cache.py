@@ -43,6 +43,26 @@ def test_every_template_renders_with_defaults():
             assert "__kernel" in source, path.name
 
 
+def test_a_template_edited_within_a_second_is_compiled_again(tmp_path, monkeypatch, request):
+    """Mako's compiled templates on disk are keyed by the templates' content: its own staleness test
+    compares whole-second mtimes and kept running an edited template's old code."""
+    folder = tmp_path / "templates"
+    folder.mkdir()
+    template = folder / "probe.cl"
+    template.write_text("old ${x}")
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(kernels, "kernels_dir", lambda: folder)
+    request.addfinalizer(kernels.templates_digest.cache_clear)
+    for text in ("old", "new"):
+        if text == "new":
+            stamp = template.stat().st_mtime
+            template.write_text("new ${x}")
+            os.utime(template, (stamp, stamp))  # the same second as the first compilation
+        monkeypatch.setattr(kernels, "_lookup", None)  # what a new process starts with
+        kernels.templates_digest.cache_clear()
+        assert kernels.render("probe.cl", x=1) == f"{text} 1"
+
+
 def test_disk_cache_cold_then_warm(tmp_path):
     cold = run_process(tmp_path)
     assert cold["source_builds"] >= 1 and cold["binary_loads"] == 0

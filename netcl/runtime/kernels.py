@@ -87,9 +87,10 @@ def render(template_name: str, **params) -> str:
     global _lookup
     if _lookup is None:
         # Mako's compiled templates are kept on disk: compiling the eleven templates of a LeNet step cost
-        # 0.3-0.6 s of every process's first step, the largest part of a warm start. Per template folder
-        # (two installs may differ); Mako recompiles a module older than its template.
-        folder = hashlib.sha256(str(kernels_dir()).encode()).hexdigest()[:16]
+        # 0.3-0.6 s of every process's first step, the largest part of a warm start. Kept per content of
+        # the templates, not per folder: Mako's own staleness test compares whole-second mtimes, so a
+        # template edited within a second of its compilation ran the old kernel in every later process.
+        folder = hashlib.sha256(f"{kernels_dir()}|{templates_digest()}".encode()).hexdigest()[:16]
         modules = str(cache_path("templates", folder, "x").parent) if cache_enabled() else None
         _lookup = TemplateLookup(directories=[str(kernels_dir())], strict_undefined=True, module_directory=modules)
     try:
