@@ -163,6 +163,9 @@ def test_training_measures_its_plan_over_the_first_steps_and_a_later_process_reu
         assert_close(y.to_host(), conv2d_ref(x, w, padding=(1, 1)), 1e-4)  # every candidate's result is used
         if step == 0:
             assert db.lookup(device, "conv_plans", f"{layer.signature()}|forward") is None  # no measuring yet
+        if step == 1:
+            assert conv_online.measuring(device) == 3  # what a benchmark's warm-up waits for
+    assert conv_online.measuring(device) == 0
     entry = db.lookup(device, "conv_plans", f"{layer.signature()}|forward")
     assert entry["mode"] == "training" and len(entry["measured_ms"]) >= 2 and heuristic in entry["measured_ms"]
     assert entry["cost_s"] >= 0 and entry["runs"] == conv_online.RUNS * len(entry["measured_ms"])

@@ -114,6 +114,12 @@ def _finish(trial: Trial, layer: ConvLayer, pass_: str, device, planner) -> None
         _totals["runs"] += runs
 
 
+def measuring(device) -> int:
+    """How many layer-passes on ``device`` have begun measuring their candidates and not finished (a
+    benchmark warms up until none has: trial runs in its timed rounds cost LeNet a third of its speed)."""
+    return sum(1 for trial in _trials.values(device) if not trial.done and trial.calls > 0)
+
+
 def stats() -> dict:
     """{trials_done, cost_s, runs} of this process: layer-passes measured in training, the time it cost
     beyond the winners' and the trial runs made (the training loop reports them with its metrics)."""

@@ -54,6 +54,12 @@ class DeviceMemo:
                 table[key] = make()
             return table[key]
 
+    def values(self, device) -> list:
+        """The values held for ``device`` (a snapshot)."""
+        with self._lock:
+            table = self._table(device, create=False)
+            return list(table.values()) if table else []
+
     def pop(self, device, key, default=None):
         with self._lock:
             table = self._table(device, create=False)
