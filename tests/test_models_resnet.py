@@ -46,7 +46,7 @@ def _batch(rng, n=3, c=3, size=8):
 
 
 def test_resnet8_training_step_against_float64_reference(device, rng):
-    model = nc.models.resnet8(device=device)
+    model = nc.models.resnet8(seed=int(rng.integers(2**31)), device=device)  # replayable from the test's seed
     state = {k: v.to_host() for k, v in model.state_dict().items()}
     x_h, t_h = _batch(rng)
     loss = nc.nn.CrossEntropyLoss()(model(nc.tensor(x_h, device=device)), nc.tensor(t_h, device=device))
@@ -72,10 +72,15 @@ def test_resnet8_training_step_against_float64_reference(device, rng):
         picks = [np.unravel_index(i, grad.shape) for i in rng.choice(grad.size, size=min(2, grad.size),
                                                                      replace=False)]
         picks.append(np.unravel_index(np.argmax(np.abs(grad)), grad.shape))
+        # Central differences at two steps: where they disagree, a ReLU kink or a max-pool tie lies within
+        # the step and the difference quotient is no derivative, so that pick is not judged.
         numeric = np.array([(ref_of(key, i, 1e-5) - ref_of(key, i, -1e-5)) / 2e-5 for i in picks])
+        finer = np.array([(ref_of(key, i, 2e-6) - ref_of(key, i, -2e-6)) / 4e-6 for i in picks])
         ours = np.array([grad[i] for i in picks])
         scale = np.abs(grad).max()
-        assert np.max(np.abs(ours - numeric)) <= 2e-3 * scale + 1e-6, (key, ours, numeric)
+        smooth = np.abs(numeric - finer) <= 2e-4 * scale + 1e-7
+        assert smooth.sum() >= 2, (key, numeric, finer)
+        assert np.max(np.abs(ours - numeric)[smooth]) <= 2e-3 * scale + 1e-6, (key, ours, numeric)
 
 
 def test_eval_folds_batch_norm_and_matches_reference(device, rng):
