@@ -130,7 +130,7 @@ def test_tuner_rejects_wrong_results(device, tmp_cache):
 def test_tuner_stores_winners(device, tmp_cache, monkeypatch):
     small = {"large": [(40, 48, 40)], "small_k": [(24, 40, 8)], "small_mn": [(8, 40, 120)], "tiny": [(4, 10, 50)]}
     monkeypatch.setattr(tuner, "QUICK_SHAPES", small)
-    monkeypatch.setattr(tuner, "_tiles", lambda dtype, quick, lanes=None: [{"MR": 2, "VW": 4, "NV": 1}])
+    monkeypatch.setattr(tuner, "_tiles", lambda lanes, quick: [{"MR": 2, "VW": 4, "NV": 1}])
     monkeypatch.setattr(tuner, "_groups", lambda quick: [{"WG_M": 2, "WG_N": 1, "ORDER": "mn"}])
     monkeypatch.setattr(tuner, "_extras", lambda quick: [{"PACK_B": 0, "PACK_A": 0, "KU": 1}])
     result = tuner.run_cli(types.SimpleNamespace(quick=True, json=True))

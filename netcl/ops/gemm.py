@@ -97,7 +97,6 @@ def native_lanes(device, dtype) -> int:
 
 
 def _lookup_params(device, name: str, cls: str) -> dict:
-    p, key = {}, name
     for key in (f"{name}/{cls}", name):
         p = db.lookup(device, "gemm", key) or {}
         if p:

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from ..runtime import binaries
 from . import db
 
 SHAPES = {
@@ -40,12 +41,12 @@ def calls_per_sample(flop: float) -> int:
     return max(1, min(64, int(3e7 // max(flop, 1.0))))
 
 
-def _tiles(dtype: str, quick: bool, lanes: int | None = None):
+def _tiles(lanes: int, quick: bool):
     """Register tiles (MR rows x NV native vectors). A CPU with 32 vector registers (AVX-512) wants 16-24
     accumulators, one with 16 (AVX2) 8-12: both kinds are tried and the device's measurement decides,
     so no tile count is assumed from the instruction set (a 256-bit-only search left AVX-512 at half
     speed: 1024² 148 GFLOP/s with 4x(8x3), 426 with 8x(16x2) on the same Zen 5)."""
-    native = lanes or (8 if dtype == "float32" else 4)
+    native = lanes  # netcl.ops.gemm.native_lanes of the device and dtype
     tiles = [(4, native, 2), (6, native, 2), (8, native, 2), (4, native, 3), (3, native, 4), (8, native, 1),
              (2, native, 4)]
     if not quick:
@@ -154,7 +155,7 @@ def tune_class(device, dtype: str, cls: str, quick: bool, log=print) -> dict:
     best = normalize(current)
     best_score = trial(best) or 0.0
     lanes = native_lanes(device, dtype)
-    stages = [_tiles(dtype, quick, lanes), _groups(quick), _extras(quick)]
+    stages = [_tiles(lanes, quick), _groups(quick), _extras(quick)]
     if not quick:
         stages.append(_local_variants(dtype))
     base = {"MR": 4, "VW": lanes, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1, "PACK_A": 0,
@@ -203,20 +204,23 @@ def run_cli(args) -> dict:
     log(f"tuning gemm on {device.describe()}{' (quick)' if quick else ''}")
     start = time.perf_counter()
     results = {}
-    for dtype, cls in plan:
-        log(f"{dtype}/{cls}:")
-        found = tune_class(device, dtype, cls, quick, log)
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        entry = {**found["params"], "gflops": found["gflops"], "rates": found["rates"], "tuned_at": stamp,
-                 "quick": quick}
-        db.store(device, "gemm", entry, key=f"{dtype}/{cls}")
-        if cls == "large":
-            db.store(device, "gemm", entry, key=dtype)
-        results[f"{dtype}/{cls}"] = found
-        log(f"  -> {_fmt(found['params'])}: {found['gflops']:.1f} GFLOP/s")
+    try:
+        for dtype, cls in plan:
+            log(f"{dtype}/{cls}:")
+            found = tune_class(device, dtype, cls, quick, log)
+            stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            entry = {**found["params"], "gflops": found["gflops"], "rates": found["rates"], "tuned_at": stamp,
+                     "quick": quick}
+            db.store(device, "gemm", entry, key=f"{dtype}/{cls}")
+            if cls == "large":
+                db.store(device, "gemm", entry, key=dtype)
+            results[f"{dtype}/{cls}"] = found
+            log(f"  -> {_fmt(found['params'])}: {found['gflops']:.1f} GFLOP/s")
+    finally:
+        # the losing candidates' binaries, also after an interrupted search: writing them at exit
+        # took 2.5 min of PoCL's time; the next process rebuilds the few programs it uses
+        binaries.discard_unsaved()
     elapsed = time.perf_counter() - start
-    from ..runtime import binaries
-    binaries.discard_unsaved()  # the candidates' binaries: writing them at exit took 2.5 min of PoCL's time
     log(f"stored in {db.db_path()} ({elapsed:.0f} s)")
     return {"tuned": "gemm", "device": device.describe(), "device_identity": device.identity,
             "database": str(db.db_path()), "seconds": round(elapsed, 1), "results": results,
