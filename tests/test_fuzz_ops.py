@@ -54,13 +54,13 @@ def _view_of(host: np.ndarray, rng, device):
 _candidates: dict = {}
 
 
-def _tuner_candidates(dtype):
+def _tuner_candidates(device, dtype):
     if dtype not in _candidates:
         import sys
         from pathlib import Path
         sys.path.insert(0, str(Path(__file__).parent / "oclgrind"))
         from test_oclgrind_gemm import tuner_candidates
-        _candidates[dtype] = tuner_candidates(dtype)
+        _candidates[dtype] = tuner_candidates(device, dtype)
     return _candidates[dtype]
 
 
@@ -71,7 +71,7 @@ def make_gemm(rng, device) -> dict:
             "alpha": float(rng.choice([1.0, -0.5, 2.0])), "beta": float(rng.choice([0.0, 0.0, 1.0, -1.5])),
             "batch": int(rng.choice([0, 0, 0, 2, 3])), "dtype": dt, "params": None}
     if rng.random() < 0.15:  # each is a kernel build; tests/oclgrind runs every candidate anyway
-        options = [p for p in _tuner_candidates(dt) if p["WG_M"] * p["WG_N"] <= device.max_work_group_size]
+        options = [p for p in _tuner_candidates(device, dt) if p["WG_M"] * p["WG_N"] <= device.max_work_group_size]
         case["params"] = options[int(rng.integers(len(options)))]
     return case
 

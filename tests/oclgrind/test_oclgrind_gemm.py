@@ -24,24 +24,22 @@ from util import assert_close
 pytestmark = pytest.mark.oclgrind
 
 
-def tuner_candidates(dtype: str) -> list[dict]:
-    """Normalized, de-duplicated parameter sets the tuner (or the built-in table) can choose for dtype."""
+def tuner_candidates(device, dtype: str) -> list[dict]:
+    """Normalized, de-duplicated parameter sets the tuner (or the built-in table) can choose for dtype: the
+    tiles counted in this device's lanes and in AVX-512's (a CPU's widest), each meeting the groups and
+    extras in turn."""
     from netcl.tuning import gemm as tuner
+    lane_counts = sorted({gemm_mod.native_lanes(device, dtype), 16 if dtype == "float32" else 8})
+    stages = [[t for lanes in lane_counts for t in tuner._tiles(lanes, False)], tuner._groups(False),
+              tuner._extras(False)]
+    longest = max(len(s) for s in stages)
     found = []
-    if hasattr(tuner, "candidates"):
-        found += list(tuner.candidates(dtype))
-    else:
-        stages = [getattr(tuner, name)(*args) for name, args in (
-            ("_tiles", (dtype, False)), ("_groups", (False,)), ("_extras", (False,))) if hasattr(tuner, name)]
-        if stages:
-            longest = max(len(s) for s in stages)
-            for i in range(longest):
-                merged = {}
-                for stage in stages:
-                    merged.update(stage[i % len(stage)])
-                found.append(merged)
-        if hasattr(tuner, "_local_variants"):
-            found += list(tuner._local_variants(dtype))
+    for i in range(longest):
+        merged = {}
+        for stage in stages:
+            merged.update(stage[i % len(stage)])
+        found.append(merged)
+    found += list(tuner._local_variants(dtype))
     for kind in db.BUILTIN.values():
         entry = kind.get("gemm", {}).get(dtype)
         if entry:
@@ -77,7 +75,7 @@ def _check(device, rng, dtype, M, N, K, ta, tb, params, beta=0.0):
 def test_every_tuner_candidate(dtype, device, rng):
     if dtype == "float64" and not device.has_fp64:
         pytest.skip("no float64 on this device")
-    configs = [p for p in tuner_candidates(dtype) if p["WG_M"] * p["WG_N"] <= device.max_work_group_size]
+    configs = [p for p in tuner_candidates(device, dtype) if p["WG_M"] * p["WG_N"] <= device.max_work_group_size]
     assert configs, "the tuner exposes no GEMM candidates"
     for i, params in enumerate(configs):
         # each configuration meets every transpose combination on one ragged shape, and beta ≠ 0 once
