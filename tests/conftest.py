@@ -14,7 +14,7 @@ import pytest
 
 import netcl as nc
 from netcl import dtypes
-from netcl.runtime import memory
+from netcl.runtime import first_step, memory
 from netcl.runtime.device import resolve_device
 from netcl.tensor import Tensor, _check_shape
 
@@ -23,6 +23,10 @@ from netcl.tensor import Tensor, _check_shape
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [_REPO_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _REPO_ROOT])
+
+# Tests check the kernels a process keeps running: products borrowing another's kernel during a cold
+# first step are the subject of tests/test_first_step.py alone (and of the fresh-process runs).
+first_step.end()
 
 GUARD = 37  # elements on each side; odd so that guarded tensors are misaligned for vector loads
 SENTINEL = {np.dtype(np.float32): np.float32(-7.654321e29), np.dtype(np.float64): np.float64(-7.654321e29),

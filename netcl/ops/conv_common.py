@@ -173,6 +173,10 @@ class ConvStrategy:
 
     name = "?"
     fuses_bias = False
+    # Whether kernels built for one layer serve every other (the layer's geometry is a run-time argument,
+    # not a template parameter): the cold first step prefers such a strategy once it has run
+    # (netcl.ops.conv_online), since it builds nothing more.
+    kernels_serve_any_layer = False
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..runtime import memory
+from ..runtime import first_step, memory
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import ConvLayer, ConvStrategy, CostTerms, tensor_bytes
@@ -62,8 +62,11 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, ti
         return out
     tm, tn, tk = tile or choose_tile(layer, pass_)
     rows, cols, _ = gemm_dims(layer, pass_)
-    kernel = get_kernel(a.device, "implicit_gemm.cl", f"igemm_{pass_}", T=dtypes.c_type(a.dtype), MODE=pass_,
-                        TM=tm, TN=tn, TK=tk, BIAS=bias is not None)
+    params = dict(T=dtypes.c_type(a.dtype), MODE=pass_, TM=tm, TN=tn, TK=tk, BIAS=bias is not None)
+    if tile is None:  # any row tile computes the pass: the cold step takes one already built
+        params = first_step.variant(a.device, "implicit_gemm.cl", f"igemm_{pass_}", params, free=("TM",))
+        tm = params["TM"]
+    kernel = get_kernel(a.device, "implicit_gemm.cl", f"igemm_{pass_}", **params)
     slices = layer.groups * (layer.stride_h * layer.stride_w if pass_ == "backward_data" else 1)
     bias_arg = bias if bias is not None else out  # not read without BIAS
     launch(a.device, kernel, (-(-cols // tn), -(-rows // tm), slices), (1, 1, 1),
@@ -89,6 +92,7 @@ def tile_efficiency(layer: ConvLayer, pass_: str, units: int) -> float:
 
 class ImplicitGemmStrategy(ConvStrategy):
     name = "implicit_gemm"
+    kernels_serve_any_layer = True  # the geometry is a buffer argument; any row tile serves (run_pass)
 
     def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
         """One tiled product in its own kernel (the padding and idle units it wastes counted as flops),

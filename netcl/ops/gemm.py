@@ -13,7 +13,6 @@ dtype and shape class, falling back to the built-in table for the device kind.
 """
 from __future__ import annotations
 
-import math
 import threading
 import warnings
 
@@ -21,19 +20,18 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import DTypeError, ShapeError
-from ..runtime import memory
+from ..runtime import first_step, memory
 from ..runtime.device import resolve_device
 from ..runtime.kernels import VARYING, PreparedLaunch, get_kernel
 from ..tensor import Tensor
 from ..tuning import db
+from . import gemm_standin
+from .gemm_packing import TINY_PRODUCT_FLOP, packing
 
 # The template's parameters and their defaults (kernels/gemm.cl documents each).
 DEFAULT_PARAMS = {"MR": 4, "VW": 8, "NV": 2, "WG_M": 1, "WG_N": 1, "KU": 1, "LOCAL": 0, "KC": 16, "PACK_A": 0,
                   "PACK_B": 0, "ORDER": "nm"}
 PARAM_NAMES = tuple(DEFAULT_PARAMS)
-# A product this small runs in about the time of one launch on PoCL (~20 µs): it has its own tuning
-# class, and packing an operand (one more launch) would double its time.
-TINY_PRODUCT_FLOP = 4_000_000
 
 
 def normalize(params: dict) -> dict:
@@ -119,19 +117,8 @@ def _lookup_params(device, name: str, cls: str) -> dict:
 # Packing buffers, kept per device and grown on demand: a fresh multi-megabyte buffer per call costs
 # page faults comparable to the product itself on a CPU device. Reuse is safe because every launch
 # goes to the device's one in-order queue, so a later pack cannot overtake an earlier product.
-_SMALL_OPERAND_BYTES = 32 * 1024
 _workspaces: dict[tuple[int, str], tuple[object, int]] = {}
 _workspace_lock = threading.Lock()
-
-
-def _set_conflicts(k: int, row_bytes: int, tile_bytes: int, line: int = 64, sets: int = 64, ways: int = 8) -> bool:
-    """Whether a k-row strip of B (tile_bytes wide, rows row_bytes apart) overflows the cache sets its rows
-    map to (a typical 32 KiB 8-way L1): a stride with a large power-of-two factor reuses few sets. Such a
-    B is packed; other strips are read in place, saving the pack launch. Strips of at most 128 lines are
-    always read in place: L2 absorbs their conflicts (500x4096x50: 90 GFLOP/s in place, 60 packed)."""
-    lines = k * -(-tile_bytes // line)
-    used = sets // math.gcd(row_bytes // line, sets) if row_bytes % line == 0 else sets
-    return lines > max(used * ways // 2, 128)
 
 
 def _spread(p: dict, blocks_m: int, blocks_n: int, batch: int, units: int) -> None:
@@ -161,25 +148,6 @@ def release_workspaces() -> None:
         _workspaces.clear()
 
 
-def _packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int, b_cs: int, batch: int,
-             explicit: bool = False):
-    """(pack A?, pack B?) for one product: the single statement of the packing rules (docs/gemm.md).
-    ``explicit``: the caller passed the parameters, and PACK_A=1 then packs A whatever its size."""
-    # An operand that each tile reads once (A when N fits one panel, B when M fits one) gains nothing
-    # from a pack but its launch; one that fits in L1 is re-read from there anyway. Otherwise A read down
-    # its columns (a transposed operand) touches one cache line per k: pack it.
-    once_a = N <= p["VW"] * p["NV"] or 2 * M * N * K * batch <= TINY_PRODUCT_FLOP
-    once_b = M <= p["MR"]
-    small_a = M * K * itemsize <= _SMALL_OPERAND_BYTES or once_a
-    pack_a = ((bool(p["PACK_A"]) and (explicit or not small_a))
-              or (a_cs != 1 and M > 1 and K > 1 and not small_a))
-    direct_ok = b_cs == 1 and (K * N * itemsize <= _SMALL_OPERAND_BYTES or once_b
-                               or not _set_conflicts(K, b_rs * itemsize, p["VW"] * p["NV"] * itemsize))
-    # B must have unit stride along N: a strided B is packed whatever it costs.
-    pack_b = (bool(p["PACK_B"]) and not direct_ok) or (b_cs != 1 and N > 1)
-    return int(pack_a and K > 0), int(pack_b and K > 0)
-
-
 def packing_bytes(device, dtype, M: int, N: int, K: int, a_batches: int, b_batches: int, a_cs: int, b_rs: int,
                   b_cs: int) -> tuple[int, int]:
     """Bytes of the A and B packing buffers that gemm_batched needs for op(A) (M×K) times op(B) (K×N)
@@ -191,7 +159,7 @@ def packing_bytes(device, dtype, M: int, N: int, K: int, a_batches: int, b_batch
     if p["LOCAL"]:
         return 0, 0
     itemsize = np.dtype(dtype).itemsize
-    pack_a, pack_b = _packing(p, itemsize, M, N, K, a_cs, b_rs, b_cs, max(a_batches, b_batches))
+    pack_a, pack_b = packing(p, itemsize, M, N, K, a_cs, b_rs, b_cs, max(a_batches, b_batches))
     a_bytes = a_batches * -(-M // p["MR"]) * K * p["MR"] * itemsize if pack_a else 0
     nr = p["VW"] * p["NV"]
     b_bytes = b_batches * -(-N // nr) * K * nr * itemsize if pack_b else 0
@@ -281,36 +249,46 @@ def _plan(dev, layout: tuple, params: dict | None) -> "_Plan":
     override = None if params is None else tuple(sorted(normalize(params).items()))
     key = (id(dev), layout, override, db.generation())
     plan = _plans.get(key)
-    if plan is None:
+    if plan is None or (plan.deferred is not None and plan.deferred.due()):
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
-        plan = _plans[key] = _Plan(dev, layout, params)
+        plan = _plans[key] = _Plan(dev, layout, params, may_borrow=plan is None)
     return plan
 
 
 class _Plan:
     """The launches of one product layout: optional packs of A and B into the workspaces, then the tiled
-    product. Calling it with the operands' buffers, offsets and the scalars enqueues them."""
+    product. Calling it with the operands' buffers, offsets and the scalars enqueues them. During the cold
+    start the product may run on another layout's kernel (netcl.ops.gemm_standin); ``deferred`` then says
+    when to make the plan again with its own."""
 
-    def __init__(self, dev, layout: tuple, params: dict | None):
+    def __init__(self, dev, layout: tuple, params: dict | None, may_borrow: bool = True):
         (dtype_char, M, N, K, batch, a_batches, b_batches, a_rs, a_cs, a_bs, b_rs, b_cs, b_bs,
          c_rs, c_cs, c_bs) = layout
         dtype = np.dtype(dtype_char)
         i32, i64 = np.int32, np.int64
         self.device = dev
         self.scalar = dtype.type
+        self.deferred = None
         p = normalize(params) if params is not None else params_for(dev, dtype, M, N, K, batch)
         T = dtypes.c_type(dtype)
-        MR, NR = p["MR"], p["VW"] * p["NV"]
-        blocks_n, blocks_m = -(-N // NR), -(-M // MR)
-        self.pack_a = self.pack_b = None
         template_params = p
         if not p["LOCAL"]:
-            p["PACK_A"], p["PACK_B"] = _packing(p, dtype.itemsize, M, N, K, a_cs, b_rs, b_cs, batch,
+            p["PACK_A"], p["PACK_B"] = packing(p, dtype.itemsize, M, N, K, a_cs, b_rs, b_cs, batch,
                                                 explicit=params is not None)
             # One render for the product and its packs (one program to build): the work-group shape is a
             # launch setting here (see kernels/gemm.cl, WG_M), and the pack kernels do not read it.
             template_params = {**p, "WG_M": 1, "WG_N": 1}
+            borrowed = (gemm_standin.stand_in(dev, dtype_char, T, template_params, b_cs == 1 or N == 1)
+                        if params is None and may_borrow else None)
+            if borrowed is not None:
+                template_params, (wg_m, wg_n) = borrowed
+                p = {**template_params, "WG_M": wg_m, "WG_N": wg_n}
+                self.deferred = first_step.Deferred()
+        MR, NR = p["MR"], p["VW"] * p["NV"]
+        blocks_n, blocks_m = -(-N // NR), -(-M // MR)
+        self.pack_a = self.pack_b = None
+        if not p["LOCAL"]:
             if p["PACK_A"]:
                 panels = blocks_m
                 self.a_bytes = a_batches * panels * K * MR * dtype.itemsize
@@ -335,9 +313,12 @@ class _Plan:
                 b_bs = panels * K * NR if b_batches > 1 else 0
             elif N == 1:
                 b_cs = 1  # a single column: its stride is never used
-            _spread(p, blocks_m, blocks_n, batch, dev.compute_units)
+            if self.deferred is None:  # a borrowed kernel keeps the work-group it was compiled for
+                _spread(p, blocks_m, blocks_n, batch, dev.compute_units)
         kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **template_params)
         wg_n, wg_m = p["WG_N"], p["WG_M"]
+        if params is None and self.deferred is None:
+            gemm_standin.remember(dev, dtype_char, template_params, (wg_m, wg_n))
         if p["ORDER"] == "nm":
             grid, local = (blocks_n, blocks_m, batch), (wg_n, wg_m, 1)
         else:

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import CheckpointError, DTypeError, ShapeError
-from ..runtime import memory
+from ..runtime import first_step, memory
 from ..ops.elementwise import fill
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
@@ -92,6 +92,7 @@ class Optimizer:
                 width = fused_tensors_per_launch(items[0][0].device)
                 for start in range(0, len(items), width):
                     self._update_many(group, items[start:start + width])
+        first_step.end()  # a training step is over: builds deferred past the first one are due
 
     def _update_many(self, group, items) -> None:
         """Update [(param, contiguous grad, state dict)] of one group, dtype and device (each optimizer

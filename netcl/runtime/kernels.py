@@ -120,9 +120,9 @@ def _save_failed_source(key: str, source: str) -> str:
 
 
 def build_program(device: Device, source: str, options: tuple[str, ...] | None = None) -> cl.Program:
-    """Build (or fetch from memory or disk) a program for one device. Threads build different programs
-    at the same time (the background prefetch does); a thread asking for a program that another is
-    building waits for that build instead of repeating it. ``options``: build_options() by default."""
+    """Build (or fetch from memory or disk) a program for one device. Threads may build different
+    programs at the same time; a thread asking for a program that another is building waits for that
+    build instead of repeating it. ``options``: build_options() by default."""
     options = build_options() if options is None else tuple(options)
     memo_key = (id(device.context), _cache_key(device, source, options))
     while True:
@@ -205,6 +205,23 @@ def get_kernel(device: Device, template_name: str, kernel_name: str, options: tu
         with _lock:
             _kernels[memo] = kernel
     return kernel
+
+
+def built_variants() -> list[tuple]:
+    """(context id, template, kernel, options, sorted parameter items) of every kernel made so far."""
+    with _lock:
+        return list(_kernels)
+
+
+def is_built(device: Device, template_name: str, options: tuple[str, ...] = (), **params) -> bool:
+    """Whether a template variant's program is at hand without compiling: built in this process, or its
+    binary in the disk cache."""
+    opts = build_options(options)
+    key = _cache_key(device, render(template_name, **params), opts)
+    with _lock:
+        if (id(device.context), key) in _programs:
+            return True
+    return cache_enabled() and cache_path("kernels", key[:2], f"{key}.bin").exists()
 
 
 def round_up(n: int, multiple: int) -> int:

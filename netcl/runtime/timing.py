@@ -9,6 +9,8 @@ through :func:`sample` (one runner) or :func:`compare` (several runners in inter
   small products that way; one call between waits would time the driver's wake-up latency);
 - several runners are timed in rounds whose order rotates, so a burst of load from another process and
   the caches one runner leaves for the next hit every runner alike;
+- what is timed is what the process keeps running: timing ends the cold start's deferrals
+  (netcl.runtime.first_step), whose stand-in kernels would otherwise be timed and then replaced;
 - the statistic is named: "median" (the default: a burst must span half the samples to move it) or
   "min" (a device characteristic that load can only slow down: tuners use it).
 """
@@ -18,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from . import first_step
 
 STATISTICS = {"median": lambda v: float(np.median(v)), "min": lambda v: float(np.min(v)),
               "mean": lambda v: float(np.mean(v))}
@@ -46,6 +50,7 @@ def _check_statistic(statistic: str) -> None:
 def timed_call(fn, device, calls: int = 1, settle: bool = False) -> float:
     """Seconds per call of ``calls`` back-to-back calls of ``fn`` between two waits on ``device``'s
     queue (``settle``: one untimed call first, so the sample starts from the runner's own state)."""
+    first_step.end()
     if settle:
         fn()
     device.synchronize()
@@ -59,6 +64,7 @@ def timed_call(fn, device, calls: int = 1, settle: bool = False) -> float:
 def timed_result(fn, device):
     """(fn's result, seconds) of one call between two waits on ``device``'s queue (a benchmark that needs
     the output, or one that times a step whose result feeds the next)."""
+    first_step.end()
     device.synchronize()
     start = time.perf_counter()
     out = fn()
@@ -69,6 +75,7 @@ def timed_result(fn, device):
 def sample(fn, device, repeats: int = 5, warmup: int = 1, calls: int = 1, statistic: str = "median") -> Timing:
     """``repeats`` timed samples of ``fn`` after ``warmup`` untimed runs."""
     _check_statistic(statistic)
+    first_step.end()  # before the warm-up, which then builds the kernels the samples will run
     for _ in range(warmup):
         fn()
     return Timing([timed_call(fn, device, calls) for _ in range(repeats)], statistic)
@@ -95,6 +102,7 @@ def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_ru
     5 ms runner 1.5×.
     """
     _check_statistic(statistic)
+    first_step.end()
     results: dict[str, object] = {}
     warm: dict[str, float] = {name: 0.0 for name in runners}
     # Warm-up in interleaved rounds too: runners warmed one after the other were still 1.5-3x slow in

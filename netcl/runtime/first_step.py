@@ -1,0 +1,80 @@
+"""The cold start: what a process's first training step does not need is deferred past it.
+
+A fresh process builds every kernel it launches, and on PoCL 3.1 each program costs about 0.1 s to build
+and each kernel another 0.1-0.5 s of code generation at its first launch per work-group size
+(docs/architecture.md, "The first step"). Work that only makes later steps faster, such as a product's best
+tile when a kernel that computes the same product is already built, waits until the first step is over:
+
+- the first step ends at the first optimizer update (:func:`end`; `Optimizer.step` calls it), or when
+  anything times kernels (netcl.runtime.timing), which must time the kernels the process will keep using;
+- a process that never trains (inference only) revisits a deferred choice after :data:`PATIENCE` uses of
+  it, so it is not left on a stand-in for good.
+
+A stand-in computes the same result up to rounding (another tile sums in another order), so the first
+step's result can depend on which kernels were cached. ``NETCL_DEFER_BUILDS=0`` turns deferral off (every
+call builds its best kernel at once), and so does deterministic mode (``nc.use_deterministic``).
+"""
+from __future__ import annotations
+
+import os
+
+from ..config import deterministic_enabled
+
+PATIENCE = 8  # uses of a deferred choice before a process that never trains revisits it
+
+_first_step_over = False
+
+
+def enabled() -> bool:
+    if deterministic_enabled():
+        return False
+    return os.environ.get("NETCL_DEFER_BUILDS", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def in_progress() -> bool:
+    """Whether builds that only make later steps faster should wait."""
+    return not _first_step_over and enabled()
+
+
+def end() -> None:
+    """The first step is over: deferred builds are due at their next use."""
+    global _first_step_over
+    _first_step_over = True
+
+
+def restart() -> None:
+    """Back to a fresh process's state (tests)."""
+    global _first_step_over
+    _first_step_over = False
+
+
+class Deferred:
+    """A choice made for the cold start, to be revisited: :meth:`due` turns true at the first use after
+    the first step ends, or at the PATIENCE-th use in a process that has not trained yet."""
+
+    __slots__ = ("uses",)
+
+    def __init__(self):
+        self.uses = 0
+
+    def due(self) -> bool:
+        self.uses += 1
+        return _first_step_over or self.uses > PATIENCE or not enabled()
+
+
+def variant(device, template_name: str, kernel_name: str, params: dict, free: tuple[str, ...]) -> dict:
+    """The template parameters to launch ``kernel_name`` with: ``params``, or, during the first step when
+    that variant is neither built nor in the disk cache, those of a variant this process has built that
+    differs only in the ``free`` parameters (which the caller's launch geometry then follows)."""
+    if not in_progress():
+        return params
+    from . import kernels
+    context = id(device.context)
+    wanted = tuple(sorted(params.items()))
+    fixed = {k: v for k, v in params.items() if k not in free}
+    built = [dict(p) for ctx, template, name, options, p in kernels.built_variants()
+             if ctx == context and template == template_name and name == kernel_name and not options]
+    if any(tuple(sorted(p.items())) == wanted for p in built) or kernels.is_built(device, template_name, **params):
+        return params
+    return next((p for p in built if p.keys() == params.keys() and all(p[k] == v for k, v in fixed.items())),
+                params)
