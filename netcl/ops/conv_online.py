@@ -1,9 +1,10 @@
 """Measured plans for training, without holding up the first step.
 
 With strategy="auto", the first call of a (device, layer, pass, dtype) that has no measured plan runs the
-model's choice. The following calls of that pass run, one per call, the candidates the model cannot rule
-out (predicted within ``MARGIN``× of its best, at most ``MAX_CANDIDATES``), each ``RUNS`` times on the
-real data (the first run warms its kernels up; the rest are its samples). Once every candidate has its
+model's choice (in a process's first step, a candidate whose kernels the process already holds, if any:
+netcl.runtime.first_step). The calls after the first step run, one per call, the candidates the model
+cannot rule out (predicted within ``MARGIN``× of its best, at most ``MAX_CANDIDATES``), each ``RUNS``
+times on the real data (the first run warms its kernels up; the rest are its samples). Once every candidate has its
 samples, the fastest becomes the plan: stored per device (netcl.ops.conv2d_planner's plan store, mode
 "training"), used by every later call and process, and its timings refine the device's calibration.
 The cost of measuring (the trial runs' time beyond what the winner would have taken) is in the stored
