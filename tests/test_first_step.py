@@ -22,14 +22,13 @@ def cold(monkeypatch):
     monkeypatch.setenv("NETCL_DEFER_BUILDS", "1")
     monkeypatch.setattr(netcl_config, "_deterministic", None)
     monkeypatch.delenv("NETCL_DETERMINISTIC", raising=False)
-    monkeypatch.setattr(gemm_standin.kernels, "is_built", lambda *a, **k: False)
+    monkeypatch.setattr(kernels, "is_built", lambda *a, **k: False)
+    monkeypatch.setattr(kernels, "_kernels", {})  # no kernel made yet in this "process"
     gemm_mod._plans.clear()
-    gemm_standin._built.clear()
     first_step.restart()
     yield
     first_step.end()
     gemm_mod._plans.clear()
-    gemm_standin._built.clear()
 
 
 def _product(rng, device, M, N, K, trans_b=False):
@@ -71,7 +70,7 @@ def test_a_process_that_never_trains_revisits_a_borrowed_kernel(cold, device, rn
 
 def test_a_transposed_b_does_not_borrow_a_kernel_that_reads_b_in_place(cold, device, rng):
     _product(rng, device, 9, 11, 5)  # tiny: B read in place
-    (tp, _), = gemm_standin._built.get(device, "f")
+    (tp, _), = gemm_standin.lenders(device, "float")
     assert tp["PACK_B"] == 0
     _product(rng, device, 9, 11, 5, trans_b=True)
     assert _plan_of(device, 9, 11, 5).deferred is None
@@ -97,12 +96,10 @@ def test_an_optimizer_step_or_a_timing_ends_the_first_step(cold, device):
     assert not first_step.in_progress()
 
 
-def test_implicit_gemm_runs_a_built_row_tile_during_the_first_step(cold, device, rng, monkeypatch):
+def test_implicit_gemm_runs_a_built_row_tile_during_the_first_step(cold, device, rng):
     from netcl.ops import conv_implicit_gemm
     from netcl.ops.conv_common import ConvLayer
     from util import conv2d_ref
-    monkeypatch.setattr(kernels, "is_built", lambda *a, **k: False)
-    monkeypatch.setattr(kernels, "_kernels", {})  # no implicit-GEMM kernel made yet in this "process"
 
     def forward(k):  # rows = k output channels: 5 -> the 16-row tile, 50 -> the 64-row one
         layer = ConvLayer(n=3, c=4, h=9, w=7, k=k, r=3, s=3)
@@ -114,7 +111,7 @@ def test_implicit_gemm_runs_a_built_row_tile_during_the_first_step(cold, device,
         assert_close(out.to_host(), conv2d_ref(x, w), 1e-5, f"implicit GEMM forward, {k} channels")
 
     def row_tiles():
-        return sorted(dict(key[4])["TM"] for key in kernels.built_variants() if key[2] == "igemm_forward")
+        return sorted(dict(key[4])["TM"] for key, _ in kernels.built_variants() if key[2] == "igemm_forward")
 
     forward(5)
     forward(50)  # the cold step: the 16-row kernel serves 50 rows

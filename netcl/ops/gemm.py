@@ -279,7 +279,7 @@ class _Plan:
             # One render for the product and its packs (one program to build): the work-group shape is a
             # launch setting here (see kernels/gemm.cl, WG_M), and the pack kernels do not read it.
             template_params = {**p, "WG_M": 1, "WG_N": 1}
-            borrowed = (gemm_standin.stand_in(dev, dtype_char, T, template_params, b_cs == 1 or N == 1)
+            borrowed = (gemm_standin.stand_in(dev, T, template_params, b_cs == 1 or N == 1)
                         if params is None and may_borrow else None)
             if borrowed is not None:
                 template_params, (wg_m, wg_n) = borrowed
@@ -317,8 +317,6 @@ class _Plan:
                 _spread(p, blocks_m, blocks_n, batch, dev.compute_units)
         kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **template_params)
         wg_n, wg_m = p["WG_N"], p["WG_M"]
-        if params is None and self.deferred is None:
-            gemm_standin.remember(dev, dtype_char, template_params, (wg_m, wg_n))
         if p["ORDER"] == "nm":
             grid, local = (blocks_n, blocks_m, batch), (wg_n, wg_m, 1)
         else:

@@ -3,34 +3,37 @@
 A LeNet training step makes products of five shape classes, and each class's tile is a program of its own:
 on PoCL 3.1 five builds and six first launches, 2.5 s of a 6 s cold first step. Any tile computes any
 product, so until the first step is over (netcl.runtime.first_step) a product whose program is neither built
-nor in the disk cache borrows one this process has built (same dtype, a packing of B it can serve, the
+nor in the disk cache borrows one this process has built (same dtype, a packing of B it can serve, a
 work-group shape it was launched with, so no new code is generated), and builds its own at its first
 call after that step.
 """
 from __future__ import annotations
 
 from ..runtime import first_step, kernels
-from ..runtime.memo import DeviceMemo
-
-_built = DeviceMemo("gemm kernels built", scope="context")
 
 
-def remember(dev, dtype_char: str, template_params: dict, work_group: tuple[int, int]) -> None:
-    """A product kernel this process has built and launched with ``work_group`` (WG_M, WG_N)."""
-    if template_params["LOCAL"]:
-        return  # local-memory tiles have their own limits on the work-group; they are not lent
-    entry = (dict(template_params), tuple(work_group))
-    held = _built.get_or_make(dev, dtype_char, list)
-    if entry not in held:
-        held.append(entry)
+def lenders(dev, c_type: str) -> list[tuple[dict, tuple[int, int]]]:
+    """(template parameters without T, (WG_M, WG_N)) of every product kernel of element type ``c_type``
+    this process has launched on ``dev``'s context, once per work-group shape it ran with, oldest first.
+    Local-memory tiles are not lent: they have their own limits on the work-group."""
+    context = id(dev.context)
+    found = []
+    for (ctx, template, name, options, items), launched in kernels.built_variants():
+        params = dict(items)
+        if (ctx, template, name, options) != (context, "gemm.cl", "gemm_tiled", ()) or params.pop("T") != c_type \
+                or params["LOCAL"]:
+            continue
+        for local in sorted(launched):  # (WG_N, WG_M, 1) in "nm" grid order, (WG_M, WG_N, 1) in "mn"
+            found.append((params, (local[1], local[0]) if params["ORDER"] == "nm" else (local[0], local[1])))
+    return found
 
 
-def stand_in(dev, dtype_char: str, c_type: str, template_params: dict, b_unit_stride: bool):
+def stand_in(dev, c_type: str, template_params: dict, b_unit_stride: bool):
     """(template parameters, (WG_M, WG_N)) of a built kernel to run this product on now, or None when the
     product should build its own: after the first step, when its own is at hand, or when none fits."""
     if not first_step.in_progress():
         return None
-    held = [(tp, wg) for tp, wg in _built.get(dev, dtype_char, ()) if b_unit_stride or tp["PACK_B"]]
+    held = [(tp, wg) for tp, wg in lenders(dev, c_type) if b_unit_stride or tp["PACK_B"]]
     if not held or kernels.is_built(dev, "gemm.cl", T=c_type, **template_params):
         return None
     # a kernel with the same packing launches no pack kernel this product would not have launched

@@ -72,7 +72,7 @@ def variant(device, template_name: str, kernel_name: str, params: dict, free: tu
     context = id(device.context)
     wanted = tuple(sorted(params.items()))
     fixed = {k: v for k, v in params.items() if k not in free}
-    built = [dict(p) for ctx, template, name, options, p in kernels.built_variants()
+    built = [dict(p) for (ctx, template, name, options, p), _ in kernels.built_variants()
              if ctx == context and template == template_name and name == kernel_name and not options]
     if any(tuple(sorted(p.items())) == wanted for p in built) or kernels.is_built(device, template_name, **params):
         return params

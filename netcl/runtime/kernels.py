@@ -208,9 +208,10 @@ def get_kernel(device: Device, template_name: str, kernel_name: str, options: tu
 
 
 def built_variants() -> list[tuple]:
-    """(context id, template, kernel, options, sorted parameter items) of every kernel made so far."""
+    """((context id, template, kernel, options, sorted parameter items), work-group sizes launched) of
+    every kernel made so far."""
     with _lock:
-        return list(_kernels)
+        return [(key, frozenset(getattr(kernel, "_netcl_local_sizes", ()))) for key, kernel in _kernels.items()]
 
 
 def is_built(device: Device, template_name: str, options: tuple[str, ...] = (), **params) -> bool:
@@ -239,12 +240,14 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
         # PoCL generates a kernel's machine code for each work-group size at its first launch. With
         # other kernels queued around it that ran 1.35x slower (LeNet's cold first step: 10.9 s, against
         # 8.1 s when the queue is drained before and after), so a first launch runs on a quiet device.
-        first = device.kind == "cpu" and local_size not in kernel._netcl_local_sizes
+        new_size = local_size not in kernel._netcl_local_sizes
+        first = new_size and device.kind == "cpu"
         if first:
             device.queue.finish()
         event = kernel(device.queue, global_size, local_size, *args, wait_for=wait_for)
-        if first:
+        if new_size:
             kernel._netcl_local_sizes.add(local_size)
+        if first:
             event.wait()
         device.throttle(event)
         return event

@@ -46,12 +46,11 @@ def _tiles(lanes: int, quick: bool):
     accumulators, one with 16 (AVX2) 8-12: both kinds are tried and the device's measurement decides,
     so no tile count is assumed from the instruction set (a 256-bit-only search left AVX-512 at half
     speed: 1024² 148 GFLOP/s with 4x(8x3), 426 with 8x(16x2) on the same Zen 5)."""
-    native = lanes  # netcl.ops.gemm.native_lanes of the device and dtype
-    tiles = [(4, native, 2), (6, native, 2), (8, native, 2), (4, native, 3), (3, native, 4), (8, native, 1),
-             (2, native, 4)]
+    tiles = [(4, lanes, 2), (6, lanes, 2), (8, lanes, 2), (4, lanes, 3), (3, lanes, 4), (8, lanes, 1),
+             (2, lanes, 4)]  # lanes: netcl.ops.gemm.native_lanes of the device and dtype
     if not quick:
-        tiles += [(12, native, 2), (6, native, 3), (5, native, 2), (4, 2 * native, 1), (2, 2 * native, 2),
-                  (4, native // 2, 4), (8, native // 2, 2)]
+        tiles += [(12, lanes, 2), (6, lanes, 3), (5, lanes, 2), (4, 2 * lanes, 1), (2, 2 * lanes, 2),
+                  (4, lanes // 2, 4), (8, lanes // 2, 2)]
     return [{"MR": mr, "VW": vw, "NV": nv} for mr, vw, nv in tiles if vw <= 16]
 
 
