@@ -22,7 +22,7 @@ def test_alternate_takes_turns_and_reports_the_median_ratio():
     def reference_seconds():
         calls.append("reference")
         return next(theirs)
-    r = alternate(netcl_seconds, reference_seconds, rounds=5)
+    r = alternate(netcl_seconds, reference_seconds, rounds=5, quiet_s=0.0)
     assert calls[:4] == ["netcl", "reference", "reference", "netcl"]  # who goes first alternates
     assert r["ratio"] == 1.0  # per-round ratios 2, 1, 3, 1, 0.5
     assert r["netcl_seconds"] == 1.0 and r["reference_seconds"] == 2.0 and len(r["rounds"]) == 5
@@ -40,10 +40,10 @@ class _FakeReference:
 def test_compare_falls_back_to_netcl_alone_without_torch():
     times = iter([1.0, 5.0, 2.0])
     without = _FakeReference(has_torch=False)
-    r = compare(lambda: next(times), without, {"model": "lenet"}, rounds=3)
+    r = compare(lambda: next(times), without, {"model": "lenet"}, rounds=3, quiet_s=0.0)
     assert r == {"netcl_seconds": 2.0} and not without.requests
     with_torch = _FakeReference(has_torch=True)
-    r = compare(lambda: 1.5, with_torch, {"model": "lenet", "batch": 7}, rounds=3)
+    r = compare(lambda: 1.5, with_torch, {"model": "lenet", "batch": 7}, rounds=3, quiet_s=0.0)
     assert r["ratio"] == 2.0 and with_torch.requests == [{"model": "lenet", "batch": 7}] * 3
 
 
@@ -87,3 +87,31 @@ def test_bench_resnet_quick_reports_every_figure():
     assert all(t["forward"] > 0 for t in r["layers_ms"].values())
     assert r["ratio_to_torch"] or "PyTorch is not installed" in r["torch_note"]
     assert "ResNet-20 at 3x32x32" in out.stdout
+
+
+def test_interleave_takes_every_sample_in_the_same_rounds(device):
+    from netcl.bench.reference import interleave
+    order = []
+
+    class Recording(_FakeReference):
+        def seconds(self, **request):
+            order.append(request["model"])
+            return 0.5
+    runners = {"a": lambda: order.append("a"), "b": (lambda: order.append("b"), 3)}
+    samples = interleave(runners, device, Recording(has_torch=False), {"numpy": {"model": "ref"}}, rounds=2,
+                         warmup=1, quiet_s=0.0, wake_s=0.0)
+    assert order[:5] == ["a", "b", "b", "b", "ref"]  # the warm-up: every runner and request once
+    assert {k: len(v) for k, v in samples.items()} == {"a": 2, "b": 2, "numpy": 2}
+    assert samples["numpy"] == [0.5] * 2
+    # Each sample follows one untimed waking call; the reference goes last, then first; the order rotates.
+    assert order[5:] == ["a", "a", "b", "b", "b", "b", "ref"] + ["ref", "b", "b", "b", "b", "a", "a"]
+    with pytest.raises(ValueError, match="both sides"):
+        interleave({"numpy": runners["a"]}, device, Recording(has_torch=False), {"numpy": {}}, rounds=1)
+
+
+def test_bench_gemm_times_numpy_in_the_reference_process(device):
+    from netcl.bench import gemm as bench_gemm
+    with ReferenceProcess(python=sys.executable) as ref:
+        row = bench_gemm.measure(13, 7, 31, repeat=2, device=device, ref=ref, textbook=False)
+    assert row["rel_l2"] < 1e-5
+    assert row["numpy_gflops"] > 0 and row["netcl_pipelined_gflops"] > 0 and row["vs_numpy"] > 0

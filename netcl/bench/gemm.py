@@ -1,8 +1,9 @@
 """`netcl bench gemm [--json] [--quick]`: GFLOP/s of netcl's GEMM beside NumPy and a textbook kernel.
 
 Shapes: square 256/512/1024/2048 and the LeNet-shaped products (M x N x K). Every case is timed as the
-median of ``--repeat`` runs after a warm-up run (so kernel compilation is excluded); the runners are
-timed round-robin within each repetition, in an order that rotates, so a burst of load from other
+median of ``--repeat`` runs after a warm-up run (so kernel compilation is excluded). NumPy runs in a
+process of its own (netcl.bench.reference), in the same rounds as netcl's runners (netcl.bench.reference
+.interleave: rotated order, the reference side first in every other round), so a burst of load from other
 processes hits all of them alike and the ratios stay meaningful on a shared machine. netcl's time
 includes any operand packing (it is part of the product) and waits for the device to finish.
 
@@ -10,9 +11,9 @@ Two netcl columns: ``netcl`` times one call between two waits for the device (a 
 includes 50-100 µs of waking the driver's threads: more than the whole budget of a 0.6 MFLOP product),
 and ``netcl_pipelined`` times a run of calls between two waits, divided by their number (a throughput:
 how a training loop issues its products, with host work and kernels overlapping as the device allows).
-NumPy is timed both ways too (``numpy``: one call after the device's wait, when OpenBLAS's threads may
-have to wake; ``numpy_pipelined``: the same run of calls), and each netcl column is compared with its
-NumPy counterpart. Large products issue one call per sample either way.
+NumPy is timed both ways too (``numpy``: one call, when OpenBLAS's threads may have to wake after the
+round trip to its process; ``numpy_pipelined``: the same run of calls), and each netcl column is compared
+with its NumPy counterpart. Large products issue one call per sample either way.
 """
 from __future__ import annotations
 
@@ -37,11 +38,14 @@ def _textbook(device, a, b, c, M, N, K):
                           a.buffer, b.buffer, c.buffer)
 
 
-def measure(M: int, N: int, K: int, repeat: int, device, textbook: bool = True, rng=None) -> dict:
-    """Median GFLOP/s of netcl, NumPy and (optionally) the textbook kernel on one float32 product."""
+def measure(M: int, N: int, K: int, repeat: int, device, ref, textbook: bool = True, rng=None) -> dict:
+    """Median GFLOP/s of netcl, NumPy (in ``ref``, a netcl.bench.reference.ReferenceProcess) and
+    (optionally) the textbook kernel on one float32 product."""
     from ..ops.gemm import gemm, params_for, shape_class
+    from ..runtime.timing import sample
     from ..tuning.gemm import calls_per_sample
     from ..tensor import Tensor
+    from .reference import interleave
     rng = rng or np.random.default_rng(0)
     ha = rng.standard_normal((M, K)).astype(np.float32)
     hb = rng.standard_normal((K, N)).astype(np.float32)
@@ -49,28 +53,20 @@ def measure(M: int, N: int, K: int, repeat: int, device, textbook: bool = True, 
     c = Tensor.empty((M, N), np.float32, device)
     flop = 2.0 * M * N * K
     calls = calls_per_sample(flop)
-
-    def netcl_run():
-        for _ in range(calls):
-            gemm(a, b, c)
-
-    def numpy_run():
-        for _ in range(calls):
-            np.matmul(ha, hb)
-    runners = {"netcl": lambda: gemm(a, b, c), "netcl_pipelined": netcl_run, "numpy": lambda: np.matmul(ha, hb),
-               "numpy_pipelined": numpy_run}
-    per_sample = {"netcl_pipelined": calls, "numpy_pipelined": calls}
+    one_call = lambda: gemm(a, b, c)  # noqa: E731
+    matmul = {"model": "matmul", "M": M, "N": N, "K": K, "seconds": 0.0}
+    # NumPy runs in a process of its own (netcl.bench.reference): in this one, PoCL's worker threads and
+    # OpenBLAS's took each other's cores (OpenBLAS's spin for up to ~0.1 s after each call).
+    times = interleave({"netcl": one_call, "netcl_pipelined": (one_call, calls)}, device, ref,
+                       {"numpy": dict(matmul, min_reps=1), "numpy_pipelined": dict(matmul, min_reps=calls)},
+                       rounds=repeat)
     if textbook:
         c2 = Tensor.empty((M, N), np.float32, device)
-        runners["textbook"] = _textbook(device, a, b, c2, M, N, K)
-    # netcl.runtime.timing.compare rotates the order each round: OpenBLAS's threads spin for a while after
-    # each call (up to ~0.1 s), taking the cores PoCL's threads need, so a fixed order would always slow
-    # the runner after NumPy (netcl's 64x10x500 pipelined: 58 µs a call right after NumPy, 27 µs otherwise).
-    # The slow textbook yardstick (seconds per run on big products) stops after its first samples.
-    from ..runtime.timing import compare
-    results = compare(runners, device, warmup=1, min_runs=repeat, max_runs=repeat, time_budget_s=0.0,
-                      settle_below_s=0.0, slow_s=2.0, statistic="median", errors=())
-    times = {name: [t / per_sample.get(name, 1) for t in results[name].samples] for name in runners}
+        run_textbook = _textbook(device, a, b, c2, M, N, K)
+        # The yardstick takes seconds per run on the large squares: one sample of those is enough.
+        first = sample(run_textbook, device, repeats=1).samples
+        times["textbook"] = first if first[0] > 2.0 else first + sample(run_textbook, device, repeats=repeat - 1,
+                                                                         warmup=0).samples
     check = np.linalg.norm(c.to_host() - ha.astype(np.float64) @ hb) / max(np.linalg.norm(ha.astype(np.float64) @ hb), 1e-30)
     row = {"M": M, "N": N, "K": K, "class": shape_class(M, N, K), "rel_l2": float(check),
            "params": params_for(device, np.float32, M, N, K)}
@@ -96,14 +92,16 @@ def run(args) -> dict:
     print(f"{'kind':7s} {'M x N x K':>18s} {'netcl':>8s} {'numpy':>8s} {'textbook':>9s} {'/numpy':>7s} "
           f"{'/textbook':>9s} | pipelined: {'netcl':>8s} {'numpy':>8s} {'/numpy':>7s}")
     rows = []
-    for kind, (M, N, K) in shapes(quick):
-        row = measure(M, N, K, repeat, device)
-        row["kind"] = kind
-        rows.append(row)
-        print(f"{kind:7s} {f'{M} x {N} x {K}':>18s} {row['netcl_gflops']:8.1f} {row['numpy_gflops']:8.1f} "
-              f"{row['textbook_gflops']:9.1f} {row['vs_numpy']:7.2f} {row['vs_textbook']:9.1f} | {'':10s} "
-              f"{row['netcl_pipelined_gflops']:8.1f} {row['numpy_pipelined_gflops']:8.1f} "
-              f"{row['vs_numpy_pipelined']:7.2f}", flush=True)
+    from .reference import ReferenceProcess
+    with ReferenceProcess() as ref:
+        for kind, (M, N, K) in shapes(quick):
+            row = measure(M, N, K, repeat, device, ref)
+            row["kind"] = kind
+            rows.append(row)
+            print(f"{kind:7s} {f'{M} x {N} x {K}':>18s} {row['netcl_gflops']:8.1f} {row['numpy_gflops']:8.1f} "
+                  f"{row['textbook_gflops']:9.1f} {row['vs_numpy']:7.2f} {row['vs_textbook']:9.1f} | {'':10s} "
+                  f"{row['netcl_pipelined_gflops']:8.1f} {row['numpy_pipelined_gflops']:8.1f} "
+                  f"{row['vs_numpy_pipelined']:7.2f}", flush=True)
     square = [r["vs_numpy"] for r in rows if r["kind"] == "square" and r["M"] >= 512]
     lenet = [r["vs_numpy"] for r in rows if r["kind"] == "lenet"]
     lenet_pipelined = [r["vs_numpy_pipelined"] for r in rows if r["kind"] == "lenet"]

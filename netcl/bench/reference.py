@@ -16,6 +16,8 @@ Usage::
             r["ratio"]  # median over rounds of reference seconds / netcl seconds (> 1: netcl is faster)
 
 or :func:`compare`, which does the same and falls back to netcl alone when the reference has no PyTorch.
+:func:`interleave` times several netcl runners and several reference workloads in the same rounds
+(`netcl bench gemm`: netcl's GEMM one call at a time and pipelined, against NumPy's both ways).
 """
 from __future__ import annotations
 
@@ -25,10 +27,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 WORKER = Path(__file__).with_name("reference_worker.py")
 START_TIMEOUT_SECONDS = 120
+QUIET_SECONDS = 0.25  # between the two sides of a round (see interleave)
+WAKE_SECONDS = 0.02  # of untimed calls before each sample (see interleave)
 
 
 class ReferenceError(RuntimeError):
@@ -89,28 +94,89 @@ class ReferenceProcess:
         self.close()
 
 
-def alternate(netcl_seconds, reference_seconds, rounds: int) -> dict:
+def alternate(netcl_seconds, reference_seconds, rounds: int, quiet_s: float = QUIET_SECONDS) -> dict:
     """Time both sides ``rounds`` times in turns (which goes first alternates too) and summarize.
+
+    Each side starts ``quiet_s`` after the other ended, as in :func:`interleave`: PyTorch's OpenMP threads
+    and OpenBLAS's keep spinning on the cores for a while after their last call.
 
     Each argument is a callable returning seconds per iteration. Returns the medians of both, the median
     of the per-round ratios reference / netcl (above 1 means netcl is faster) and every round's figures.
     """
     ours, theirs = [], []
+
+    def quietly(side):
+        time.sleep(quiet_s)
+        return side()
     for i in range(rounds):
         if i % 2 == 0:
-            ours.append(netcl_seconds())
-            theirs.append(reference_seconds())
+            ours.append(quietly(netcl_seconds))
+            theirs.append(quietly(reference_seconds))
         else:
-            theirs.append(reference_seconds())
-            ours.append(netcl_seconds())
+            theirs.append(quietly(reference_seconds))
+            ours.append(quietly(netcl_seconds))
     ratios = [t / o for o, t in zip(ours, theirs)]
     return {"netcl_seconds": statistics.median(ours), "reference_seconds": statistics.median(theirs),
             "ratio": statistics.median(ratios), "rounds": [{"netcl": o, "reference": t} for o, t in zip(ours, theirs)]}
 
 
-def compare(netcl_seconds, ref: ReferenceProcess, request: dict, rounds: int) -> dict:
+def compare(netcl_seconds, ref: ReferenceProcess, request: dict, rounds: int, quiet_s: float = QUIET_SECONDS) -> dict:
     """:func:`alternate` against ``ref.seconds(**request)``; netcl alone (the median of ``rounds``
     measurements, no "ratio" key) when the reference process has no PyTorch."""
     if not ref.has_torch:
         return {"netcl_seconds": statistics.median(netcl_seconds() for _ in range(rounds))}
-    return alternate(netcl_seconds, lambda: ref.seconds(**request), rounds)
+    return alternate(netcl_seconds, lambda: ref.seconds(**request), rounds, quiet_s)
+
+
+def interleave(netcl_runners: dict, device, ref: ReferenceProcess, reference_requests: dict, rounds: int,
+               warmup: int = 1, quiet_s: float = QUIET_SECONDS, wake_s: float = WAKE_SECONDS) -> dict:
+    """Samples of every netcl runner and every reference workload, taken in the same rounds: {name: [s]}.
+
+    ``netcl_runners`` are callables timed here between waits on ``device``'s queue (``(fn, calls)`` pairs
+    time ``calls`` back-to-back calls and divide); ``reference_requests`` are :meth:`ReferenceProcess.seconds`
+    requests. Within a round the netcl runners' order rotates, and the reference side goes first in odd
+    rounds and last in even ones, so neither side always follows the other's load. Names must not clash.
+    Each side starts ``quiet_s`` after the other ended: OpenBLAS's threads spin on the cores for up to
+    ~0.1 s after a product, and in that time Intel's runtime ran netcl's 1024² GEMM at half its speed
+    (190 GFLOP/s median against 385 alone). Then, on both sides, untimed calls wake the threads that went
+    to sleep in the quiet time, so each sample is the runner's steady state.
+    """
+    from ..runtime.timing import timed_call
+    runners = {name: (r if isinstance(r, tuple) else (r, 1)) for name, r in netcl_runners.items()}
+    clash = set(runners) & set(reference_requests)
+    if clash:
+        raise ValueError(f"runner names used on both sides: {sorted(clash)}")
+    for _ in range(warmup):
+        for fn, calls in runners.values():
+            timed_call(fn, device, calls)
+        for request in reference_requests.values():
+            ref.seconds(**request)
+    samples = {name: [] for name in [*runners, *reference_requests]}
+    names = list(runners)
+    for round_ in range(rounds):
+        def reference_side():
+            time.sleep(quiet_s)
+            for name, request in reference_requests.items():
+                samples[name].append(ref.seconds(**dict(request, settle=True)))
+            time.sleep(quiet_s)
+        if round_ % 2:
+            reference_side()
+        shift = round_ % max(len(names), 1)
+        for name in names[shift:] + names[:shift]:
+            fn, calls = runners[name]
+            _wake(fn, device, wake_s)
+            samples[name].append(timed_call(fn, device, calls))
+        if round_ % 2 == 0:
+            reference_side()
+    return samples
+
+
+def _wake(fn, device, seconds: float) -> None:
+    """Untimed calls for about ``seconds``: one call of a 0.8 ms product left the 512² sample that followed
+    it at 190 GFLOP/s (median; 350 back to back) on Intel's runtime after a quiet gap."""
+    start = time.perf_counter()
+    while True:
+        fn()
+        device.synchronize()
+        if time.perf_counter() - start >= seconds:
+            return
