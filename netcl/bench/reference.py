@@ -153,12 +153,13 @@ def interleave(netcl_runners: dict, device, ref: ReferenceProcess, reference_req
             ref.seconds(**request)
     samples = {name: [] for name in [*runners, *reference_requests]}
     names = list(runners)
+
+    def reference_side():
+        time.sleep(quiet_s)
+        for name, request in reference_requests.items():
+            samples[name].append(ref.seconds(**dict(request, settle_s=wake_s)))
+        time.sleep(quiet_s)
     for round_ in range(rounds):
-        def reference_side():
-            time.sleep(quiet_s)
-            for name, request in reference_requests.items():
-                samples[name].append(ref.seconds(**dict(request, settle=True)))
-            time.sleep(quiet_s)
         if round_ % 2:
             reference_side()
         shift = round_ % max(len(names), 1)

@@ -6,8 +6,8 @@ Protocol: one JSON line per request on stdin, one JSON line per answer on stdout
 is {"ready": true, "torch": version or null, "numpy": version}.
 
 Requests: {"model": "lenet" | "resnet20" | "matmul", "mode": "train" | "infer", "batch": B, "seconds": S,
-"min_reps": R, "settle": bool} (matmul: "M", "N", "K" instead of batch and mode; "settle": untimed
-calls first, ~20 ms, to wake the BLAS threads that slept while the other side ran). Answer: {"seconds_per_iteration": t,
+"min_reps": R, "settle_s": W} (matmul: "M", "N", "K" instead of batch and mode; "settle_s": untimed
+calls for about W seconds first, to wake the BLAS threads that slept while the other side ran). Answer: {"seconds_per_iteration": t,
 "reps": n}, or {"error": "..."}. The first request for a workload builds it and runs two warm-up calls.
 """
 import json
@@ -105,7 +105,7 @@ def _build(request):
 
 
 def _measure(request) -> dict:
-    key = json.dumps({k: v for k, v in request.items() if k not in ("seconds", "min_reps", "settle")},
+    key = json.dumps({k: v for k, v in request.items() if k not in ("seconds", "min_reps", "settle_s")},
                      sort_keys=True)
     if key not in _workloads:
         _workloads[key] = _build(request)
@@ -113,9 +113,10 @@ def _measure(request) -> dict:
         _workloads[key]()
     call = _workloads[key]
     seconds, min_reps = float(request.get("seconds", 1.0)), int(request.get("min_reps", 3))
-    if request.get("settle"):  # about 20 ms of calls, as netcl.bench.reference._wake does on netcl's side
+    settle_s = float(request.get("settle_s", 0.0))
+    if settle_s > 0:  # as netcl.bench.reference._wake does on netcl's side
         start = time.perf_counter()
-        while time.perf_counter() - start < 0.02:
+        while time.perf_counter() - start < settle_s:
             call()
     reps, start = 0, time.perf_counter()
     while reps < min_reps or time.perf_counter() - start < seconds:

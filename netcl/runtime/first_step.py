@@ -69,12 +69,9 @@ def variant(device, template_name: str, kernel_name: str, params: dict, free: tu
     if not in_progress():
         return params
     from . import kernels
-    context = id(device.context)
-    wanted = tuple(sorted(params.items()))
     fixed = {k: v for k, v in params.items() if k not in free}
-    built = [dict(p) for (ctx, template, name, options, p), _ in kernels.built_variants()
-             if ctx == context and template == template_name and name == kernel_name and not options]
-    if any(tuple(sorted(p.items())) == wanted for p in built) or kernels.is_built(device, template_name, **params):
+    built = [p for p, _ in kernels.built_variants_of(device, template_name, kernel_name)]
+    if params in built or kernels.is_built(device, template_name, **params):
         return params
     return next((p for p in built if p.keys() == params.keys() and all(p[k] == v for k, v in fixed.items())),
                 params)

@@ -214,6 +214,14 @@ def built_variants() -> list[tuple]:
         return [(key, frozenset(getattr(kernel, "_netcl_local_sizes", ()))) for key, kernel in _kernels.items()]
 
 
+def built_variants_of(device: Device, template_name: str, kernel_name: str) -> list[tuple[dict, frozenset]]:
+    """(template parameters, work-group sizes launched) of every variant of one kernel made so far on
+    ``device``'s context with the default build options, oldest first."""
+    context = id(device.context)
+    return [(dict(items), launched) for (ctx, template, name, options, items), launched in built_variants()
+            if (ctx, template, name, options) == (context, template_name, kernel_name, ())]
+
+
 def is_built(device: Device, template_name: str, options: tuple[str, ...] = (), **params) -> bool:
     """Whether a template variant's program is at hand without compiling: built in this process, or its
     binary in the disk cache."""
