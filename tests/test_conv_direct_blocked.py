@@ -96,3 +96,12 @@ def test_float64(rng, device, canaries):
 def test_why_not_names_the_rule(layer, pass_, words):
     reason = blocked.STRATEGY.why_not(ConvLayer.from_shapes(*layer), pass_)
     assert reason and words in reason
+
+
+def test_backward_data_cost_counts_every_input_position():
+    """backward_data computes all H x W input positions with all taps (those in the padding too): a 5x5
+    gradient of a 7x7 input without padding issues 49/25 of the forward pass's multiply-adds."""
+    layer = ConvLayer.from_shapes((1, 16, 7, 7), (8, 16, 3, 3))
+    assert blocked.issued_flops(layer, "forward") == layer.flops
+    assert blocked.issued_flops(layer, "backward_weight") == layer.flops
+    assert blocked.issued_flops(layer, "backward_data") == layer.flops * 49 / 25

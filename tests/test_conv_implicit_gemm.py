@@ -136,3 +136,26 @@ def test_workspace_is_zero_and_exact(case, device, monkeypatch):
     layer = ConvLayer.from_shapes(*case)
     assert all(strategies()["implicit_gemm"].workspace_bytes(layer, p) == 0
                for p in ("forward", "backward_data", "backward_weight"))
+
+
+@pytest.mark.parametrize("spec", [
+    ((2, 3, 13, 7), (5, 3, 3, 3), 1, 1, 1),   # one class, every tap
+    ((1, 4, 28, 28), (8, 4, 1, 1), 2, 0, 1),  # 1x1 at stride 2: three of four classes have no tap
+    ((1, 2, 17, 31), (4, 2, 7, 5), 2, 3, 1),  # a 7x5 kernel at stride 2 with padding
+    ((1, 2, 15, 13), (2, 2, 3, 3), 3, 1, 2),  # stride 3, dilation 2
+])
+def test_backward_data_cost_counts_the_taps_each_residue_class_runs(spec):
+    """The flops priced for backward_data are the multiply-adds its kernel does: per input position, the
+    taps whose output index the stride divides (counted here position by position), not every tap."""
+    x_shape, w_shape, stride, pad, dil = spec
+    layer = ConvLayer.from_shapes(x_shape, w_shape, stride=stride, padding=pad, dilation=dil)
+    taps_h = sum((h + pad - r * dil) % stride == 0 for h in range(layer.h) for r in range(layer.r))
+    taps_w = sum((w + pad - s * dil) % stride == 0 for w in range(layer.w) for s in range(layer.s))
+    expected = 2.0 * layer.n * layer.c * layer.k * taps_h * taps_w
+    assert conv_implicit_gemm.useful_flops(layer, "backward_data") == expected
+    rows, cols, inner = conv_implicit_gemm.gemm_dims(layer, "backward_data")
+    classes = conv_implicit_gemm.residue_classes(layer)
+    assert len(classes) == stride * stride and sum(p for p, _ in classes) == layer.h * layer.w
+    assert (rows, cols, inner) == (layer.c, layer.n * max(p for p, _ in classes), layer.k * max(t for _, t in classes))
+    if stride == 1:
+        assert expected == layer.flops * layer.h * layer.w / (layer.out_h * layer.out_w)

@@ -98,6 +98,15 @@ def _grid(layer: ConvLayer, pass_: str, block: dict) -> tuple[int, int, int]:
     return -(-out_w // block["QW"]), -(-out_h // block["ROWS"]), layer.n * channels // block["KB"]
 
 
+def issued_flops(layer: ConvLayer, pass_: str) -> float:
+    """The multiply-adds (x2) the kernel issues: every tap of every output it computes. backward_data
+    computes all H x W input positions with all R x S taps, those that land in the padding included (a
+    5x5 gradient of a 7x7 input, padding 0: twice the forward pass's)."""
+    if pass_ == "backward_data":
+        return 2.0 * layer.n * layer.c * (layer.k // layer.groups) * layer.r * layer.s * layer.h * layer.w
+    return float(layer.flops)
+
+
 def efficiency(layer: ConvLayer, pass_: str, device) -> float:
     """Useful fraction of the arithmetic the kernel issues: lanes past the rows' ends, accumulator blocks
     smaller than the register budget (each loaded input feeds fewer multiply-adds), and work-items too
@@ -162,7 +171,7 @@ class DirectBlockedStrategy(ConvStrategy):
         counted as flops), every tensor read in place once."""
         from ..runtime.device import resolve_device
         partials = self.workspace_bytes(layer, pass_, device)
-        return CostTerms(kernel_flops=layer.flops / efficiency(layer, pass_, resolve_device(device)),
+        return CostTerms(kernel_flops=issued_flops(layer, pass_) / efficiency(layer, pass_, resolve_device(device)),
                          bytes_moved=tensor_bytes(layer) + 2 * partials, launches=1 + (partials > 0))
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None) -> Tensor:

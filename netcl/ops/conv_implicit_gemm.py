@@ -37,15 +37,45 @@ def geometry(device, layer: ConvLayer):
 
 
 def gemm_dims(layer: ConvLayer, pass_: str) -> tuple[int, int, int]:
-    """(rows, columns, inner) of one group's GEMM for a pass."""
+    """(rows, columns, inner) of one group's GEMM for a pass; for backward_data, of its largest residue
+    class (the launch grid covers that one; see kernels/implicit_gemm.cl)."""
     cg, kg, rs = layer.c // layer.groups, layer.k // layer.groups, layer.r * layer.s
-    pq, hw = layer.out_h * layer.out_w, layer.h * layer.w
+    pq = layer.out_h * layer.out_w
     if pass_ == "forward":
         return kg, layer.n * pq, cg * rs
-    if pass_ == "backward_data":  # the largest residue class (see kernels/implicit_gemm.cl)
-        sh, sw = layer.stride_h, layer.stride_w
-        return cg, layer.n * -(-layer.h // sh) * -(-layer.w // sw), kg * rs
+    if pass_ == "backward_data":
+        classes = residue_classes(layer)
+        return cg, layer.n * max(c[0] for c in classes), kg * max(c[1] for c in classes)
     return kg, cg * rs, layer.n * pq
+
+
+def _residues(size: int, pad: int, dilation: int, stride: int, taps: int) -> list[tuple[int, int]]:
+    """Per residue a = position mod stride along one axis: (positions in it, kernel taps that reach an
+    output from it), the kernel's HC and RV."""
+    out = []
+    for a in range(stride):
+        positions = -(-(size - a) // stride) if a < size else 0
+        out.append((positions, sum((a + pad - t * dilation) % stride == 0 for t in range(taps))))
+    return out
+
+
+def residue_classes(layer: ConvLayer) -> list[tuple[int, int]]:
+    """backward_data's residue classes: (input positions per image, valid taps) of each. A stride skips
+    taps, so a class's inner dimension holds only its own (a 1x1 kernel at stride 2 leaves three of four
+    classes with none), and the pass does about 1/(stride_h*stride_w) of the taps' flops."""
+    rows = _residues(layer.h, layer.pad_h, layer.dil_h, layer.stride_h, layer.r)
+    cols = _residues(layer.w, layer.pad_w, layer.dil_w, layer.stride_w, layer.s)
+    return [(hc * wc, rv * sv) for hc, rv in rows for wc, sv in cols]
+
+
+def useful_flops(layer: ConvLayer, pass_: str) -> float:
+    """The multiply-adds the pass's kernel does (x2) over every group (and residue class)."""
+    if pass_ == "backward_data":
+        cg, kg = layer.c // layer.groups, layer.k // layer.groups
+        per_group = sum(positions * taps for positions, taps in residue_classes(layer)) * layer.n * cg * kg
+        return 2.0 * per_group * layer.groups
+    rows, cols, inner = gemm_dims(layer, pass_)
+    return 2.0 * rows * cols * inner * layer.groups
 
 
 def choose_tile(layer: ConvLayer, pass_: str) -> tuple[int, int, int]:
@@ -98,10 +128,8 @@ class ImplicitGemmStrategy(ConvStrategy):
         """One tiled product in its own kernel (the padding and idle units it wastes counted as flops),
         every tensor read in place once."""
         from ..runtime.device import resolve_device
-        rows, cols, inner = gemm_dims(layer, pass_)
-        slices = layer.groups * (layer.stride_h * layer.stride_w if pass_ == "backward_data" else 1)
-        useful = 2.0 * rows * cols * inner * slices
-        return CostTerms(kernel_flops=useful / tile_efficiency(layer, pass_, resolve_device(device).compute_units),
+        units = resolve_device(device).compute_units
+        return CostTerms(kernel_flops=useful_flops(layer, pass_) / tile_efficiency(layer, pass_, units),
                          bytes_moved=tensor_bytes(layer), launches=1)
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:

@@ -42,6 +42,12 @@ LAYERS = [
     ((2, 192, 8, 8), (96, 192, 1, 1), 1, 0),
     ((4, 24, 20, 20), (24, 24, 3, 3), 1, 2, 1, 2),  # dilated
     ((2, 3, 48, 48), (24, 3, 7, 7), 2, 3),        # a 7×7 stem
+    # Large layers (0.4-0.8 GFLOP, 3-15 ms a pass for the fast strategies): without them every sample of
+    # Winograd and direct_blocked took under 1.3 ms, their fits priced the arithmetic from launches and
+    # transforms alone (Winograd forward: a = 0.14), and layers 10x larger were predicted 2-3x too fast.
+    ((1, 48, 96, 96), (96, 48, 3, 3), 1, 1),
+    ((1, 32, 128, 128), (64, 32, 5, 5), 2, 2),
+    ((4, 256, 28, 28), (256, 256, 1, 1), 1, 0),
 ]
 QUICK_LAYERS = [LAYERS[3], LAYERS[5], LAYERS[7], LAYERS[12]]
 # The fastest sample: a device characteristic, which load from other processes only slows down (medians
