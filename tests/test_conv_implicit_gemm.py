@@ -159,3 +159,19 @@ def test_backward_data_cost_counts_the_taps_each_residue_class_runs(spec):
     assert (rows, cols, inner) == (layer.c, layer.n * max(p for p, _ in classes), layer.k * max(t for _, t in classes))
     if stride == 1:
         assert expected == layer.flops * layer.h * layer.w / (layer.out_h * layer.out_w)
+
+
+def test_gathering_is_priced_per_row_tile():
+    """Each row tile gathers its columns' whole inner dimension: a layer with one input channel gathers
+    as much for backward_data as one with sixteen (both fit one row tile), so its multiply-adds are not
+    the whole cost; a layer with more rows than a tile gathers once per tile."""
+    one = ConvLayer.from_shapes((2, 1, 12, 12), (8, 1, 3, 3))
+    sixteen = ConvLayer.from_shapes((2, 16, 12, 12), (8, 16, 3, 3))
+    gathered = conv_implicit_gemm.gathered_bytes
+    assert gathered(one, "backward_data") == gathered(sixteen, "backward_data") > 0
+    flops = conv_implicit_gemm.useful_flops
+    assert flops(sixteen, "backward_data") == 16 * flops(one, "backward_data")
+    wide = ConvLayer.from_shapes((1, 4, 9, 9), (600, 4, 3, 3))
+    tiles = -(-600 // conv_implicit_gemm.choose_tile(wide, "forward")[0])
+    rows, cols, inner = conv_implicit_gemm.gemm_dims(wide, "forward")
+    assert tiles > 1 and gathered(wide, "forward") == tiles * cols * inner * wide.itemsize

@@ -105,6 +105,21 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, ti
     return out
 
 
+def gathered_bytes(layer: ConvLayer, pass_: str) -> float:
+    """What the tiles gather into local memory: each row tile gathers its columns' whole inner dimension
+    once (an index lookup, a bounds test and a store per element), however few rows then use it. With one
+    to three rows (an RGB stem's backward_data, a depthwise layer) the gathering, not the multiply-adds,
+    is the pass's time."""
+    rows, cols, inner = gemm_dims(layer, pass_)
+    row_tiles = -(-rows // choose_tile(layer, pass_)[0])
+    if pass_ == "backward_data":
+        per_image = sum(positions * taps for positions, taps in residue_classes(layer))
+        elements = per_image * layer.n * (layer.k // layer.groups)
+    else:
+        elements = cols * inner
+    return float(row_tiles * elements * layer.groups * layer.itemsize)
+
+
 WORK_PER_UNIT = 4  # work-groups per compute unit that keep it busy
 
 
@@ -130,7 +145,7 @@ class ImplicitGemmStrategy(ConvStrategy):
         from ..runtime.device import resolve_device
         units = resolve_device(device).compute_units
         return CostTerms(kernel_flops=useful_flops(layer, pass_) / tile_efficiency(layer, pass_, units),
-                         bytes_moved=tensor_bytes(layer), launches=1)
+                         bytes_moved=tensor_bytes(layer) + gathered_bytes(layer, pass_), launches=1)
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         rows, cols, inner = gemm_dims(layer, pass_)
