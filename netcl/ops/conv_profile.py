@@ -28,7 +28,10 @@ FAMILY = "conv_calibration"
 # One representative product per GEMM shape class (netcl.ops.gemm.shape_class), conv-like and quick.
 CLASS_SHAPES = {"large": (256, 256, 256), "small_k": (32, 9216, 50), "small_mn": (50, 2048, 500),
                 "tiny": (64, 10, 500)}
-CALIBRATION_VERSION = 3  # bumped whenever the stored quantities are measured differently
+# Bumped whenever the stored quantities are measured differently, or the cost terms a sample's
+# (arith_ms, other_ms) were computed with change meaning (4: implicit GEMM's residue classes and gathering,
+# direct_blocked's backward_data).
+CALIBRATION_VERSION = 4
 
 _profiles = DeviceMemo("conv device profiles")
 _lock = threading.RLock()
