@@ -68,14 +68,20 @@ def residue_classes(layer: ConvLayer) -> list[tuple[int, int]]:
     return [(hc * wc, rv * sv) for hc, rv in rows for wc, sv in cols]
 
 
+def _columns_by_inner(layer: ConvLayer, pass_: str) -> int:
+    """Σ columns × inner of one group's GEMMs (backward_data: of every residue class): the B elements
+    a row tile gathers, each multiplied with every row."""
+    if pass_ == "backward_data":
+        taps_per_image = sum(positions * taps for positions, taps in residue_classes(layer))
+        return taps_per_image * layer.n * (layer.k // layer.groups)
+    _, cols, inner = gemm_dims(layer, pass_)
+    return cols * inner
+
+
 def useful_flops(layer: ConvLayer, pass_: str) -> float:
     """The multiply-adds the pass's kernel does (x2) over every group (and residue class)."""
-    if pass_ == "backward_data":
-        cg, kg = layer.c // layer.groups, layer.k // layer.groups
-        per_group = sum(positions * taps for positions, taps in residue_classes(layer)) * layer.n * cg * kg
-        return 2.0 * per_group * layer.groups
-    rows, cols, inner = gemm_dims(layer, pass_)
-    return 2.0 * rows * cols * inner * layer.groups
+    rows = gemm_dims(layer, pass_)[0]
+    return 2.0 * rows * _columns_by_inner(layer, pass_) * layer.groups
 
 
 def choose_tile(layer: ConvLayer, pass_: str) -> tuple[int, int, int]:
@@ -110,14 +116,8 @@ def gathered_bytes(layer: ConvLayer, pass_: str) -> float:
     once (an index lookup, a bounds test and a store per element), however few rows then use it. With one
     to three rows (an RGB stem's backward_data, a depthwise layer) the gathering, not the multiply-adds,
     is the pass's time."""
-    rows, cols, inner = gemm_dims(layer, pass_)
-    row_tiles = -(-rows // choose_tile(layer, pass_)[0])
-    if pass_ == "backward_data":
-        per_image = sum(positions * taps for positions, taps in residue_classes(layer))
-        elements = per_image * layer.n * (layer.k // layer.groups)
-    else:
-        elements = cols * inner
-    return float(row_tiles * elements * layer.groups * layer.itemsize)
+    row_tiles = -(-gemm_dims(layer, pass_)[0] // choose_tile(layer, pass_)[0])
+    return float(row_tiles * _columns_by_inner(layer, pass_) * layer.groups * layer.itemsize)
 
 
 WORK_PER_UNIT = 4  # work-groups per compute unit that keep it busy
