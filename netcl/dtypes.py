@@ -15,13 +15,22 @@ C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+_resolved: dict = {}  # what as_dtype accepted (np.float32, "float32", a dtype...) -> its np.dtype
+
+
 def as_dtype(dtype) -> np.dtype:
+    try:
+        return _resolved[dtype]  # every op asks several times: a dict lookup instead of np.dtype()
+    except (KeyError, TypeError):
+        pass
     try:
         dt = np.dtype(dtype)
     except TypeError as exc:
         raise DTypeError(f"not a dtype: {dtype!r}") from exc
     if dt not in C_TYPES:
         raise DTypeError(f"netcl tensors hold float32, float64, int32, int64 or bool, not {dt}")
+    if len(_resolved) < 256:
+        _resolved[dtype] = dt
     return dt
 
 

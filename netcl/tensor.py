@@ -25,11 +25,26 @@ def _contiguous_strides(shape) -> tuple[int, ...]:
     strides, step = [], 1
     for n in reversed(shape):
         strides.append(step)
-        step *= max(int(n), 1)
-    return tuple(reversed(strides))
+        if n > 1:
+            step *= n
+    strides.reverse()
+    return tuple(strides)
+
+
+def _is_plain_shape(shape) -> bool:
+    """Whether ``shape`` is already a tuple of non-negative Python ints (what ops pass: the check every
+    allocation makes must cost less than the generators of the general path)."""
+    if type(shape) is not tuple:
+        return False
+    for n in shape:
+        if type(n) is not int or n < 0:
+            return False
+    return True
 
 
 def _check_shape(shape) -> tuple[int, ...]:
+    if _is_plain_shape(shape):
+        return shape
     if isinstance(shape, numbers.Integral):
         shape = (shape,)
     try:
@@ -52,10 +67,11 @@ class Tensor(ShapeMethods, MathMethods):
     def __init__(self, buffer: cl.Buffer, shape, dtype, device: Device, strides=None, offset: int = 0,
                  requires_grad: bool = False):
         self.buffer = buffer
-        self.shape = tuple(int(n) for n in shape)
-        self.dtype = np.dtype(dtype)
+        self.shape = shape if _is_plain_shape(shape) else tuple(int(n) for n in shape)
+        self.dtype = dtype if type(dtype) is np.dtype else np.dtype(dtype)
         self.device = device
-        self.strides = tuple(strides) if strides is not None else _contiguous_strides(self.shape)
+        self.strides = (strides if type(strides) is tuple else tuple(strides)) if strides is not None \
+            else _contiguous_strides(self.shape)
         self.offset = int(offset)
         self.requires_grad = bool(requires_grad)
         self.grad: Tensor | None = None
@@ -67,7 +83,7 @@ class Tensor(ShapeMethods, MathMethods):
     def empty(cls, shape, dtype=np.float32, device=None) -> "Tensor":
         shape = _check_shape(shape)
         dt = dtypes.as_dtype(dtype)
-        dev = resolve_device(device)
+        dev = device if type(device) is Device else resolve_device(device)
         nbytes = math.prod(shape) * dt.itemsize
         return cls(memory.allocate(dev, nbytes), shape, dt, dev)
 

@@ -90,11 +90,31 @@ FUSIONS: tuple[Fusion, ...] = (
 )
 
 
+_starting_with: tuple = (None, {})  # (the FUSIONS table it was made from, step type -> candidate fusions)
+
+
+def _fusion_at(steps: Sequence, k: int) -> Fusion | None:
+    """The first FUSIONS entry that covers steps[k:], if any. Most steps start no pattern: looking the
+    candidates up by the step's type keeps a forward pass from testing every pattern at every step."""
+    global _starting_with
+    table, by_type = _starting_with
+    if table is not FUSIONS:  # the table was replaced (tests switch fusion off that way)
+        table, by_type = _starting_with = (FUSIONS, {})
+    kind = type(steps[k])
+    candidates = by_type.get(kind)
+    if candidates is None:
+        candidates = by_type[kind] = tuple(f for f in table if kind in f.pattern[0])
+    if not candidates:
+        return None
+    rest = steps[k:]
+    return next((f for f in candidates if f.matches(rest)), None)
+
+
 def plan(steps: Sequence) -> list[tuple[str | None, Sequence]]:
     """How ``run`` groups the steps: (fusion name or None, steps) in order (for tests and explanations)."""
     groups, k = [], 0
     while k < len(steps):
-        fusion = next((f for f in FUSIONS if f.matches(steps[k:])), None)
+        fusion = _fusion_at(steps, k)
         width = len(fusion.pattern) if fusion else 1
         groups.append((fusion.name if fusion else None, steps[k:k + width]))
         k += width
@@ -105,7 +125,7 @@ def run(steps: Sequence, x):
     """Apply the chain of steps to x, fusing every run of steps that a FUSIONS entry covers."""
     k = 0
     while k < len(steps):
-        fusion = next((f for f in FUSIONS if f.matches(steps[k:])), None)
+        fusion = _fusion_at(steps, k)
         if fusion is None:
             x = steps[k](x)
             k += 1

@@ -6,13 +6,15 @@ changes ``group["lr"]`` between steps, as in PyTorch. Updates run as one fused k
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from .. import dtypes
 from ..errors import CheckpointError, DTypeError, ShapeError
 from ..runtime import first_step, memory
 from ..ops.elementwise import fill
-from ..runtime.kernels import get_kernel, launch, local_size_1d
+from ..runtime.kernels import VARYING, PreparedLaunch, get_kernel, local_size_1d
 from ..tensor import Tensor
 
 
@@ -37,6 +39,10 @@ class Optimizer:
         self.defaults = dict(defaults)
         self.param_groups: list[dict] = []
         self.state: dict[int, dict] = {}  # id(param) -> state
+        # (kernel, parameters updated, kernel parameters) -> the prepared launch that updates them: each
+        # step's host work is then setting the few arguments that changed (a step's host time is taken
+        # from the cores that run the kernels on a CPU device)
+        self._launches: dict[tuple, PreparedLaunch] = {}
         for group in params if isinstance(params[0], dict) else [{"params": params}]:
             self.add_param_group(group)
 
@@ -100,14 +106,22 @@ class Optimizer:
         raise NotImplementedError(f"{type(self).__name__} does not define its parameter update")
 
     def _launch(self, items, name: str, args, **params) -> None:
-        p = items[0][0]
-        total = sum(q.size for q, _, _ in items)
-        if total == 0:
-            return
-        kernel = get_kernel(p.device, "optim.cl", name, T=dtypes.c_type(p.dtype), N=len(items), **params)
-        (local,) = local_size_1d(p.device, total)
-        group_ends = np.cumsum([-(-q.size // local) for q, _, _ in items]).astype(np.int64)
-        launch(p.device, kernel, (int(group_ends[-1]) * local,), (local,), *args[:-1], *group_ends, *args[-1])
+        """Update ``items`` with kernel ``name``: ``args`` is the per-tensor arguments followed by one
+        tuple of scalars; the work-group ends of each tensor go between them."""
+        key = (name, tuple(id(q) for q, _, _ in items), tuple(params.items()))
+        prepared = self._launches.get(key)
+        if prepared is None:
+            p = items[0][0]
+            total = sum(q.size for q, _, _ in items)
+            if total == 0:
+                return
+            kernel = get_kernel(p.device, "optim.cl", name, T=dtypes.c_type(p.dtype), N=len(items), **params)
+            (local,) = local_size_1d(p.device, total)
+            group_ends = list(itertools.accumulate(-(-q.size // local) for q, _, _ in items))
+            prepared = self._launches[key] = PreparedLaunch(
+                p.device, kernel, (group_ends[-1] * local,), (local,),
+                [VARYING] * (len(args) - 1) + [np.int64(end) for end in group_ends] + [VARYING] * len(args[-1]))
+        prepared(*args[:-1], *args[-1])
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -92,19 +92,26 @@ class Device:
     # The context is created lazily so that listing devices never allocates driver resources.
     @property
     def context(self) -> cl.Context:
+        context = self._context
+        if context is not None:  # every launch asks for the queue: no lock once it exists
+            return context
         with self._lock:
             if self._context is None:
                 try:
-                    self._context = cl.Context([self.cl_device])
-                    self._queue = cl.CommandQueue(self._context, self.cl_device)
+                    context = cl.Context([self.cl_device])
+                    self._queue = cl.CommandQueue(context, self.cl_device)
+                    self._context = context  # last: the lock-free path above reads a context as "both made"
                 except cl.Error as exc:
                     raise DeviceError(f"cannot open a context on {self.describe()}: {exc}") from exc
             return self._context
 
     @property
     def queue(self) -> cl.CommandQueue:
-        self.context
-        return self._queue
+        queue = self._queue
+        if queue is None:
+            self.context
+            queue = self._queue
+        return queue
 
     def throttle(self, event: cl.Event) -> None:
         """Record a launched kernel; once MAX_KERNELS_IN_FLIGHT are queued, wait for the oldest. Without

@@ -74,6 +74,9 @@ def templates_digest() -> str:
 _lookup: TemplateLookup | None = None
 _programs: dict[tuple, cl.Program] = {}
 _kernels: dict[tuple, cl.Kernel] = {}
+# The same kernels keyed with the parameters as the caller ordered them (no sort on the hot path), with
+# the _kernels table they index: replacing that table (the tests do) empties the index too.
+_call_index: tuple = (None, {})
 _building: dict[tuple, threading.Event] = {}
 _lock = threading.RLock()
 
@@ -193,18 +196,36 @@ def get_kernel(device: Device, template_name: str, kernel_name: str, options: tu
     """A built kernel from a template; memoized on (device, template, parameters, options). The program
     holds every kernel of the template: on PoCL a program costs 0.14 s to build and each further kernel
     in it about 0.01 s, so kernels rendered with the same parameters share one build."""
+    fast = (id(device.context), template_name, kernel_name, options, *params.items())
+    table, by_call = _call_index
+    if table is _kernels:
+        kernel = by_call.get(fast)
+        if kernel is not None:
+            return kernel
     memo = (id(device.context), template_name, kernel_name, options, tuple(sorted(params.items())))
     kernel = _kernels.get(memo)
-    if kernel is None:
-        source = render(template_name, **params)
-        program = build_program(device, source, build_options(options))
-        try:
-            kernel = cl.Kernel(program, kernel_name)  # programs are shared across keys: no getattr cache
-        except (AttributeError, cl.Error) as exc:
-            raise KernelBuildError(f"template {template_name} has no kernel {kernel_name!r}: {exc}") from None
-        with _lock:
-            _kernels[memo] = kernel
+    if kernel is not None:
+        _remember_call(fast, kernel)
+        return kernel
+    source = render(template_name, **params)
+    program = build_program(device, source, build_options(options))
+    try:
+        kernel = cl.Kernel(program, kernel_name)  # programs are shared across keys: no getattr cache
+    except (AttributeError, cl.Error) as exc:
+        raise KernelBuildError(f"template {template_name} has no kernel {kernel_name!r}: {exc}") from None
+    with _lock:
+        _kernels[memo] = kernel
+    _remember_call(fast, kernel)
     return kernel
+
+
+def _remember_call(key: tuple, kernel) -> None:
+    global _call_index
+    with _lock:
+        table, by_call = _call_index
+        if table is not _kernels or len(by_call) >= 4096:
+            _call_index = (_kernels, {})
+        _call_index[1][key] = kernel
 
 
 def built_variants() -> list[tuple]:
@@ -263,11 +284,25 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
         raise _launch_error(device, kernel, exc) from None
 
 
+_geometries: dict = {}  # (global, local) as the caller gave them -> normalized; a launch's host cost counts
+
+
 def _geometry(global_size, local_size):
+    try:
+        return _geometries[global_size, local_size]
+    except (KeyError, TypeError):  # TypeError: a list, unhashable
+        pass
+    key = (global_size, local_size)
     global_size = tuple(int(g) for g in global_size)
     if local_size is not None:
         local_size = tuple(int(x) for x in local_size)
         global_size = tuple(round_up(max(g, 1), l) for g, l in zip(global_size, local_size))
+    try:
+        if len(_geometries) >= 4096:
+            _geometries.clear()
+        _geometries[key] = (global_size, local_size)
+    except TypeError:
+        pass
     return global_size, local_size
 
 
