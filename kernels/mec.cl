@@ -15,8 +15,11 @@ columns with leading dimension IH*S*C.
   mec_scatter       grad_L -> grad_x: grad_x[n,c,h,w] = sum over the (q, s) with q*SW - PW + s*DW = w of
                     grad_L[n][q][g][h + PH][s][c]  (the MEC analogue of col2im, written as a gather:
                     one work-item per grad_x element, no atomics)
-The filter layouts (forward's (R*S*CG) x K, backward_data's K x (R*S*CG), backward_weight's gradient
-back to (K, CG, R, S)) are transposes, made by netcl.ops.transpose.
+  mec_weight_sum    backward_weight's partial gradients -> grad_w: grad_w[k][c][rs] = sum over the
+                    `parts` partials j of gW2[j][k][rs*CG + c] (the sum over output rows and the
+                    transpose back to (K, CG, R, S) in one pass)
+The other filter layouts (forward's (R*S*CG) x K, backward_data's K x (R*S*CG)) are transposes, made
+by netcl.ops.transpose.
 
 `geom` is an int64 array [N, C, H, W, K, R, S, P, Q, SH, SW, PH, PW, DH, DW, G] (P, Q = output size).
 
@@ -145,4 +148,23 @@ __kernel void mec_scatter(
         acc += row[q * ld + s * CG];
     }
     gx[gx_off + i] = acc;
+}
+
+__kernel void mec_weight_sum(
+    __global const ${T}* partials, const long partials_off,
+    __global ${T}* gw, const long gw_off,
+    const long parts,
+    __constant const long* geom)
+{
+    GEOMETRY
+    const long RS = R * S, width = RS * CG;
+    const long i = get_global_id(0);
+    if (i >= K * width) return;
+    // i runs along a partial's (k, rs, c) layout: the parts reads of neighbouring work-items are
+    // contiguous, and only the single write per work-item is strided
+    const long k = i / width, j = i - k * width, rs = j / CG, c = j - rs * CG;
+    __global const ${T}* src = partials + partials_off + i;
+    ${T} acc = 0;
+    for (long part = 0; part < parts; ++part) acc += src[part * K * width];
+    gw[gw_off + (k * CG + c) * RS + rs] = acc;
 }

@@ -1,8 +1,11 @@
 """mec conv2d strategy: forward (both Solutions of Algorithm 2) and both gradients against float64 (odd
 sizes, channels 1/3/5/17, batch 1, strides, padding, width dilation, groups, canaries), the threshold T
 from the tuning database, the refusal of height dilation, and the exact workspace: the compact lowering
-in·ow·ih·kw·ic plus the rearranged filter."""
+in·ow·ih·kw·ic plus the rearranged filter (the partial weight gradients for backward_weight), and
+backward_weight's launches, which do not grow with the output rows."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -101,9 +104,12 @@ def test_lowering_is_in_ow_ih_kw_ic(device):
     impl = strategies()["mec"]
     for pass_ in ("forward", "backward_data", "backward_weight"):
         parts = impl.workspace_breakdown(layer, pass_)
+        backward_weight = pass_ == "backward_weight"
         assert parts["lowering"] == 2 * ow * ih * 5 * 3 * 4
-        assert parts["filter"] == weight * 4
-        assert parts["grad_rows"] == (2 * 5 * layer.out_h * ow * 4 if pass_ == "backward_weight" else 0)
+        assert parts["filter"] == (0 if backward_weight else weight * 4)
+        # one partial gradient per output row: 7 of 1,500 bytes, well within half the cache
+        assert parts["partials"] == (layer.out_h * weight * 4 if backward_weight else 0)
+        assert parts["grad_rows"] == (2 * 5 * layer.out_h * ow * 4 if backward_weight else 0)
         assert parts["gemm_packing"] >= 0
         assert impl.workspace_bytes(layer, pass_) == sum(parts.values())
 
@@ -118,3 +124,60 @@ def test_workspace_is_exact(case, solution, device, monkeypatch, tmp_path):
     if solution == "A" and not conv_mec.uses_solution_a(layer, 10 ** 6):
         pytest.skip("Solution A needs |O| ≤ |L|")
     check_workspace("mec", case, device, monkeypatch)
+
+
+# backward_weight's row partials: (case, output rows per batched call, None: all of them, as every
+# device's cache allows here); every case has stride 2. A smaller count is forced through the cache size
+# that conv_mec.weight_partials reads (these operands are too small for the GEMM to pack).
+WEIGHT_CASES = {
+    "batch7_rows13": (((7, 3, 26, 11), (5, 3, 3, 3), 2, 1, 1, 1, "float32"), None),
+    "batch7_groups2_rows13": (((7, 4, 25, 9), (6, 2, 5, 5), 2, 2, 1, 2, "float32"), None),
+    "batch1_groups2_rows13_two_calls": (((1, 4, 25, 9), (6, 2, 5, 5), 2, 2, 1, 2, "float32"), 7),
+    "batch1_rows13_a_row_a_call": (((1, 3, 26, 11), (5, 3, 3, 3), 2, 1, 1, 1, "float32"), 1),
+    "batch7_groups2_row1": (((7, 4, 5, 8), (6, 2, 5, 3), 2, 0, 1, 2, "float32"), None),
+    "batch1_row1": (((1, 3, 2, 9), (5, 3, 3, 3), 2, 1, 1, 1, "float32"), None),
+}
+
+
+@pytest.mark.parametrize("name", list(WEIGHT_CASES))
+def test_weight_gradient_from_row_partials(name, rng, device, canaries, monkeypatch):
+    case, rows = WEIGHT_CASES[name]
+    layer = ConvLayer.from_shapes(*case)
+    if rows is not None:  # half the cache holds `rows` partial gradients
+        monkeypatch.setattr(device, "cache_bytes", 2 * rows * 4 * math.prod(layer.weight_shape))
+    assert conv_mec.weight_partials(layer, device) == (rows or layer.out_h)
+    errors = strategy_errors("mec", case, rng, device)
+    assert errors["grad_weight"] <= 1e-4, errors
+
+
+def backward_weight_launches(case, device, monkeypatch) -> int:
+    """Kernels one backward_weight enqueues (every launch, prepared or not, is recorded by
+    Device.throttle), counted on its second run so that first-call work does not count."""
+    layer = ConvLayer.from_shapes(*case)
+    x = nc.Tensor.from_host(np.ones(layer.input_shape, np.float32), device)
+    gy = nc.Tensor.from_host(np.ones(layer.output_shape, np.float32), device)
+    conv_mec.STRATEGY.backward_weight(x, gy, layer)
+    launched = []
+    real = device.throttle
+    monkeypatch.setattr(device, "throttle", lambda event: (launched.append(event), real(event)))
+    try:
+        conv_mec.STRATEGY.backward_weight(x, gy, layer)
+    finally:
+        monkeypatch.setattr(device, "throttle", real)
+    return len(launched)
+
+
+@pytest.mark.parametrize("batch", [1, 7])
+def test_backward_weight_launches_do_not_grow_with_the_rows(batch, device, monkeypatch):
+    # the same layer with 3 and 13 output rows: before the row partials, 2 + 3 and 2 + 13 products
+    counts = {}
+    for height in (5, 25):
+        case = ((batch, 4, height, 9), (6, 2, 3, 3), 2, 1, 1, 2, "float32")
+        layer = ConvLayer.from_shapes(*case)
+        assert conv_mec.weight_partials(layer, device) == layer.out_h
+        counts[layer.out_h] = backward_weight_launches(case, device, monkeypatch)
+        terms = conv_mec.STRATEGY.cost_terms(layer, "backward_weight", device)
+        # mec_lower, the regrouping copy (batch above 1), one product per group, mec_weight_sum
+        assert terms.launches == 1 + (batch > 1) + 2 + 1
+        assert counts[layer.out_h] == terms.launches, counts
+    assert counts[3] == counts[13], counts
