@@ -68,7 +68,7 @@ class Tensor(ShapeMethods, MathMethods):
                  requires_grad: bool = False):
         self.buffer = buffer
         self.shape = shape if _is_plain_shape(shape) else tuple(int(n) for n in shape)
-        self.dtype = dtype if type(dtype) is np.dtype else np.dtype(dtype)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.device = device
         self.strides = (strides if type(strides) is tuple else tuple(strides)) if strides is not None \
             else _contiguous_strides(self.shape)

@@ -108,7 +108,8 @@ class Optimizer:
     def _launch(self, items, name: str, args, **params) -> None:
         """Update ``items`` with kernel ``name``: ``args`` is the per-tensor arguments followed by one
         tuple of scalars; the work-group ends of each tensor go between them."""
-        key = (name, tuple(id(q) for q, _, _ in items), tuple(params.items()))
+        # with sizes and dtype: a parameter the groups no longer hold may leave its id to a new tensor
+        key = (name, items[0][0].dtype, tuple((id(q), q.size) for q, _, _ in items), tuple(params.items()))
         prepared = self._launches.get(key)
         if prepared is None:
             p = items[0][0]
