@@ -20,17 +20,23 @@ _resolved: dict = {}  # what as_dtype accepted (np.float32, "float32", a dtype..
 
 def as_dtype(dtype) -> np.dtype:
     try:
-        return _resolved[dtype]  # every op asks several times: a dict lookup instead of np.dtype()
-    except (KeyError, TypeError):
-        pass
+        known = _resolved.get(dtype)  # every op asks several times: a dict lookup instead of np.dtype()
+    except TypeError:  # unhashable: checked every time
+        return _checked_dtype(dtype)
+    if known is None:
+        known = _checked_dtype(dtype)
+        if len(_resolved) < 256:
+            _resolved[dtype] = known
+    return known
+
+
+def _checked_dtype(dtype) -> np.dtype:
     try:
         dt = np.dtype(dtype)
     except TypeError as exc:
         raise DTypeError(f"not a dtype: {dtype!r}") from exc
     if dt not in C_TYPES:
         raise DTypeError(f"netcl tensors hold float32, float64, int32, int64 or bool, not {dt}")
-    if len(_resolved) < 256:
-        _resolved[dtype] = dt
     return dt
 
 

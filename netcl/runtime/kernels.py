@@ -288,21 +288,24 @@ _geometries: dict = {}  # (global, local) as the caller gave them -> normalized;
 
 
 def _geometry(global_size, local_size):
-    try:
-        return _geometries[global_size, local_size]
-    except (KeyError, TypeError):  # TypeError: a list, unhashable
-        pass
     key = (global_size, local_size)
+    try:
+        known = _geometries.get(key)
+    except TypeError:  # sizes given as lists: unhashable, normalized at every launch
+        return _normalized_geometry(global_size, local_size)
+    if known is None:
+        known = _normalized_geometry(global_size, local_size)
+        if len(_geometries) >= 4096:
+            _geometries.clear()
+        _geometries[key] = known
+    return known
+
+
+def _normalized_geometry(global_size, local_size):
     global_size = tuple(int(g) for g in global_size)
     if local_size is not None:
         local_size = tuple(int(x) for x in local_size)
         global_size = tuple(round_up(max(g, 1), l) for g, l in zip(global_size, local_size))
-    try:
-        if len(_geometries) >= 4096:
-            _geometries.clear()
-        _geometries[key] = (global_size, local_size)
-    except TypeError:
-        pass
     return global_size, local_size
 
 
