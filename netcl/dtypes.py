@@ -5,6 +5,8 @@ buffers and kernel arguments. Comparisons produce it; ``where`` and masks take i
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .errors import DTypeError
@@ -15,19 +17,13 @@ C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-_resolved: dict = {}  # what as_dtype accepted (np.float32, "float32", a dtype...) -> its np.dtype
-
-
 def as_dtype(dtype) -> np.dtype:
     try:
-        known = _resolved.get(dtype)  # every op asks several times: a dict lookup instead of np.dtype()
+        return _remembered_dtype(dtype)  # every op asks several times: a cache lookup instead of np.dtype()
+    except DTypeError:
+        raise
     except TypeError:  # unhashable: checked every time
         return _checked_dtype(dtype)
-    if known is None:
-        known = _checked_dtype(dtype)
-        if len(_resolved) < 256:
-            _resolved[dtype] = known
-    return known
 
 
 def _checked_dtype(dtype) -> np.dtype:
@@ -38,6 +34,9 @@ def _checked_dtype(dtype) -> np.dtype:
     if dt not in C_TYPES:
         raise DTypeError(f"netcl tensors hold float32, float64, int32, int64 or bool, not {dt}")
     return dt
+
+
+_remembered_dtype = functools.lru_cache(maxsize=256)(_checked_dtype)
 
 
 def is_dtype_like(value) -> bool:

@@ -11,6 +11,7 @@ import netcl as nc
 from netcl import nn
 from netcl.dense.convert import Spatial
 from netcl.runtime import kernels as kernels_module
+from nn_reference import pool_ref
 
 
 def max_rel(actual, expected) -> float:
@@ -61,46 +62,19 @@ def strided_padded(patch, channels=2, classes=3):
 
 
 # ---- dilated pooling with stride 1 (issue 8 item 1, used by every converted pooling layer) -----------
-def pool_taps(x, k, dil):
-    """The k·k dilated taps of every stride-1 window, stacked on a leading axis, and the output size."""
-    _, _, h, w = x.shape
-    ho, wo = h - dil * (k - 1), w - dil * (k - 1)
-    taps = np.stack([x[:, :, i * dil:i * dil + ho, j * dil:j * dil + wo] for i in range(k) for j in range(k)])
-    return taps, ho, wo
-
-
-def pool_ref(x, k, dil, op):
-    taps, _, _ = pool_taps(x, k, dil)
-    return taps.max(0) if op == "max" else taps.mean(0)
-
-
-def pool_grad_ref(x, g, k, dil, op):
-    """The exact float64 input gradient: max pooling routes each window's gradient to its (first) maximum,
-    average pooling spreads it evenly. Finite differences would be wrong wherever two taps of a window lie
-    within the step of each other, which fresh random data makes happen now and then."""
-    taps, ho, wo = pool_taps(x, k, dil)
-    if op == "max":
-        share = (np.arange(k * k)[:, None, None, None, None] == taps.argmax(0)) * g
-    else:
-        share = np.broadcast_to(g / (k * k), taps.shape)
-    grad = np.zeros_like(x)
-    for tap in range(k * k):
-        i, j = divmod(tap, k)
-        grad[:, :, i * dil:i * dil + ho, j * dil:j * dil + wo] += share[tap]
-    return grad
-
-
 @pytest.mark.parametrize("op", ["max", "avg"])
 def test_dilated_pool_stride1_matches_numpy(device, rng, canaries, op):
     x = rng.standard_normal((2, 3, 13, 17)).astype(np.float32)
     xt = nc.tensor(x, requires_grad=True)
     layer = nn.MaxPool2d(3, 1, dilation=4) if op == "max" else nn.AvgPool2d(3, 1, dilation=4)
     y = layer(xt)
-    np.testing.assert_allclose(y.to_host(), pool_ref(x.astype(np.float64), 3, 4, op), rtol=1e-6, atol=1e-6)
+    # float64 reference with the exact gradient (max routes to the first maximum): finite differences
+    # would be wrong wherever fresh random data puts two taps of a window within the step of each other
+    y_ref, grad_ref = pool_ref(x, (3, 3), (1, 1), (0, 0), (4, 4), op)
+    np.testing.assert_allclose(y.to_host(), y_ref, rtol=1e-6, atol=1e-6)
     g = rng.standard_normal(y.shape).astype(np.float32)
     (y * nc.tensor(g)).sum().backward()
-    expected = pool_grad_ref(x.astype(np.float64), g.astype(np.float64), 3, 4, op)
-    np.testing.assert_allclose(xt.grad.to_host(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(xt.grad.to_host(), grad_ref(g), rtol=1e-5, atol=1e-5)
 
 
 # ---- exactness ---------------------------------------------------------------------------------------

@@ -284,21 +284,10 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
         raise _launch_error(device, kernel, exc) from None
 
 
-_geometries: dict = {}  # (global, local) as the caller gave them -> normalized; a launch's host cost counts
-
-
 def _geometry(global_size, local_size):
-    key = (global_size, local_size)
-    try:
-        known = _geometries.get(key)
-    except TypeError:  # sizes given as lists: unhashable, normalized at every launch
-        return _normalized_geometry(global_size, local_size)
-    if known is None:
-        known = _normalized_geometry(global_size, local_size)
-        if len(_geometries) >= 4096:
-            _geometries.clear()
-        _geometries[key] = known
-    return known
+    if type(global_size) is tuple and (local_size is None or type(local_size) is tuple):
+        return _remembered_geometry(global_size, local_size)  # a launch's host cost counts
+    return _normalized_geometry(global_size, local_size)  # lists are unhashable: normalized every launch
 
 
 def _normalized_geometry(global_size, local_size):
@@ -307,6 +296,9 @@ def _normalized_geometry(global_size, local_size):
         local_size = tuple(int(x) for x in local_size)
         global_size = tuple(round_up(max(g, 1), l) for g, l in zip(global_size, local_size))
     return global_size, local_size
+
+
+_remembered_geometry = functools.lru_cache(maxsize=4096)(_normalized_geometry)
 
 
 def _launch_error(device: Device, kernel: cl.Kernel, exc: cl.Error) -> Exception:
