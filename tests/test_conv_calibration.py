@@ -73,6 +73,9 @@ def test_calibration_is_stored_and_reused_by_a_second_process(tmp_path):
     profile = used["profile"]
     assert profile["source"] == "measured" and profile["calibration"] == "netcl tune conv"
     assert profile["coefficients"] == made["coefficients"]
+    # the GEMM's rate surface measured by the calibration prices the products of the second process
+    assert made["basics"]["gemm_surface_points"] >= 1
+    assert profile["gemm_surface_points"] == made["basics"]["gemm_surface_points"]
     # the local correction's parameters chosen on this device's measurements travel with them
     assert profile["local"] == {k: made["local"][k] for k in ("width", "prior", "feature_weight")}
     assert 0 < made["local"]["hits"] <= made["local"]["choices"]

@@ -51,9 +51,13 @@ class DeviceProfile:
     samples: dict = field(default_factory=dict)       # "strategy|pass" -> [(arith_ms, other_ms, measured_ms, features, layer signature)]
     calibration: str = "none"  # "netcl tune conv", "measured plans", or "none" (the fallback)
     local: dict = field(default_factory=lambda: dict(LOCAL_DEFAULTS))  # the local correction's parameters
+    surface: object = None  # netcl.ops.gemm_surface.RateSurface measured by calibration, when there is one
 
     def rate(self, m: int, n: int, k: int, batch: int = 1) -> float:
-        """GFLOP/s of a (batched) product of this shape: its shape class's measured rate, else the large one."""
+        """GFLOP/s of a (batched) product of this shape: the measured rate surface's, else its shape
+        class's measured rate, else the large one."""
+        if self.surface is not None:
+            return self.surface.gflops(m, n, k, batch)
         from .gemm import shape_class
         return float(self.class_gflops.get(shape_class(m, n, k, batch)) or self.gemm_gflops)
 
@@ -66,7 +70,8 @@ class DeviceProfile:
                 "launch_ms": round(self.launch_ms, 4), "source": self.source, "calibration": self.calibration,
                 "class_gflops": {k: round(v, 2) for k, v in sorted(self.class_gflops.items())},
                 "coefficients": {k: [round(v[0], 4), round(v[1], 4), v[2]] for k, v in sorted(self.coefficients.items())},
-                "local": dict(self.local)}
+                "local": dict(self.local),
+                "gemm_surface_points": len(self.surface.measured) if self.surface is not None else 0}
 
 
 def estimate(device) -> DeviceProfile:
@@ -138,6 +143,10 @@ def local_correction(a: float, b: float, arith: float, other: float, samples, fe
     return math.exp(total / (weight_sum + prior)) if weight_sum else 1.0
 
 
+def _without_batch(signature: str) -> str:
+    return re.sub(r"^n\d+", "", signature)
+
+
 def select_local(samples: dict) -> tuple[dict, dict]:
     """The local correction's (width, prior, feature weight) that choose best on this device's own
     measurements, by leave-one-layer-out: for each measured layer, the coefficients are refitted without
@@ -155,8 +164,11 @@ def select_local(samples: dict) -> tuple[dict, dict]:
     refits = {}  # layer left out -> {key: ((a, b), rest)}
     for left_out in layers:
         refits[left_out] = {}
+        shape = _without_batch(left_out)
         for key, rows in samples.items():
-            rest = [row[:4] for row in rows if row[4] != left_out]
+            # the layer goes out with its copies at other batch sizes (LeNet's layers are calibrated at two),
+            # which would otherwise predict it almost exactly and reward the narrowest neighbourhoods
+            rest = [row[:4] for row in rows if _without_batch(row[4]) != shape]
             fitted = fit([row[:3] for row in rest])
             if fitted:
                 refits[left_out][key] = (fitted, rest)

@@ -3,6 +3,9 @@
 One entry per device and dtype (family "conv_calibration" of netcl.tuning.db, beside the GEMM tuning):
   bandwidth_gbs, launch_ms, class_gflops   the device quantities (measure_basics: a copy kernel, a tiny
                                            kernel and one product per GEMM shape class)
+  gemm_surface                             {"grid", "rows": [[m, n, k, batch, gflops], ...]}: the GEMM's
+                                           rate over a grid of shapes (netcl.ops.gemm_surface), measured
+                                           by `netcl tune conv`; products are priced by it when present
   samples                                  {"strategy|pass": [[arith_ms, other_ms, measured_ms], ...]}:
                                            measured times of each strategy against the model's two parts,
                                            from `netcl tune conv` and from every measured plan
@@ -22,7 +25,7 @@ import numpy as np
 
 from ..runtime.memo import DeviceMemo
 from ..tuning import db
-from . import conv_cost
+from . import conv_cost, gemm_surface
 
 FAMILY = "conv_calibration"
 # One representative product per GEMM shape class (netcl.ops.gemm.shape_class), conv-like and quick.
@@ -30,8 +33,8 @@ CLASS_SHAPES = {"large": (256, 256, 256), "small_k": (32, 9216, 50), "small_mn":
                 "tiny": (64, 10, 500)}
 # Bumped whenever the stored quantities are measured differently, or the cost terms a sample's
 # (arith_ms, other_ms) were computed with change meaning (4: implicit GEMM's residue classes and gathering,
-# direct_blocked's backward_data).
-CALIBRATION_VERSION = 4
+# direct_blocked's backward_data; 5: products priced by the measured rate surface).
+CALIBRATION_VERSION = 5
 
 _profiles = DeviceMemo("conv device profiles")
 _lock = threading.RLock()
@@ -115,6 +118,9 @@ def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
         profile.bandwidth_gbs, profile.launch_ms = basics
         profile.class_gflops, profile.gemm_gflops = classes, classes["large"]
         profile.source = "measured"
+    surface = entry.get("gemm_surface") if isinstance(entry.get("gemm_surface"), dict) else {}
+    if profile.source == "measured" and isinstance(surface.get("grid"), dict) and isinstance(surface.get("rows"), list):
+        profile.surface = gemm_surface.RateSurface.from_rows(surface["grid"], surface["rows"])
     local = entry.get("local") if isinstance(entry.get("local"), dict) else {}
     if all(_positive(local.get(k)) for k in conv_cost.LOCAL_DEFAULTS):
         profile.local = {k: float(local[k]) for k in conv_cost.LOCAL_DEFAULTS}
@@ -178,9 +184,11 @@ def record(device, dtype: str, pass_: str, measured: dict, terms: dict, layer_si
     update(device, dtype, mutate)
 
 
-def measure_basics(device, dtype: str = "float32") -> dict:
-    """Measure copy bandwidth, launch time and one GEMM rate per shape class, and store them (the samples
-    recorded against other basics are dropped: their model parts were computed with those)."""
+def measure_basics(device, dtype: str = "float32", surface_grid: dict | None = None,
+                   surface_budget_s: float = 30.0, surface_progress=None) -> dict:
+    """Measure copy bandwidth, launch time, one GEMM rate per shape class and, given ``surface_grid``
+    (calibration does), the GEMM's rate surface over that grid, and store them (the samples recorded
+    against other basics are dropped: their model parts were computed with those)."""
     from ..runtime.timing import sample
     from ..tensor import Tensor
     from ..tuning.gemm import calls_per_sample
@@ -205,9 +213,19 @@ def measure_basics(device, dtype: str = "float32") -> dict:
         rates[cls] = round(flop / max(seconds - launch_s / calls, 1e-7) / 1e9, 3)
     basics = {"bandwidth_gbs": round(copy.gbps(max(copy_s - launch_s, 1e-7)), 3),
               "launch_ms": round(launch_s * 1e3, 5), "class_gflops": rates}
+    surface = None
+    if surface_grid is not None:
+        measured = gemm_surface.measure(device, dt, surface_grid, launch_s, surface_budget_s, surface_progress)
+        surface = {"grid": {k: list(v) for k, v in surface_grid.items()}, "rows": measured.as_rows()}
+        basics["gemm_surface_points"] = len(surface["rows"])
 
     def mutate(entry):
         entry.update(basics)
+        entry.pop("gemm_surface_points", None)
+        if surface is not None:
+            entry["gemm_surface"] = surface
+        else:
+            entry.pop("gemm_surface", None)
         entry["samples"] = {}
         entry.pop("calibrated_by", None)
         entry.pop("local", None)

@@ -58,6 +58,9 @@ TIMING = dict(warmup=2, min_runs=3, max_runs=20, time_budget_s=0.25, contention=
               statistic="min", min_time_s=0.4)
 QUICK_TIMING = dict(warmup=2, min_runs=2, max_runs=10, time_budget_s=0.1, contention=1.1, settle_below_s=0.0,
                     statistic="min", min_time_s=0.15)
+# Seconds for the GEMM rate surface (netcl.ops.gemm_surface), by quick: its full grid took 12-13 s on
+# 2 Zen 5 cores with PoCL and Intel's runtime, the quick one about 4 s.
+SURFACE_BUDGET_S = {False: 25.0, True: 5.0}
 
 
 def calibration_layers(quick: bool, dtype: str = "float32") -> list:
@@ -79,7 +82,11 @@ def calibrate(device, dtype: str = "float32", quick: bool = False, progress: boo
     from ..ops import conv_profile
     from ..ops.conv_registry import strategies
     started = time.perf_counter()
-    basics = conv_profile.measure_basics(device, dtype)
+    from ..ops import gemm_surface
+    grid = gemm_surface.QUICK_GRID if quick else gemm_surface.GRID
+    with tqdm(total=len(gemm_surface.points(grid)), desc=f"GEMM rates on {device.name}", unit="shape",
+              disable=not progress, leave=False) as rates_bar:
+        basics = conv_profile.measure_basics(device, dtype, grid, SURFACE_BUDGET_S[quick], rates_bar.update)
     layers = calibration_layers(quick, dtype) if layers is None else list(layers)
     registry = strategies()
     steps = [(layer, pass_) for layer in layers for pass_ in ("forward", "backward_data", "backward_weight")]
