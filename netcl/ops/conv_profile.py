@@ -217,11 +217,9 @@ def measure_basics(device, dtype: str = "float32", surface_grid: dict | None = N
     if surface_grid is not None:
         measured = gemm_surface.measure(device, dt, surface_grid, launch_s, surface_budget_s, surface_progress)
         surface = {"grid": {k: list(v) for k, v in surface_grid.items()}, "rows": measured.as_rows()}
-        basics["gemm_surface_points"] = len(surface["rows"])
 
     def mutate(entry):
         entry.update(basics)
-        entry.pop("gemm_surface_points", None)
         if surface is not None:
             entry["gemm_surface"] = surface
         else:
@@ -230,7 +228,7 @@ def measure_basics(device, dtype: str = "float32", surface_grid: dict | None = N
         entry.pop("calibrated_by", None)
         entry.pop("local", None)
     update(device, dtype, mutate)
-    return basics
+    return dict(basics, gemm_surface_points=len(surface["rows"]) if surface else 0)
 
 
 def ensure_basics(device, dtype: str = "float32") -> conv_cost.DeviceProfile:

@@ -13,6 +13,7 @@ the same proportions is at least as efficient: more work per launch and per tile
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 
@@ -36,16 +37,15 @@ class RateSurface:
         self.measured = {tuple(int(v) for v in key): float(rate) for key, rate in measured.items() if rate > 0}
         if not self.measured:
             raise ValueError("a rate surface needs at least one measured point")
+        self.log_axes = [tuple(math.log(v) for v in axis) for axis in self.axes]
         self.log_rates = self._fill()
 
     def _fill(self) -> np.ndarray:
         """log GFLOP/s at every grid point; unmeasured points take the best of their measured down-set."""
-        shape = tuple(len(axis) for axis in self.axes)
-        table = np.full(shape, -np.inf)
-        for index in itertools.product(*(range(n) for n in shape)):
-            key = tuple(axis[i] for axis, i in zip(self.axes, index))
-            if key in self.measured:
-                table[index] = math.log(self.measured[key])
+        table = np.full(tuple(len(axis) for axis in self.axes), -np.inf)
+        for key, rate in self.measured.items():
+            if all(v in axis for v, axis in zip(key, self.axes)):
+                table[tuple(axis.index(v) for v, axis in zip(key, self.axes))] = math.log(rate)
         # running maximum along each axis in turn = the maximum over the down-set, for the unmeasured
         best = table.copy()
         for axis in range(4):
@@ -59,13 +59,12 @@ class RateSurface:
 
     def gflops(self, m: int, n: int, k: int, batch: int = 1) -> float:
         corners = []
-        for axis, value in zip(self.axes, (m, n, k, batch)):
-            logs = np.log(axis)
-            x = min(max(math.log(max(value, 1)), logs[0]), logs[-1])
-            i = int(min(np.searchsorted(logs, x, side="right") - 1, len(axis) - 2)) if len(axis) > 1 else 0
-            if len(axis) == 1:
+        for logs, value in zip(self.log_axes, (m, n, k, batch)):
+            if len(logs) == 1:
                 corners.append(((0, 1.0),))
                 continue
+            x = min(max(math.log(max(value, 1)), logs[0]), logs[-1])
+            i = min(bisect.bisect_right(logs, x) - 1, len(logs) - 2)
             t = (x - logs[i]) / (logs[i + 1] - logs[i])
             corners.append(((i, 1.0 - t), (i + 1, t)))
         total = 0.0

@@ -80,9 +80,9 @@ def calibrate(device, dtype: str = "float32", quick: bool = False, progress: boo
     from ..errors import NetclError
     from ..ops import conv2d_planner as planner
     from ..ops import conv_profile
+    from ..ops import gemm_surface
     from ..ops.conv_registry import strategies
     started = time.perf_counter()
-    from ..ops import gemm_surface
     grid = gemm_surface.QUICK_GRID if quick else gemm_surface.GRID
     with tqdm(total=len(gemm_surface.points(grid)), desc=f"GEMM rates on {device.name}", unit="shape",
               disable=not progress, leave=False) as rates_bar:
