@@ -76,9 +76,10 @@ def test_calibration_is_stored_and_reused_by_a_second_process(tmp_path):
     # the GEMM's rate surface measured by the calibration prices the products of the second process
     assert made["basics"]["gemm_surface_points"] >= 1
     assert profile["gemm_surface_points"] == made["basics"]["gemm_surface_points"]
-    # the local correction's parameters chosen on this device's measurements travel with them
-    assert profile["local"] == {k: made["local"][k] for k in ("width", "prior", "feature_weight")}
-    assert 0 < made["local"]["hits"] <= made["local"]["choices"]
+    # the model's own leave-one-layer-out score is stored with the calibration, and the second process
+    # fits a residual model for every strategy and pass the first one measured
+    assert made["residual"]["choices"] == 3 and 0 <= made["residual"]["hits"] <= 3
+    assert profile["residual_models"] == len(made["coefficients"])
     assert profile["bandwidth_gbs"] == pytest.approx(made["basics"]["bandwidth_gbs"], rel=1e-3)
     assert used["calibrated"] and "fallback" not in used["reason"] and used["summary"].startswith("calibrated")
     store = json.loads((tmp_path / "cache" / "tuning" / "tuning.json").read_text())
@@ -117,28 +118,58 @@ def test_fit_recovers_two_coefficients_and_falls_back_to_one_scale():
     assert conv_cost.fit([("x", 1, 2), (1, 1, -1)]) is None
 
 
-def test_select_local_learns_what_the_two_terms_miss(monkeypatch):
-    """Strategy "slow_when_grouped" runs 3x its fitted time on grouped layers, which neither term sees: a
-    local correction that weighs the layer features finds it from the other grouped layers, one that
-    mixes in the dense layers does not. Leave-one-layer-out must pick the former."""
-    rng = np.random.default_rng(0)
+def _features(n=8, channels=16, groups=1, pixels=196, taps=9, stride=1):
+    return (math.log(n), math.log(channels), math.log(channels), math.log(pixels), math.log(taps),
+            math.log(stride), math.log(groups))
+
+
+def test_the_residual_model_learns_what_the_two_terms_miss():
+    """Strategy "slow_when_grouped" runs 4x slower on grouped layers, which neither term sees: the
+    residual model finds it in the groups feature, and leave-one-layer-out scores every choice right;
+    without the layer features the same choices miss."""
+    rng = np.random.default_rng()
     samples = {"steady|forward": [], "slow_when_grouped|forward": []}
-    for index in range(12):
+    for index in range(24):
         groups = 32 if index % 2 else 1
         arith, other = float(rng.uniform(0.5, 2.0)), float(rng.uniform(0.2, 0.6))
-        features = (math.log(8), math.log(groups), math.log(9), 0.0)
-        layer = f"layer{index}"
-        samples["steady|forward"].append((arith, other, 1.3 * (arith + other), features, layer))
-        slow = (arith + other) * (3.0 if groups > 1 else 1.0)
+        features = _features(groups=groups, channels=int(rng.integers(4, 64)))
+        layer = f"n8layer{index}"
+        samples["steady|forward"].append((arith, other, 1.6 * (arith + other), features, layer))
+        slow = (arith + other) * (4.0 if groups > 1 else 1.0)
         samples["slow_when_grouped|forward"].append((arith, other, slow, features, layer))
-    params, score = conv_cost.select_local(samples)
-    assert set(params) == set(conv_cost.LOCAL_DEFAULTS)
-    assert all(params[k] in conv_cost.LOCAL_GRID[k] for k in params)
-    assert score["choices"] == 12 and score["hits"] == 12, (params, score)
-    # blind to the layer features, the same search misses
-    monkeypatch.setitem(conv_cost.LOCAL_GRID, "feature_weight", (0.0,))
-    _, blind = conv_cost.select_local(samples)
-    assert blind["hits"] < 12, blind
+    score = conv_cost.score_residual(samples)
+    assert score["choices"] == 24 and score["hits"] == 24 and score["geomean_slowdown"] == 1.0, score
+    blind = {key: [row[:3] + (None,) + row[4:] for row in rows] for key, rows in samples.items()}
+    blind_score = conv_cost.score_residual(blind)
+    assert blind_score["hits"] < score["hits"], blind_score
+
+
+def test_residual_model_follows_a_feature_and_stays_within_what_it_saw():
+    """Times that grow as batch^0.5 beyond the two terms: the residual model recovers the trend inside the
+    measured batches (weakly ridged), never predicts past the residuals it saw, ignores a feature all
+    samples share and skips rows without features."""
+    rng = np.random.default_rng()
+    rows = []
+    for n in (1, 2, 4, 8, 16, 32, 64):
+        arith, other = float(rng.uniform(0.5, 2.0)), float(rng.uniform(0.1, 0.3))
+        rows.append((arith, other, (arith + other) * n ** 0.5, _features(n=n)))
+    a, b = conv_cost.fit([r[:3] for r in rows])
+    residual = conv_cost.fit_residual(a, b, rows, ridge=1e-6)
+    for arith, other, measured, features in rows:
+        assert (a * arith + b * other) * residual.correction(arith, other, features) == pytest.approx(measured, rel=0.05)
+    logs = [math.log(t / (a * x + b * o)) for x, o, t, _ in rows]
+    far = residual.correction(1.0, 0.2, _features(n=4096))
+    assert math.log(far) <= max(logs) + 1e-9 and far > residual.correction(1.0, 0.2, _features(n=64)) * 0.999
+    assert math.isfinite(residual.correction(1.0, 0.2, _features(n=8, taps=49)))  # taps never varied
+    assert conv_cost.fit_residual(a, b, [r[:3] + (None,) for r in rows]) is None
+
+
+def test_a_layer_signature_gives_the_layer_back():
+    layer = ConvLayer.from_shapes((8, 64, 28, 27), (64, 1, 3, 5), stride=(2, 1), padding=(1, 2), dilation=(1, 2),
+                                  groups=64, dtype="float64")
+    assert ConvLayer.from_signature(layer.signature()) == layer
+    assert conv_cost.signature_features(layer.signature()) == conv_cost.layer_features(layer)
+    assert ConvLayer.from_signature("n8c64") is None and conv_cost.signature_features("garbage") is None
 
 
 _PLAN_AFTER_TRAINING = """

@@ -36,11 +36,22 @@ def test_grid_points_are_reproduced_and_log_linear_between():
         assert surface.gflops(m, n, k, b) == pytest.approx(_rate(m, n, k, b), rel=1e-9)
 
 
-def test_outside_the_grid_is_clamped_to_its_edge():
+def test_above_the_grid_the_rate_is_clamped_to_its_edge():
     surface = RateSurface(GRID, _full())
     assert surface.gflops(100_000, 16, 4, 1) == pytest.approx(_rate(256, 16, 4, 1))
-    assert surface.gflops(1, 16, 1, 1) == pytest.approx(_rate(1, 16, 4, 1))
     assert surface.gflops(1, 16, 4, 1024) == pytest.approx(_rate(1, 16, 4, 16))
+    assert surface.gflops(256, 10 ** 6, 10 ** 5, 16) == pytest.approx(_rate(256, 4096, 1024, 16))
+
+
+def test_below_the_grid_a_product_takes_as_long_as_the_smallest():
+    """Tiles are padded to the smallest measured size: a product of 1 or 9 columns (MEC's and Winograd's
+    on depthwise layers) costs what one of 16 does, not 16/9 times less."""
+    surface = RateSurface(GRID, _full())
+    assert surface.gflops(1, 9, 4, 1) == pytest.approx(_rate(1, 16, 4, 1) * 9 / 16)
+    assert surface.gflops(1, 1, 1, 1) == pytest.approx(_rate(1, 16, 4, 1) / 16 / 4)
+    seconds = lambda m, n, k, b: 2 * m * n * k * b / (surface.gflops(m, n, k, b) * 1e9)
+    assert seconds(16, 3, 64, 16) == pytest.approx(seconds(16, 16, 64, 16))
+    assert seconds(256, 4096, 2, 1) == pytest.approx(seconds(256, 4096, 4, 1))
 
 
 def test_unmeasured_points_take_the_best_rate_below_them():

@@ -16,6 +16,7 @@ A strategy is an object (a :class:`ConvStrategy`) that states, in its own module
 from __future__ import annotations
 
 import numbers
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,10 @@ def pair(value, name: str, minimum: int) -> tuple[int, int]:
     if h < minimum or w < minimum:
         raise ShapeError(f"{name} must be ≥ {minimum}, got {value!r}")
     return h, w
+
+
+_SIGNATURE = re.compile(r"n(\d+)c(\d+)h(\d+)w(\d+)k(\d+)r(\d+)s(\d+)st(\d+)x(\d+)p(\d+)x(\d+)d(\d+)x(\d+)"
+                        r"g(\d+)(float32|float64)")
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,15 @@ class ConvLayer:
         return (f"n{self.n}c{self.c}h{self.h}w{self.w}k{self.k}r{self.r}s{self.s}"
                 f"st{self.stride_h}x{self.stride_w}p{self.pad_h}x{self.pad_w}d{self.dil_h}x{self.dil_w}"
                 f"g{self.groups}{self.dtype}")
+
+    @classmethod
+    def from_signature(cls, signature: str) -> "ConvLayer | None":
+        """The layer a :meth:`signature` describes; None for anything else."""
+        found = _SIGNATURE.fullmatch(str(signature))
+        if not found:
+            return None
+        *sizes, dtype = found.groups()
+        return cls(*(int(v) for v in sizes), dtype=dtype)
 
     def describe(self) -> str:
         return (f"input {self.input_shape}, weight {self.weight_shape}, stride {(self.stride_h, self.stride_w)}, "

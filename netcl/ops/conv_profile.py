@@ -10,8 +10,8 @@ One entry per device and dtype (family "conv_calibration" of netcl.tuning.db, be
                                            measured times of each strategy against the model's two parts,
                                            from `netcl tune conv` and from every measured plan
   calibrated_by                            who measured last: "netcl tune conv" or "measured plans"
-  local                                    the local correction's width, prior and feature weight chosen
-                                           on these samples by `netcl tune conv` (conv_cost.select_local)
+  residual                                 how well the model chooses on these samples, left out one
+                                           layer at a time (conv_cost.score_residual), by `netcl tune conv`
 The entry is valid for one context (netcl's version, the GEMM kernel's source, the device's kernel
 tuning); another context's entry is ignored. :func:`device_profile` turns it into a DeviceProfile with
 the fitted coefficients (netcl.ops.conv_cost.fit).
@@ -33,8 +33,9 @@ CLASS_SHAPES = {"large": (256, 256, 256), "small_k": (32, 9216, 50), "small_mn":
                 "tiny": (64, 10, 500)}
 # Bumped whenever the stored quantities are measured differently, or the cost terms a sample's
 # (arith_ms, other_ms) were computed with change meaning (4: implicit GEMM's residue classes and gathering,
-# direct_blocked's backward_data; 5: products priced by the measured rate surface).
-CALIBRATION_VERSION = 5
+# direct_blocked's backward_data; 5: products priced by the measured rate surface; 6: products smaller than
+# the surface's grid priced at its smallest product's time, and the residual model).
+CALIBRATION_VERSION = 6
 
 _profiles = DeviceMemo("conv device profiles")
 _lock = threading.RLock()
@@ -121,14 +122,12 @@ def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
     surface = entry.get("gemm_surface") if isinstance(entry.get("gemm_surface"), dict) else {}
     if profile.source == "measured" and isinstance(surface.get("grid"), dict) and isinstance(surface.get("rows"), list):
         profile.surface = gemm_surface.RateSurface.from_rows(surface["grid"], surface["rows"])
-    local = entry.get("local") if isinstance(entry.get("local"), dict) else {}
-    if all(_positive(local.get(k)) for k in conv_cost.LOCAL_DEFAULTS):
-        profile.local = {k: float(local[k]) for k in conv_cost.LOCAL_DEFAULTS}
     for key, rows in _valid_samples(entry).items():
         fitted = conv_cost.fit([r[:3] for r in rows])
         if fitted:
             profile.coefficients[key] = (fitted[0], fitted[1], len(rows))
             profile.samples[key] = rows
+            profile.residuals[key] = conv_cost.fit_residual(*fitted, [r[:4] for r in rows])
     if profile.coefficients:
         profile.calibration = str(entry.get("calibrated_by") or "measured plans")
     return profile
@@ -147,14 +146,13 @@ def _valid_samples(entry: dict) -> dict:
     return valid
 
 
-def choose_local(device, dtype: str = "float32") -> dict:
-    """Pick the local correction's parameters for this device from its stored measurements (leave one
-    layer out, conv_cost.select_local) and store them with their score; returns what was stored."""
+def score_residual(device, dtype: str = "float32") -> dict:
+    """Score the model's choices on this device's stored measurements (leave one layer out,
+    conv_cost.score_residual) and store the score with them; returns it."""
     samples = {key: [r for r in rows if r[4]] for key, rows in _valid_samples(stored(device, dtype)).items()}
-    params, score = conv_cost.select_local(samples)
-    chosen = dict(params, **score)
-    update(device, dtype, lambda entry: entry.update(local=chosen))
-    return chosen
+    score = conv_cost.score_residual(samples)
+    update(device, dtype, lambda entry: entry.update(residual=score))
+    return score
 
 
 def has_basics(device, dtype: str = "float32") -> bool:
@@ -226,7 +224,7 @@ def measure_basics(device, dtype: str = "float32", surface_grid: dict | None = N
             entry.pop("gemm_surface", None)
         entry["samples"] = {}
         entry.pop("calibrated_by", None)
-        entry.pop("local", None)
+        entry.pop("residual", None)
     update(device, dtype, mutate)
     return dict(basics, gemm_surface_points=len(surface["rows"]) if surface else 0)
 

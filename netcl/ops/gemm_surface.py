@@ -59,7 +59,10 @@ class RateSurface:
 
     def gflops(self, m: int, n: int, k: int, batch: int = 1) -> float:
         corners = []
-        for logs, value in zip(self.log_axes, (m, n, k, batch)):
+        below = 0.0  # log of how far m, n and k lie below the grid's smallest sizes
+        for axis, (logs, value) in enumerate(zip(self.log_axes, (m, n, k, batch))):
+            if axis < 3:
+                below += min(0.0, math.log(max(value, 1)) - logs[0])
             if len(logs) == 1:
                 corners.append(((0, 1.0),))
                 continue
@@ -72,7 +75,9 @@ class RateSurface:
             weight = math.prod(w for _, w in combo)
             if weight:
                 total += weight * self.log_rates[tuple(i for i, _ in combo)]
-        return math.exp(total)
+        # a product smaller than the grid's smallest in m, n or k takes as long as that smallest one (its
+        # tiles are padded to the same size), so its rate falls with its size there
+        return math.exp(total + below)
 
     def as_rows(self) -> list:
         return [[*key, round(rate, 3)] for key, rate in sorted(self.measured.items())]

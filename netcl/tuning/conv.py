@@ -16,8 +16,8 @@ import numpy as np
 
 # (input NCHW, weight KCRS, stride, padding[, groups[, dilation]]): small enough that direct convolution
 # stays in tens of ms. Every kind of layer a network brings (stride 1, 2 and 4; 1×1, 3×3, 5×5, 7×7, 11×11;
-# depthwise; dilated; few and many channels; batch 1 to 64) has neighbours here: the model's local
-# correction learns from measured layers like the one it predicts.
+# depthwise; dilated; few and many channels; batch 1 to 64) has neighbours here: the model's residual
+# model learns from measured layers like the one it predicts.
 LAYERS = [
     ((16, 1, 28, 28), (20, 1, 5, 5), 1, 0),
     ((16, 20, 12, 12), (50, 20, 5, 5), 1, 0),
@@ -48,6 +48,13 @@ LAYERS = [
     ((1, 48, 96, 96), (96, 48, 3, 3), 1, 1),
     ((1, 32, 128, 128), (64, 32, 5, 5), 2, 2),
     ((4, 256, 28, 28), (256, 256, 1, 1), 1, 0),
+    # Batch-1 layers of an ImageNet-sized network (the MEC paper's): a wide RGB input, a 7×7 strided layer
+    # and a 3×3 one on 64 channels at 56 pixels, and many channels on few pixels, where im2col, implicit
+    # GEMM and Winograd trade places with the smaller layers above.
+    ((1, 3, 160, 160), (32, 3, 3, 3), 1, 1),
+    ((1, 64, 56, 56), (64, 64, 7, 7), 2, 3),
+    ((1, 64, 56, 56), (128, 64, 3, 3), 1, 1),
+    ((1, 256, 12, 12), (384, 256, 3, 3), 1, 1),
 ]
 QUICK_LAYERS = [LAYERS[3], LAYERS[5], LAYERS[7], LAYERS[12]]
 # The fastest sample: a device characteristic, which load from other processes only slows down (medians
@@ -102,13 +109,13 @@ def calibrate(device, dtype: str = "float32", quick: bool = False, progress: boo
         conv_profile.record(device, dtype, pass_, measured, terms, layer.signature(), by="netcl tune conv")
         timings += len(measured)
     bar.close()
-    local = conv_profile.choose_local(device, dtype)
+    residual = conv_profile.score_residual(device, dtype)
     seconds = time.perf_counter() - started
     conv_profile.update(device, dtype, lambda e: e.update(tune_seconds=round(seconds, 1), quick=quick,
                                                           tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
     planner.clear_memory_cache()
     profile = conv_profile.device_profile(device, dtype)
-    return {"seconds": round(seconds, 1), "layers": len(layers), "timings": timings, "basics": basics, "local": local,
+    return {"seconds": round(seconds, 1), "layers": len(layers), "timings": timings, "basics": basics, "residual": residual,
             "coefficients": profile.as_dict()["coefficients"]}
 
 
