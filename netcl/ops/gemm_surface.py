@@ -5,7 +5,9 @@ class was not enough: on a Zen 5 with PoCL, products of the "large" class ran at
 (128×144×1152) to 400 GFLOP/s (256×400×2400) against the class's one measured 208, which made im2col look
 1.5-2× slower than it was on the MEC paper's batch-1 layers. So calibration times the GEMM on a grid of
 shapes (powers of four in M, N and K, batches 1 and 16) and a product's rate is the multilinear
-interpolation of log rate in log M, log N, log K and log batch, clamped to the grid's range.
+interpolation of log rate in log M, log N, log K and log batch, clamped to the grid above its largest
+sizes; below its smallest N or K a product takes as long as the smallest one (its tiles are padded to
+that size), so its rate falls in proportion.
 
 Points whose product would exceed ``FLOP_CAP`` or whose operands would exceed ``OPERAND_CAP`` are not run:
 their rate is the best rate measured at a grid point no larger in every dimension (a larger product of
