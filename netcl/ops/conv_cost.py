@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .conv_common import CostTerms
+from .conv_common import ConvLayer, CostTerms
 
 # A fit needs this many measurements of a (strategy, pass) before it trusts two coefficients; below it,
 # one scale for both parts.
@@ -47,8 +47,7 @@ class DeviceProfile:
     source: str              # where the device quantities come from: "measured", "tuning database", "estimate"
     class_gflops: dict = field(default_factory=dict)  # GEMM rate per netcl.ops.gemm.shape_class
     coefficients: dict = field(default_factory=dict)  # "strategy|pass" -> (a, b, samples)
-    samples: dict = field(default_factory=dict)       # "strategy|pass" -> [(arith_ms, other_ms, measured_ms, features, layer signature)]
-    residuals: dict = field(default_factory=dict)     # "strategy|pass" -> Residual fitted to those samples
+    residuals: dict = field(default_factory=dict)     # "strategy|pass" -> Residual fitted to its measured samples
     calibration: str = "none"  # "netcl tune conv", "measured plans", or "none" (the fallback)
     surface: object = None  # netcl.ops.gemm_surface.RateSurface measured by calibration, when there is one
 
@@ -100,7 +99,6 @@ def layer_features(layer) -> tuple:
 
 def signature_features(signature: str) -> tuple | None:
     """layer_features of a ConvLayer.signature() (what a stored sample keeps)."""
-    from .conv_common import ConvLayer
     layer = ConvLayer.from_signature(signature)
     return layer_features(layer) if layer is not None else None
 

@@ -126,7 +126,6 @@ def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
         fitted = conv_cost.fit([r[:3] for r in rows])
         if fitted:
             profile.coefficients[key] = (fitted[0], fitted[1], len(rows))
-            profile.samples[key] = rows
             profile.residuals[key] = conv_cost.fit_residual(*fitted, [r[:4] for r in rows])
     if profile.coefficients:
         profile.calibration = str(entry.get("calibrated_by") or "measured plans")
