@@ -78,7 +78,8 @@ def run_set(label, layers, device, calibrated: Path, scratch: Path, rng) -> list
             truth = {k: min(s[k] for s in sessions) for k in sessions[0]
                      if all(isinstance(s[k], float) for s in sessions)}
             best = min(truth, key=truth.get)
-            row = {"set": label, "layer": name, "pass": pass_, "shape": layer.describe(), "truth_ms": truth,
+            row = {"set": label, "layer": name, "pass": pass_, "shape": layer.describe(),
+                   "signature": layer.signature(), "truth_ms": truth,
                    "best": best, "heuristic": h.strategy, "heuristic_ratio": truth[h.strategy] / truth[best],
                    "measure": m.strategy, "measure_ratio": truth[m.strategy] / truth[best],
                    "measure_mode_ms": {c.strategy: c.measured_ms for c in m.candidates if c.measured_ms is not None},

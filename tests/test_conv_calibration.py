@@ -164,6 +164,31 @@ def test_residual_model_follows_a_feature_and_stays_within_what_it_saw():
     assert conv_cost.fit_residual(a, b, [r[:3] + (None,) for r in rows]) is None
 
 
+def test_a_profile_is_built_from_an_edited_entry_with_the_ridge_asked_for(device):
+    """conv_profile.profile_from_entry (the offline planner benchmark's entry point): the measured basics
+    and the samples of the entry it is given, not the database's, fitted with the ridge strength asked for
+    (a huge one leaves only the mean residual, a tiny one follows the batch trend)."""
+    rng = np.random.default_rng()
+    rows = []
+    for n in (1, 2, 4, 8, 16, 32):
+        layer = ConvLayer.from_shapes((n, 16, 14, 14), (16, 16, 3, 3), padding=1)
+        arith, other = float(rng.uniform(0.5, 2.0)), float(rng.uniform(0.1, 0.3))
+        rows.append([arith, other, (arith + other) * n ** 0.5, layer.signature()])
+    entry = {"bandwidth_gbs": 20.0, "launch_ms": 0.01, "class_gflops": {"large": 50.0},
+             "samples": {"im2col|forward": rows}}
+    loose = conv_profile.profile_from_entry(device, "float32", entry, ridge=1e-6)
+    stiff = conv_profile.profile_from_entry(device, "float32", entry, ridge=1e9)
+    assert loose.source == "measured" and loose.bandwidth_gbs == 20.0 and loose.launch_ms == 0.01
+    assert loose.coefficients["im2col|forward"][2] == 6 and set(loose.coefficients) == {"im2col|forward"}
+    features = conv_cost.signature_features(rows[-1][3])
+    small, large = (loose.residuals["im2col|forward"].correction(1.0, 0.2, conv_cost.signature_features(r[3]))
+                    for r in (rows[0], rows[-1]))
+    assert large > 2 * small
+    flat = stiff.residuals["im2col|forward"]
+    assert flat.correction(1.0, 0.2, features) == pytest.approx(math.exp(flat.mean), rel=1e-6)
+    assert not conv_profile.profile_from_entry(device, "float32", {**entry, "samples": {}}).coefficients
+
+
 def test_a_layer_signature_gives_the_layer_back():
     layer = ConvLayer.from_shapes((8, 64, 28, 27), (64, 1, 3, 5), stride=(2, 1), padding=(1, 2), dilation=(1, 2),
                                   groups=64, dtype="float64")

@@ -105,13 +105,18 @@ def device_profile(device, dtype: str = "float32") -> conv_cost.DeviceProfile:
 
 
 def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
+    return profile_from_entry(device, dtype, stored(device, dtype))
+
+
+def profile_from_entry(device, dtype: str, entry: dict, ridge: float = conv_cost.RIDGE) -> conv_cost.DeviceProfile:
+    """The profile a stored calibration entry (``stored``'s dict, possibly edited) gives the device; the
+    offline planner benchmark builds one from samples re-priced with today's cost terms."""
     profile = conv_cost.estimate(device)
     tuned = _tuned_rates(device, dtype)
     if tuned:
         profile.class_gflops = dict(tuned)
         profile.gemm_gflops = tuned.get("large", profile.gemm_gflops)
         profile.source = "tuning database"
-    entry = stored(device, dtype)
     basics = [_positive(entry.get(k)) for k in ("bandwidth_gbs", "launch_ms")]
     classes = entry.get("class_gflops") if isinstance(entry.get("class_gflops"), dict) else {}
     classes = {k: _positive(v) for k, v in classes.items() if _positive(v)}
@@ -126,7 +131,7 @@ def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
         fitted = conv_cost.fit([r[:3] for r in rows])
         if fitted:
             profile.coefficients[key] = (fitted[0], fitted[1], len(rows))
-            profile.residuals[key] = conv_cost.fit_residual(*fitted, [r[:4] for r in rows])
+            profile.residuals[key] = conv_cost.fit_residual(*fitted, [r[:4] for r in rows], ridge)
     if profile.coefficients:
         profile.calibration = str(entry.get("calibrated_by") or "measured plans")
     return profile

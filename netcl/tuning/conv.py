@@ -55,6 +55,13 @@ LAYERS = [
     ((1, 64, 56, 56), (64, 64, 7, 7), 2, 3),
     ((1, 64, 56, 56), (128, 64, 3, 3), 1, 1),
     ((1, 256, 12, 12), (384, 256, 3, 3), 1, 1),
+    # More depthwise layers (MobileNet-like: many batches, many channels, a 5×5 kernel) and a batch-8 3×3
+    # layer: with two depthwise layers the residual model met Winograd's and direct convolution's depthwise
+    # behaviour once each and priced a 64-channel layer's passes up to 2.5x off.
+    ((16, 32, 24, 24), (32, 1, 3, 3), 1, 1, 32),
+    ((2, 128, 28, 28), (128, 1, 3, 3), 1, 1, 128),
+    ((4, 96, 14, 14), (96, 1, 5, 5), 1, 2, 96),
+    ((8, 80, 20, 20), (80, 80, 3, 3), 1, 1),
 ]
 QUICK_LAYERS = [LAYERS[3], LAYERS[5], LAYERS[7], LAYERS[12]]
 # The fastest sample: a device characteristic, which load from other processes only slows down (medians
