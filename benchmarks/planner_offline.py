@@ -72,7 +72,8 @@ def score(run: dict, profile, device, show_misses: bool) -> dict:
     sets = {}
     for row in run["rows"]:
         layer, truth = case_layer(row), row["truth_ms"]
-        candidates = assess(row["pass"], profile, planner.answers(layer, row["pass"], device), UNLIMITED_WORKSPACE, layer)
+        found = planner.answers(layer, row["pass"], device)
+        candidates = assess(row["pass"], profile, found, UNLIMITED_WORKSPACE, layer)
         predicted = {c.strategy: c.predicted_ms for c in candidates if c.applicable and c.strategy in truth}
         choice = min(predicted, key=predicted.get)
         ratio = truth[choice] / min(truth.values())
@@ -84,6 +85,10 @@ def score(run: dict, profile, device, show_misses: bool) -> dict:
                   + "  ".join(f"{k} {predicted[k]:.2f}/{truth[k]:.2f}" for k in sorted(predicted, key=predicted.get))
                   + " (predicted/true ms)")
     return sets
+
+
+def hits(sets: dict) -> str:
+    return "; ".join(f"{label} {tally['heuristic_hits']}/{tally['cases']}" for label, tally in sets.items())
 
 
 def main(argv=None) -> int:
@@ -104,10 +109,9 @@ def main(argv=None) -> int:
     profile = conv_profile.profile_from_entry(device, "float32", entry, args.ridge)
     sets = score(run, profile, device, args.misses)
     loo = conv_cost.score_residual(scored, args.ridge)
+    own = {k: v for k, v in run["summary"].items() if isinstance(v, dict) and "cases" in v}
     print(f"ridge {args.ridge}; {sum(len(v) for v in scored.values())} samples; leave-one-layer-out "
-          f"{loo['hits']}/{loo['choices']}; " + "; ".join(f"{k} {v['heuristic_hits']}/{v['cases']}" for k, v in sets.items())
-          + f"; run's own heuristic: " + "; ".join(f"{k} {v['heuristic_hits']}/{v['cases']}"
-                                                   for k, v in run["summary"].items() if isinstance(v, dict) and "cases" in v))
+          f"{loo['hits']}/{loo['choices']}; {hits(sets)}; the run's own heuristic: {hits(own)}")
     if args.json:
         Path(args.json).write_text(json.dumps({"ridge": args.ridge, "exclude": args.exclude, "leave_one_out": loo,
                                                "sets": sets}, indent=1))

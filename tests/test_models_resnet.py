@@ -69,7 +69,7 @@ def test_resnet8_training_step_against_float64_reference(device, rng):
         """The reference's central difference at the largest step whose forward and backward quotients agree.
 
         A ReLU kink within the step makes the one-sided quotients differ by the jump in slope (and spoils the
-        central one); halving the step ten times over moves past a kink a small distance away. Steps down to
+        central one); each step a tenth of the one before moves past a kink a small distance away. Steps down to
         1e-8 keep float64 round-off below 1e-7 of the quotient. None where every step straddles a kink."""
         at_zero = ref_of(key, index, 0.0)
         for step in (1e-5, 1e-6, 1e-7, 1e-8):
