@@ -36,25 +36,23 @@ from netcl.runtime.device import resolve_device  # noqa: E402
 UNLIMITED_WORKSPACE = 1 << 50
 
 
-def repriced_entry(device, dtype: str, exclude: list[str]) -> tuple[dict, dict]:
-    """The stored calibration entry with every sample re-priced by today's terms, and the samples as the
-    residual model's leave-one-out scorer takes them."""
+def repriced_entry(device, dtype: str, exclude: list[str]) -> dict:
+    """The stored calibration entry with every sample re-priced by today's terms (samples without a layer
+    signature, of an unregistered strategy, or matching ``exclude`` are dropped)."""
     entry = dict(conv_profile.stored(device, dtype))
     basics = conv_profile.profile_from_entry(device, dtype, {**entry, "samples": {}})
     registry = strategies()
-    samples, scored = {}, {}
-    for key, rows in (entry.get("samples") or {}).items():
+    samples = {}
+    for key, rows in conv_profile.valid_samples(entry).items():
         name, pass_ = key.split("|")
-        for row in rows:
-            signature = str(row[3]) if len(row) > 3 else ""
+        for _, _, measured, _, signature in rows:
             layer = ConvLayer.from_signature(signature)
             if layer is None or name not in registry or any(part in signature for part in exclude):
                 continue
             arith, other = conv_cost.split_ms(registry[name].cost_terms(layer, pass_, device), basics)
-            samples.setdefault(key, []).append([arith, other, float(row[2]), signature])
-            scored.setdefault(key, []).append((arith, other, float(row[2]), conv_cost.layer_features(layer), signature))
+            samples.setdefault(key, []).append([arith, other, measured, signature])
     entry["samples"] = samples
-    return entry, scored
+    return entry
 
 
 def case_layer(row: dict) -> ConvLayer:
@@ -105,12 +103,12 @@ def main(argv=None) -> int:
         print("no calibration samples for this device in NETCL_CACHE_DIR: point it at the run's cache")
         return 2
     run = json.loads(Path(args.run).read_text())
-    entry, scored = repriced_entry(device, "float32", args.exclude)
+    entry = repriced_entry(device, "float32", args.exclude)
     profile = conv_profile.profile_from_entry(device, "float32", entry, args.ridge)
     sets = score(run, profile, device, args.misses)
-    loo = conv_cost.score_residual(scored, args.ridge)
+    loo = conv_cost.score_residual(conv_profile.valid_samples(entry), args.ridge)
     own = {k: v for k, v in run["summary"].items() if isinstance(v, dict) and "cases" in v}
-    print(f"ridge {args.ridge}; {sum(len(v) for v in scored.values())} samples; leave-one-layer-out "
+    print(f"ridge {args.ridge}; {sum(len(v) for v in entry['samples'].values())} samples; leave-one-layer-out "
           f"{loo['hits']}/{loo['choices']}; {hits(sets)}; the run's own heuristic: {hits(own)}")
     if args.json:
         Path(args.json).write_text(json.dumps({"ridge": args.ridge, "exclude": args.exclude, "leave_one_out": loo,

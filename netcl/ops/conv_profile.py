@@ -127,7 +127,7 @@ def profile_from_entry(device, dtype: str, entry: dict, ridge: float = conv_cost
     surface = entry.get("gemm_surface") if isinstance(entry.get("gemm_surface"), dict) else {}
     if profile.source == "measured" and isinstance(surface.get("grid"), dict) and isinstance(surface.get("rows"), list):
         profile.surface = gemm_surface.RateSurface.from_rows(surface["grid"], surface["rows"])
-    for key, rows in _valid_samples(entry).items():
+    for key, rows in valid_samples(entry).items():
         fitted = conv_cost.fit([r[:3] for r in rows])
         if fitted:
             profile.coefficients[key] = (fitted[0], fitted[1], len(rows))
@@ -137,7 +137,7 @@ def profile_from_entry(device, dtype: str, entry: dict, ridge: float = conv_cost
     return profile
 
 
-def _valid_samples(entry: dict) -> dict:
+def valid_samples(entry: dict) -> dict:
     """{"strategy|pass": [(arith_ms, other_ms, measured_ms, features, layer signature), ...]} of a stored
     entry, whose rows are [arith_ms, other_ms, measured_ms, layer signature]; anything else is skipped."""
     samples = entry.get("samples") if isinstance(entry.get("samples"), dict) else {}
@@ -153,7 +153,7 @@ def _valid_samples(entry: dict) -> dict:
 def score_residual(device, dtype: str = "float32") -> dict:
     """Score the model's choices on this device's stored measurements (leave one layer out,
     conv_cost.score_residual) and store the score with them; returns it."""
-    samples = {key: [r for r in rows if r[4]] for key, rows in _valid_samples(stored(device, dtype)).items()}
+    samples = {key: [r for r in rows if r[4]] for key, rows in valid_samples(stored(device, dtype)).items()}
     score = conv_cost.score_residual(samples)
     update(device, dtype, lambda entry: entry.update(residual=score))
     return score
