@@ -29,11 +29,16 @@ def _conv(state, name, x, stride):
     return conv2d_ref(x, w, (stride, stride), (pad, pad))
 
 
-def resnet_forward_ref(state, x, blocks, training, moved=None):
+def resnet_forward_ref(state, x, blocks, training, moved=None, relu_inputs=None):
     """logits of the CIFAR ResNet with ``blocks`` BasicBlocks per stage; ``moved`` (a dict) receives the
-    running statistics training would leave."""
+    running statistics training would leave, ``relu_inputs`` (a list) every ReLU's input."""
     s = {k: np.asarray(v, np.float64) for k, v in state.items()}
-    relu = lambda v: np.maximum(v, 0)  # noqa: E731
+
+    def relu(v):
+        if relu_inputs is not None:
+            relu_inputs.append(v)
+        return np.maximum(v, 0)
+
     h = relu(_bn(s, "bn1.", _conv(s, "conv1.weight", np.asarray(x, np.float64), 1), training, moved=moved))
     for stage in (1, 2, 3):
         for b in range(blocks):

@@ -41,6 +41,9 @@ def test_initialization_is_torchvisions(device):
     np.testing.assert_array_equal(again.layer3[4].conv2.weight.to_host(), w)
 
 
+RELU_MARGIN = 1e-4
+
+
 def _batch(rng, n=3, c=3, size=8):
     return rng.normal(size=(n, c, size, size)).astype(np.float32), rng.integers(0, 10, size=n)
 
@@ -48,7 +51,18 @@ def _batch(rng, n=3, c=3, size=8):
 def test_resnet8_training_step_against_float64_reference(device, rng):
     model = nc.models.resnet8(seed=int(rng.integers(2**31)), device=device)  # replayable from the test's seed
     state = {k: v.to_host() for k, v in model.state_dict().items()}
-    x_h, t_h = _batch(rng)
+    # A batch whose every ReLU input lies at least RELU_MARGIN from 0: nearer, float32 and the float64
+    # reference may put it on opposite sides of the kink, where their gradients rightly differ (a ReLU
+    # input within 1e-6 of 0 made netcl's conv1.weight gradient differ from the reference's by 1.3 %). About
+    # 40 % of random batches qualify; 40 draws all fail with probability under 1e-8.
+    for _ in range(40):
+        x_h, t_h = _batch(rng)
+        relu_inputs = []
+        resnet_forward_ref(state, x_h, 1, True, relu_inputs=relu_inputs)
+        if min(np.abs(z).min() for z in relu_inputs) >= RELU_MARGIN:
+            break
+    else:
+        pytest.fail(f"no batch of 40 keeps every ReLU input {RELU_MARGIN} from 0")
     loss = nc.nn.CrossEntropyLoss()(model(nc.tensor(x_h, device=device)), nc.tensor(t_h, device=device))
     loss.backward()
     moved = {}
