@@ -48,7 +48,7 @@ Template parameters (all have defaults):
   BATCH_STATS     backward through batch statistics (training) or constants (eval)   (default True)
   ITEM_RUNS       reduction items read contiguous runs (see above)                    (default True)
   RUN_LANES       with ITEM_RUNS, a run is summed RUN_LANES elements at a time into that many
-                  independent accumulators (vector loads; 1: one scalar chain, which is bound by the
+                  independent accumulators (element loads LLVM merges into vector loads; 1: one scalar chain, which is bound by the
                   add's latency, not by memory)                                     (default 1)
   SHIFT_ONLY      bn_apply adds bias[c] only (the folded convolution's epilogue)      (default False)
   CONV_BIAS       bn_fold: the convolution has a bias                                 (default False)
@@ -59,11 +59,11 @@ Template parameters (all have defaults):
 % endif
 
 <%
-    TV, AV = f"{T}{RUN_LANES}", f"{ACC}{RUN_LANES}"
-    def vload(pointer):
-        return f"vload{RUN_LANES}(0, {pointer})"
-    def widen(expr):
-        return f"convert_{AV}({expr})"
+    AV = f"{ACC}{RUN_LANES}"
+    def wide_load(pointer):
+        # RUN_LANES elements as one accumulator vector, converted lane by lane: no vloadN or convert_
+        # built-in (netcl.runtime.cl_vectors says why)
+        return f"({AV})(" + ", ".join(f"({ACC})({pointer})[{k}]" for k in range(RUN_LANES)) + ")"
     def lane_sum(v):
         return "(" + " + ".join(f"{v}.s{k:x}" for k in range(RUN_LANES)) + ")" if RUN_LANES > 1 else v
 %>
@@ -124,7 +124,7 @@ void bn_stats(
 % if RUN_LANES > 1:
     ${AV} lanes = (${AV}) 0;
 % endif
-    ${channel_loop("acc += (" + ACC + ") xs[i];", "lanes += " + widen(vload("xs + i")) + ";")}
+    ${channel_loop("acc += (" + ACC + ") xs[i];", "lanes += " + wide_load("xs + i") + ";")}
 % if RUN_LANES > 1:
     acc += ${lane_sum("lanes")};
 % endif
@@ -139,7 +139,7 @@ void bn_stats(
     lanes = (${AV}) 0;
 % endif
     ${channel_loop("const " + ACC + " d = (" + ACC + ") xs[i] - mu; acc += d * d;",
-                   "const " + AV + " d = " + widen(vload("xs + i")) + " - mu; lanes += d * d;")}
+                   "const " + AV + " d = " + wide_load("xs + i") + " - mu; lanes += d * d;")}
 % if RUN_LANES > 1:
     acc += ${lane_sum("lanes")};
 % endif
@@ -221,12 +221,13 @@ dy[dy_off + ${i}]
 % endif
 </%def>
 
-/* masked_grad for RUN_LANES consecutive elements from i (a vector comparison's lanes are all ones when true). */
+/* masked_grad for RUN_LANES consecutive elements from i, as an accumulator vector (a vector ternary is a
+   select: a vector comparison's lanes are all ones when true). */
 <%def name="masked_grad_lanes(i)">
 % if RELU:
-select((${TV}) 0, ${vload("dy + dy_off + " + i)}, ${vload("y + y_off + " + i)} > (${TV}) 0)
+(${wide_load("y + y_off + " + i)} > (${AV}) 0 ? ${wide_load("dy + dy_off + " + i)} : (${AV}) 0)
 % else:
-${vload("dy + dy_off + " + i)}
+${wide_load("dy + dy_off + " + i)}
 % endif
 </%def>
 
@@ -249,7 +250,7 @@ void bn_backward_reduce(
     ${AV} lanes_a = (${AV}) 0, lanes_b = (${AV}) 0;
 % endif
     ${channel_loop("const " + ACC + " dz = (" + ACC + ") " + capture(masked_grad, "i").strip() + "; a += dz; b += dz * ((" + ACC + ") x[x_off + i] - mu);",
-                   "const " + AV + " dz = " + widen(capture(masked_grad_lanes, "i").strip()) + "; lanes_a += dz; lanes_b += dz * (" + widen(vload("x + x_off + i")) + " - mu);")}
+                   "const " + AV + " dz = " + capture(masked_grad_lanes, "i").strip() + "; lanes_a += dz; lanes_b += dz * (" + wide_load("x + x_off + i") + " - mu);")}
 % if RUN_LANES > 1:
     a += ${lane_sum("lanes_a")};
     b += ${lane_sum("lanes_b")};

@@ -54,6 +54,7 @@ Launch: im2col: 1-D, global = ceil(units / (LOCAL*VEC)) * LOCAL, local = LOCAL, 
         copy_bandwidth: 1-D over ceil(n / VEC), any local size.
 </%doc>
 <%page args="T='float', IDX='long', TRANSPOSED=1, RUNS=0, CHUNKS=0, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
+<%! from netcl.runtime import cl_vectors %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -92,12 +93,15 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
 <%
     L = 32 // (4 if T == 'float' else 8)
     TL = f"{T}{L}"
-    LANE = "int" if T == 'float' else "long"
     # one strided vector load of L taps starting at `at`, and how many elements it touches
+    # no vloadN, shuffle or select built-in (netcl.runtime.cl_vectors says why): element loads that LLVM
+    # merges into vector loads, and for stride 2 the even lanes of two of them
     if SW == 1:
-        load, span = (lambda at: f"vload{L}(0, {at})"), L
+        load, span = (lambda at: cl_vectors.vload(TL, L, at)), L
     elif SW == 2:
-        load, span = (lambda at: f"vload{2 * L}(0, {at}).even"), 2 * L
+        half = "s" + "02468ace"[:L // 2]
+        load, span = (lambda at: f"({TL})({cl_vectors.vload(TL, L, at)}.{half}, "
+                                 f"{cl_vectors.vload(TL, L, f'({at}) + {L}')}.{half})"), 2 * L
     else:
         load, span = (lambda at: f"({TL})(" + ", ".join(f"({at})[{i * SW}]" for i in range(L)) + ")"), (L - 1) * SW + 1
     # the last output row's vector load may run past the input: then a load near the end clamps each tap
@@ -110,12 +114,6 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
         return f"(({at}) + {span} <= x + XLAST + 1 ? {load(at)} : ({TL})({lanes}))"
 %>
 #define XLAST ((long)${N * C * H * W - 1})
-#ifdef __clang__
-/* the double-width loads of stride 2 (float16, double8) are no native type on AVX2: clang warns that
-   passing one "changes the ABI", which does not concern a value used only inside this kernel; the
-   forms that avoid the type compiled to lane-by-lane inserts on PoCL or crashed Oclgrind's checks */
-#pragma clang diagnostic ignored "-Wpsabi"
-#endif
     const ${IDX} total = TOTAL;
     const ${IDX} lead = min(total, (${IDX})((${L} - cols_off % ${L}) % ${L}));
     const ${IDX} chunks = (total - lead) / ${L};
@@ -135,7 +133,6 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
     ${IDX} f = lead + k0 * ${L};
     ${decode("f", True, "", 4)}
     __global const ${T}* row = x + ((n * ${C} + c) * ${H} + p * ${SH} + r * ${DH}) * ${W} + s * ${DW};
-    const ${LANE}${L} lane = (${LANE}${L})(${", ".join(str(i) for i in range(L))});
     for (${IDX} k = k0; k < k1; ++k, f += ${L}) {
         ${TL} v = ${safe_load("row + q * " + str(SW))};
         q += ${L};
@@ -150,8 +147,11 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
                 row += ${SH * W};
             }
             if (q) {
-                const ${TL} next = shuffle(${safe_load("row")}, as_u${LANE}${L}((lane + (${LANE})q) & ${L - 1}));
-                v = select(v, next, lane >= (${LANE}${L})(${L} - q));
+                /* lanes L - q ... L - 1 take the next row's first q taps (the row holds Q >= q of them) */
+                ${T} lanes[${L}];
+                ${cl_vectors.vstore("v", L, "lanes")}
+                for (int k = ${L} - q; k < ${L}; ++k) lanes[k] = row[(k + q - ${L}) * ${SW}];
+                v = ${cl_vectors.vload(TL, L, "lanes")};
             }
         }
         STREAM_STORE(v, (__global ${TL}*)(cols + f));

@@ -16,7 +16,7 @@ matrix, and a group g is simply a contiguous block of rows/columns inside it.
   wino_filter_transform8 wino_filter_transform with FLIP=0 for eight consecutive input channels per
                          work-item (COLS a multiple of 8): their 72 filter taps are one contiguous run
   wino_output_transform4  dst[n][o][2ty+i][2tx+j] = (A^T m A)[i][j] for the positions inside dst, four
-                          horizontally adjacent tiles per work-item (${T}4 lanes, vector stores)
+                          horizontally adjacent tiles per work-item (${T}4 lanes)
   wino_input_transform4   wino_input_transform for four adjacent tiles (shared input columns read once);
                           the [16][channels][tiles] layout only
   wino_grad_transform     Z[e][k][t]   = (A dy A^T)[e], dy = the 2x2 tile of the output gradient (zero outside)
@@ -38,11 +38,16 @@ neighbouring tiles of the transformed matrix, instead of lines shared with plane
 The filter kernels are 2-D (inner channel, outer channel; wino_filter_transform8: (COLS / 8, ROWS)). Every kernel guards its tail; any local size
 works (netcl.ops.conv_winograd picks them: _tile_local, _filter_local).
 
+The file calls no OpenCL built-in function that takes or returns a vector (vloadN, vstoreN) and no min:
+netcl.runtime.cl_vectors says why (the PoCL wheel on an AVX-512 Zen 4 crashed in wino_output_transform4 and
+lost wino_filter_transform8 from its cached double programs).
+
 Every kernel that reads or writes the 16 transformed matrices takes estride, the elements from one
 matrix to the next (netcl.ops.conv_winograd.matrix_stride pads it off multiples of 4 KiB).
 </%doc>
 <%page args="T='float', FLIP=0, TILE_MAJOR=0"/>
 <%namespace name="wm" file="_winograd_math.cl"/>
+<%! from netcl.runtime.cl_vectors import vload, vstore, lesser %>
 <%
 def to_matrices(base, store=None):
     """element (i, j) of a transform to matrix 4i + j, from `base`: a plain store, or `store`(value, address)"""
@@ -96,7 +101,7 @@ ${wm.input_transform(T, "d", to_matrices("out"))}\
 inline void store_tiles4(const ${T}4 v, __global ${T}* dst, const int nt)
 {
     if (nt == 4) {
-        vstore4(v, 0, dst);
+        ${vstore('v', 4, 'dst')}
     } else {
         dst[0] = v.s0;
         if (nt > 1) dst[1] = v.s1;
@@ -106,7 +111,7 @@ inline void store_tiles4(const ${T}4 v, __global ${T}* dst, const int nt)
 
 // Four horizontally adjacent tiles per work-item, as the lanes of ${T}4 vectors: the 4 x 10 input strip
 // is read once (the tiles overlap by two columns) and each transformed element of the four tiles is
-// one vstore4 (they are consecutive in t). Layout [16][CH][tiles] only.
+// one four-lane store (they are consecutive in t). Layout [16][CH][tiles] only.
 __kernel void wino_input_transform4(
     __global const ${T}* src, const long src_off,
     const int NB, const int CH, const int IH, const int IW, const int PAD_H, const int PAD_W,
@@ -117,7 +122,7 @@ __kernel void wino_input_transform4(
     if (tx0 >= TW || ty >= TH || pl >= NB * CH) return;
     const int2 nc = plane_of(pl, NB, CH, CMAJOR);
     const int n = nc.x, c = nc.y;
-    const int nt = min(4, TW - tx0);
+    const int tiles_left = TW - tx0, nt = ${lesser('4', 'tiles_left')};
     const long tiles = (long)NB * TH * TW;
     const long t0 = ((long)n * TH + ty) * TW + tx0;
     const int h0 = 2 * ty - PAD_H, w0 = 2 * tx0 - PAD_W;
@@ -151,14 +156,14 @@ __kernel void wino_output_transform4(
     if (tx0 >= TW || ty >= TH || pl >= NB * CH) return;
     const int2 nc = plane_of(pl, NB, CH, CMAJOR);
     const int n = nc.x, o = nc.y;
-    const int nt = min(4, TW - tx0);
+    const int tiles_left = TW - tx0, nt = ${lesser('4', 'tiles_left')};
     const long tiles = (long)NB * TH * TW;
     const long t0 = ((long)n * TH + ty) * TW + tx0;
     __global const ${T}* in = M + m_off + o * tiles + t0;
     ${T}4 m[4][4];
     for (int e = 0; e < 16; ++e) {
         __global const ${T}* src = in + e * estride;
-        m[e / 4][e % 4] = nt == 4 ? vload4(0, src)
+        m[e / 4][e % 4] = nt == 4 ? ${vload(T + '4', 4, 'src')}
             : (${T}4)(src[0], nt > 1 ? src[1] : (${T})0, nt > 2 ? src[2] : (${T})0, (${T})0);
     }
     ${T}4 y[2][2];
@@ -170,12 +175,8 @@ ${wm.output_transform(T + "4", "m", lambda i, j, value: f"y[{i}][{j}] = {value}"
         const ${T}4 y0 = y[i][0], y1 = y[i][1];
         const ${T} ys[8] = {y0.s0, y1.s0, y0.s1, y1.s1, y0.s2, y1.s2, y0.s3, y1.s3};
         __global ${T}* row = plane + (long)h * OW + 2 * tx0;
-        const int cols = min(8, OW - 2 * tx0);
-        if (cols == 8) {
-            vstore8(vload8(0, ys), 0, row);
-        } else {
-            for (int j = 0; j < cols; ++j) row[j] = ys[j];
-        }
+        const int cols_left = OW - 2 * tx0, cols = ${lesser('8', 'cols_left')};
+        for (int j = 0; j < cols; ++j) row[j] = ys[j];
     }
 }
 
@@ -213,13 +214,13 @@ __kernel void wino_filter_transform8(
     if (i0 >= COLS || o >= ROWS) return;
     __global const ${T}* src = w + w_off + ((long)o * COLS + i0) * 9;
     ${T}8 v[9];
-    for (int q = 0; q < 9; ++q) v[q] = vload8(q, src);
+    for (int q = 0; q < 9; ++q) v[q] = ${vload(T + '8', 8, 'src + 8 * q')};
     ${T}8 g[3][3];
 % for rs in range(9):
     g[${rs // 3}][${rs % 3}] = (${T}8)(${", ".join(f"v[{(9 * lane + rs) // 8}].s{(9 * lane + rs) % 8}" for lane in range(8))});
 % endfor
     __global ${T}* out = U + u_off + (long)o * COLS + i0;
-${wm.filter_transform(T + "8", T, "g", to_matrices("out", lambda value, at: f"vstore8({value}, 0, {at})"))}\
+${wm.filter_transform(T + "8", T, "g", to_matrices("out", lambda value, at: vstore(value, 8, at).rstrip(';')))}\
 }
 
 __kernel void wino_grad_transform(

@@ -25,9 +25,11 @@ netcl.ops.conv_winograd.PLANE_MAX_TILES):
 
 Launch: 2-D, global (N, CH), any local size (tails guarded). estride is the elements from one of the 16
 matrices to the next (netcl.ops.conv_winograd.matrix_stride).
+No OpenCL built-in function takes or returns a vector here (netcl.runtime.cl_vectors says why).
 </%doc>
 <%page args="T='float', N=1, CH=1, IH=4, IW=4, PH=0, PW=0, OH=2, OW=2, TH=1, TW=1, VN=1"/>
 <%namespace name="wm" file="_winograd_math.cl"/>
+<%! from netcl.runtime import cl_vectors %>
 <%
 TILES = N * TH * TW
 VT = T if VN == 1 else f"{T}{VN}"
@@ -40,10 +42,10 @@ def gather(ptr, index, stride):
     return f"({VT})(" + ", ".join(f"{ptr}[{index} + {lane * stride}]" for lane in range(VN)) + ")"
 
 def vload(ptr):
-    return f"*({ptr})" if VN == 1 else f"vload{VN}(0, {ptr})"
+    return cl_vectors.vload(VT, VN, ptr)
 
 def vstore(value, ptr):
-    return f"*({ptr}) = {value}" if VN == 1 else f"vstore{VN}({value}, 0, {ptr})"
+    return cl_vectors.vstore(value, VN, ptr).rstrip(";")
 
 def to_plane(ty, tx):
     """element (i, j) of tile (ty, tx)'s output to y, where it falls inside the output plane"""

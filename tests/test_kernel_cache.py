@@ -85,6 +85,41 @@ def test_damaged_entry_is_rebuilt(tmp_path):
     assert run_process(tmp_path)["source_builds"] == 0  # and the rebuilt entry is good again
 
 
+def test_kernel_names_are_read_from_the_source():
+    from netcl.runtime.binaries import kernel_names
+    source = ("__kernel void plain(__global float* x) {}\n"
+              "__kernel __attribute__((reqd_work_group_size(64, 1, 1)))\nvoid fixed(__global float* x) {}\n"
+              "inline void helper(void) {}\n")
+    assert kernel_names(source) == {"plain", "fixed"}
+
+
+def test_a_binary_without_all_its_kernels_is_refused(tmp_path, monkeypatch, device):
+    """The PoCL wheel gave back cached programs that lacked some of their kernels (clCreateKernel then
+    fails with INVALID_KERNEL_NAME): a stored binary must hold every kernel its source defines."""
+    import time
+    from netcl.runtime import binaries as binary_cache
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path))
+    tag = time.time_ns()
+    one = f"__kernel void first(__global float* x) {{ x[0] = 1.0f; }}\n// {tag}"
+    kernels.build_program(device, one)
+    kernels.save_binaries()
+    [path] = binaries(tmp_path)
+    options = kernels.build_options()
+    assert binary_cache.load(device.context, device.cl_device, path, options, one) is not None
+    two = one + "\n__kernel void second(__global float* x) { x[0] = 2.0f; }"
+    assert binary_cache.load(device.context, device.cl_device, path, options, two) is None
+
+
+def test_a_source_build_without_all_its_kernels_is_a_build_error(monkeypatch, device):
+    import time
+    from netcl.runtime import binaries as binary_cache
+    monkeypatch.setattr(binary_cache, "missing_kernels", lambda program, source: {"lost_kernel"})
+    source = f"__kernel void lost_kernel(__global float* x) {{ x[0] = 1.0f; }}\n// {time.time_ns()}"
+    with pytest.raises(nc.KernelBuildError, match="without its kernels lost_kernel") as info:
+        kernels.build_program(device, source)
+    assert info.value.source_path and "lost_kernel" in Path(info.value.source_path).read_text()
+
+
 def test_concurrent_processes_share_the_cache(tmp_path):
     env = dict(os.environ, NETCL_CACHE_DIR=str(tmp_path))
     procs = [subprocess.Popen([sys.executable, "-c", SCRIPT.format(factor=f)], env=env, stdout=subprocess.PIPE,

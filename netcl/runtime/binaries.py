@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import re
 import threading
 import warnings
 from pathlib import Path
@@ -34,8 +35,28 @@ _unsaved: dict[Path, tuple[cl.Program, object]] = {}
 _lock = threading.Lock()
 
 
-def load(context: cl.Context, cl_device: cl.Device, path: Path, options: tuple[str, ...]) -> cl.Program | None:
-    """The program stored at ``path``, built from its binary, or None (missing, damaged or refused)."""
+def kernel_names(source: str) -> set[str]:
+    """The names of the kernels an OpenCL C source defines."""
+    return set(_KERNEL_NAME.findall(source))
+
+
+_KERNEL_NAME = re.compile(r"__kernel\s+(?:__attribute__\s*\(\(.*?\)\)\s*)*void\s+(\w+)", re.S)
+
+
+def missing_kernels(program: cl.Program, source: str) -> set[str]:
+    """The kernels of ``source`` that the built ``program`` lacks: the PoCL wheel (3.0-rc2, on a CPU whose
+    name its LLVM does not match) gave back programs without some of their kernels from its caches."""
+    try:
+        built = set(filter(None, program.get_info(cl.program_info.KERNEL_NAMES).split(";")))
+    except cl.Error:
+        return kernel_names(source)
+    return kernel_names(source) - built
+
+
+def load(context: cl.Context, cl_device: cl.Device, path: Path, options: tuple[str, ...],
+         source: str | None = None) -> cl.Program | None:
+    """The program stored at ``path``, built from its binary, or None (missing, damaged, refused, or, given
+    the ``source``, lacking any of its kernels)."""
     try:
         blob = path.read_bytes()
     except OSError:
@@ -50,9 +71,10 @@ def load(context: cl.Context, cl_device: cl.Device, path: Path, options: tuple[s
         program = cl.Program(context, [cl_device], [payload])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", cl.CompilerWarning)
-            return program.build(options=list(options))
+            program = program.build(options=list(options))
     except cl.Error:
         return None
+    return None if source is not None and missing_kernels(program, source) else program
 
 
 def remember(path: Path, program: cl.Program, device) -> None:

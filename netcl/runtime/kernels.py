@@ -152,7 +152,7 @@ def build_program(device: Device, source: str, options: tuple[str, ...] | None =
 def _load_or_build(device: Device, source: str, options: tuple[str, ...], key: str) -> cl.Program:
     start = time.perf_counter()
     binary_path = cache_path("kernels", key[:2], f"{key}.bin") if cache_enabled() else None
-    program = binaries.load(device.context, device.cl_device, binary_path, options) if binary_path else None
+    program = binaries.load(device.context, device.cl_device, binary_path, options, source) if binary_path else None
     if program is not None:
         counter = "binary_loads"
     else:
@@ -162,6 +162,13 @@ def _load_or_build(device: Device, source: str, options: tuple[str, ...], key: s
             raise KernelBuildError(f"OpenCL build failed on {device.describe()}{_build_hint(str(exc))}",
                                    log=str(exc), options=options,
                                    source_path=_save_failed_source(key, source)) from None
+        missing = binaries.missing_kernels(program, source)
+        if missing:
+            raise KernelBuildError(
+                f"the OpenCL driver on {device.describe()} built a program without its kernels "
+                f"{', '.join(sorted(missing))} (a driver bug; clearing the driver's own kernel cache, e.g. "
+                f"PoCL's ~/.cache/pocl, may help)", log="", options=options,
+                source_path=_save_failed_source(key, source))
         counter = "source_builds"
         if debug_enabled():
             _show_build_log(device, program, key)
