@@ -95,13 +95,9 @@ void im2col(__global const ${T}* restrict x, const long x_off, __global ${T}* re
     TL = f"{T}{L}"
     # one strided vector load of L taps starting at `at`, and how many elements it touches
     # no vloadN, shuffle or select built-in (netcl.runtime.cl_vectors says why): element loads that LLVM
-    # merges into vector loads, and for stride 2 the even lanes of two of them
+    # merges into vector loads, and for strides over 1 a gather
     if SW == 1:
         load, span = (lambda at: cl_vectors.vload(TL, L, at)), L
-    elif SW == 2:
-        half = "s" + "02468ace"[:L // 2]
-        load, span = (lambda at: f"({TL})({cl_vectors.vload(TL, L, at)}.{half}, "
-                                 f"{cl_vectors.vload(TL, L, f'({at}) + {L}')}.{half})"), 2 * L
     else:
         load, span = (lambda at: f"({TL})(" + ", ".join(f"({at})[{i * SW}]" for i in range(L)) + ")"), (L - 1) * SW + 1
     # the last output row's vector load may run past the input: then a load near the end clamps each tap
