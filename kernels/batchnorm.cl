@@ -48,8 +48,8 @@ Template parameters (all have defaults):
   BATCH_STATS     backward through batch statistics (training) or constants (eval)   (default True)
   ITEM_RUNS       reduction items read contiguous runs (see above)                    (default True)
   RUN_LANES       with ITEM_RUNS, a run is summed RUN_LANES elements at a time into that many
-                  independent accumulators (element loads LLVM merges into vector loads; 1: one scalar chain, which is bound by the
-                  add's latency, not by memory)                                     (default 1)
+                  independent accumulators (element loads that LLVM merges into vector loads; 1: one
+                  scalar chain, which is bound by the add's latency, not by memory)   (default 1)
   SHIFT_ONLY      bn_apply adds bias[c] only (the folded convolution's epilogue)      (default False)
   CONV_BIAS       bn_fold: the convolution has a bias                                 (default False)
 </%doc>
