@@ -58,12 +58,13 @@ Template parameters (all have defaults):
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 
+<%! from netcl.runtime import cl_vectors %>
 <%
     AV = f"{ACC}{RUN_LANES}"
     def wide_load(pointer):
         # RUN_LANES elements as one accumulator vector, converted lane by lane: no vloadN or convert_
         # built-in (netcl.runtime.cl_vectors says why)
-        return f"({AV})(" + ", ".join(f"({ACC})({pointer})[{k}]" for k in range(RUN_LANES)) + ")"
+        return cl_vectors.vload(AV, RUN_LANES, pointer, ACC)
     def lane_sum(v):
         return "(" + " + ".join(f"{v}.s{k:x}" for k in range(RUN_LANES)) + ")" if RUN_LANES > 1 else v
 %>

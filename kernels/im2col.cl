@@ -22,8 +22,8 @@ im2col          the one-pass form (Zhang 2017, Alg. 2): the launch is flat over 
                   the builtin): the host picks this form for matrices larger than the last-level cache,
                   which the GEMM could not read back from it anyway. A work-item takes VEC consecutive chunks,
                   decodes the first in closed form and steps with carries; a chunk's taps are one
-                  strided vector load from an input row, two loads and a lane select where the chunk
-                  straddles two output rows. The entries before the first aligned address and after
+                  vector load from an input row (stride 1; a gather for larger strides), and where the
+                  chunk straddles two output rows its last lanes are refilled from the next row. The entries before the first aligned address and after
                   the last whole chunk are copied one by one by work-item 0.
 im2col_caffe    the Caffe-style form, only for `netcl bench im2col`: one work-item per (n, c, p, q) with
                 two loops over the kernel window (writes the TRANSPOSED=1 layout only).

@@ -170,8 +170,8 @@ def test_bench_layer_row(device):
         assert row[key] > 0, key
 
 
-# layers without padding, at least one chunk per output row: stride 1 (vload), 2 (even lanes), 3 and 4
-# (lane by lane), dilation, a 1x1 kernel, a batch, and inputs whose last row's vector load would run past
+# layers without padding, at least one chunk per output row: stride 1 (a vector load), 2, 3 and 4
+# (gathered lane by lane), dilation, a 1x1 kernel, a batch, and inputs whose last row's vector load would run past
 # the input (the clamped load)
 CHUNK_CASES = [
     ((1, 1, 28, 28), 5, 5, 1, 0, 1),

@@ -11,11 +11,13 @@ contracted into an FMA where the target has one. Templates import these with
 from __future__ import annotations
 
 
-def vload(vector_type: str, width: int, ptr: str) -> str:
-    """``width`` consecutive elements at ``ptr`` as one ``vector_type`` value (the element when width is 1)."""
+def vload(vector_type: str, width: int, ptr: str, element_type: str = "") -> str:
+    """``width`` consecutive elements at ``ptr`` as one ``vector_type`` value (the element when width is 1);
+    with ``element_type``, each element converted to it first (a widening load without ``convert_``)."""
+    cast = "(%s)" % element_type if element_type else ""
     if width == 1:
-        return "*(%s)" % ptr
-    return "(%s)(%s)" % (vector_type, ", ".join("(%s)[%d]" % (ptr, lane) for lane in range(width)))
+        return "%s*(%s)" % (cast, ptr)
+    return "(%s)(%s)" % (vector_type, ", ".join("%s(%s)[%d]" % (cast, ptr, lane) for lane in range(width)))
 
 
 def vstore(value: str, width: int, ptr: str) -> str:
