@@ -23,6 +23,7 @@ Kernels:
   softmax_backward softmax: gx = y (g - sum_d g y);  log-softmax: gx = g - exp(y) sum_d g
 </%doc>
 <%page args="T='float', ACT='leaky_relu', LOG=False"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -35,7 +36,7 @@ __kernel void act_forward(__global const ${T}* x, const long x_off, __global ${T
                           const long n, const ${T} slope)
 {
     const long e = get_global_id(0);
-    if (e >= n) return;
+    if (${beyond('e', 'n')}) return;
     const ${T} v = x[x_off + e];
 % if ACT == 'leaky_relu':
     y[y_off + e] = v > (${T}) 0 ? v : slope * v;
@@ -50,7 +51,7 @@ __kernel void act_backward(__global const ${T}* x, const long x_off, __global co
                            __global ${T}* gx, const long gx_off, const long n, const ${T} slope)
 {
     const long e = get_global_id(0);
-    if (e >= n) return;
+    if (${beyond('e', 'n')}) return;
     const ${T} v = x[x_off + e], d = g[g_off + e];
 % if ACT == 'leaky_relu':
     gx[gx_off + e] = v > (${T}) 0 ? d : slope * d;
@@ -69,7 +70,7 @@ __kernel void add_relu(__global const ${T}* a, const long a_off, __global const 
                        __global ${T}* y, const long y_off, const long n)
 {
     const long e = get_global_id(0);
-    if (e >= n) return;
+    if (${beyond('e', 'n')}) return;
     const ${T} s = a[a_off + e] + b[b_off + e];
     y[y_off + e] = s > (${T}) 0 ? s : (${T}) 0;
 }
@@ -78,7 +79,7 @@ __kernel void relu_backward(__global const ${T}* y, const long y_off, __global c
                             __global ${T}* gx, const long gx_off, const long n)
 {
     const long e = get_global_id(0);
-    if (e >= n) return;
+    if (${beyond('e', 'n')}) return;
     const ${T} out = y[y_off + e], grad = g[g_off + e];  /* both loaded: a select, not a branch */
     gx[gx_off + e] = out > (${T}) 0 ? grad : (${T}) 0;
 }
@@ -88,7 +89,7 @@ __kernel void softmax_forward(__global const ${T}* x, const long x_off, __global
 {
     const int k = get_global_id(0);
     const int o = get_global_id(1);
-    if (k >= inner || o >= outer) return;
+    if (${beyond('k', 'inner')} || ${beyond('o', 'outer', 1)}) return;
     const long base = (long) o * D * inner + k;
     __global const ${T}* xr = x + x_off + base;
     __global ${T}* yr = y + y_off + base;
@@ -110,7 +111,7 @@ __kernel void softmax_backward(__global const ${T}* y, const long y_off, __globa
 {
     const int k = get_global_id(0);
     const int o = get_global_id(1);
-    if (k >= inner || o >= outer) return;
+    if (${beyond('k', 'inner')} || ${beyond('o', 'outer', 1)}) return;
     const long base = (long) o * D * inner + k;
     __global const ${T}* yr = y + y_off + base;
     __global const ${T}* gr = g + g_off + base;

@@ -18,6 +18,7 @@ Template parameters (all have defaults):
   L         bias_grad: work-items per channel, a power of two    (default 64)
 </%doc>
 <%page args="T='float', L=64"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -26,7 +27,7 @@ __kernel void bias_add(__global ${T}* y, const long y_off, __global const ${T}* 
                        const int OUTER, const int CH, const int INNER)
 {
     const int i = get_global_id(0), row = get_global_id(1);
-    if (i >= INNER) return;
+    if (${beyond('i', 'INNER')}) return;
     y[y_off + (long) row * INNER + i] += bias[bias_off + row % CH];
 }
 
@@ -34,7 +35,7 @@ __kernel void bias_add_last_axis(__global ${T}* y, const long y_off, __global co
                                  const long bias_off, const int OUTER, const int CH, const int INNER)
 {
     const int c = get_global_id(0), o = get_global_id(1);
-    if (c >= CH) return;
+    if (${beyond('c', 'CH')}) return;
     y[y_off + (long) o * CH + c] += bias[bias_off + c];
 }
 

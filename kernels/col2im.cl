@@ -21,6 +21,7 @@ Launch: col2im_scatter: 1-D, global = ceil(N*P*Q*C*R*S / (LOCAL*VEC)) * LOCAL, l
         col2im_gather: 1-D over N*C*H*W, any local size.
 </%doc>
 <%page args="T='float', IDX='long', TRANSPOSED=1, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
@@ -84,16 +85,18 @@ __kernel void col2im_gather(__global const ${T}* restrict cols, const long cols_
                             __global ${T}* restrict gx, const long gx_off)
 {
     const ${IDX} j = get_global_id(0);
-    if (j >= (${IDX})${N * C * H * W}) return;
+    if (${beyond('j', '(%s)%d' % (IDX, N * C * H * W))}) return;
     const ${IDX} w = j % ${W}, h = (j / ${W}) % ${H}, c = (j / ${H * W}) % ${C}, n = j / ${C * H * W};
     __global const ${T}* src = cols + cols_off;
     /* Taps r whose output row p = (h + PH - r*DH) / SH lies in [0, P): r_lo..r_hi in closed form
        (the divisibility by SH is tested only when SH > 1); the same for s. */
     const ${IDX} hp = h + ${PH}, wq = w + ${PW};
-    const ${IDX} r_lo = max((${IDX})0, (hp - ${(P - 1) * SH} + ${DH - 1}) / ${DH});
-    const ${IDX} r_hi = min((${IDX})${R - 1}, hp / ${DH});
-    const ${IDX} s_lo = max((${IDX})0, (wq - ${(Q - 1) * SW} + ${DW - 1}) / ${DW});
-    const ${IDX} s_hi = min((${IDX})${S - 1}, wq / ${DW});
+    /* ?: rather than the min/max built-ins, which are calls where the driver cannot inline them
+       (netcl.runtime.cl_vectors) and stop the work-item loop from vectorizing */
+    const ${IDX} r_first = (hp - ${(P - 1) * SH} + ${DH - 1}) / ${DH}, r_last = hp / ${DH};
+    const ${IDX} s_first = (wq - ${(Q - 1) * SW} + ${DW - 1}) / ${DW}, s_last = wq / ${DW};
+    const ${IDX} r_lo = r_first > 0 ? r_first : 0, r_hi = r_last < ${R - 1} ? r_last : ${R - 1};
+    const ${IDX} s_lo = s_first > 0 ? s_first : 0, s_hi = s_last < ${S - 1} ? s_last : ${S - 1};
     ${T} acc = 0;
     for (${IDX} r = r_lo; r <= r_hi; ++r) {
         const ${IDX} ph = hp - r * ${DH};

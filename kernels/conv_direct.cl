@@ -16,6 +16,7 @@ Template parameters (all have defaults):
 Launch: 1-D, global size = number of produced elements (rounded up; tails are guarded), any local size.
 </%doc>
 <%page args="T='float'"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -43,7 +44,7 @@ __kernel void conv_direct_forward(
 {
     GEOMETRY
     const long i = get_global_id(0);
-    if (i >= N * K * P * Q) return;
+    if (${beyond('i', 'N * K * P * Q')}) return;
     const long q = i % Q, p = (i / Q) % P, k = (i / (Q * P)) % K, n = i / (Q * P * K);
     const long g = k / KG;
     const long h0 = p * SH - PH, w0 = q * SW - PW;
@@ -71,7 +72,7 @@ __kernel void conv_direct_backward_data(
 {
     GEOMETRY
     const long i = get_global_id(0);
-    if (i >= N * C * H * W) return;
+    if (${beyond('i', 'N * C * H * W')}) return;
     const long ww = i % W, hh = (i / W) % H, c = (i / (W * H)) % C, n = i / (W * H * C);
     const long g = c / CG, cg = c % CG;
     ${T} acc = 0;
@@ -103,7 +104,7 @@ __kernel void conv_direct_backward_weight(
 {
     GEOMETRY
     const long i = get_global_id(0);
-    if (i >= K * CG * R * S) return;
+    if (${beyond('i', 'K * CG * R * S')}) return;
     const long s = i % S, r = (i / S) % R, c = (i / (S * R)) % CG, k = i / (S * R * CG);
     const long g = k / KG;
     /* output rows p whose tap r reads an input row: 0 <= p*SH + (r*DH - PH) < H */

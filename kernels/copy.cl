@@ -9,6 +9,7 @@ Template parameters (all have defaults):
 Launch: 1-D, one work-item per destination element; the tail is guarded.
 </%doc>
 <%page args="T='float', NDIM=1"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -19,7 +20,7 @@ __kernel void strided_copy(
     __constant const long* meta, const long n)
 {
     const long i = get_global_id(0);
-    if (i >= n) return;
+    if (${beyond('i', 'n')}) return;
     long pd = dst_off, ps = src_off, rest = i;
 % for d in reversed(range(NDIM)):
     {

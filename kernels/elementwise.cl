@@ -16,6 +16,7 @@ Launch: 1-D, one work-item per output element; global size may exceed n (the tai
 Each tensor input comes with an element offset so views into a larger buffer need no copy.
 </%doc>
 <%page args="OUT_TYPE='float', IN_TYPES=('float',), N_SCALARS=0, COMPUTE_TYPE=None, EXPR='a0', NDIM=0"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 <%
     CT = COMPUTE_TYPE or OUT_TYPE
     uses_double = 'double' in (OUT_TYPE, CT) + tuple(IN_TYPES)
@@ -36,7 +37,7 @@ __kernel void elementwise(
     const long n)
 {
     const long i = get_global_id(0);
-    if (i >= n) return;
+    if (${beyond('i', 'n')}) return;
 % if NDIM == 0:
   % for k in range(len(IN_TYPES)):
     const ${CT} a${k} = (${CT}) in${k}[in${k}_off + i];

@@ -54,6 +54,7 @@ Launch: im2col: 1-D, global = ceil(units / (LOCAL*VEC)) * LOCAL, local = LOCAL, 
         copy_bandwidth: 1-D over ceil(n / VEC), any local size.
 </%doc>
 <%page args="T='float', IDX='long', TRANSPOSED=1, RUNS=0, CHUNKS=0, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 <%! from netcl.runtime import cl_vectors %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -249,7 +250,7 @@ __kernel void im2col_caffe(__global const ${T}* restrict x, const long x_off, __
                            const long cols_off)
 {
     const ${IDX} j = get_global_id(0);
-    if (j >= (${IDX})${N * C * P * Q}) return;
+    if (${beyond('j', '(%s)%d' % (IDX, N * C * P * Q))}) return;
     const ${IDX} q = j % ${Q}, p = (j / ${Q}) % ${P}, c = (j / PQ) % ${C}, n = j / (PQ * ${C});
     __global const ${T}* xc = x + x_off + (n * ${C} + c) * ${H * W};
     __global ${T}* out = cols + cols_off + c * RS * NPQ + n * PQ + p * ${Q} + q;

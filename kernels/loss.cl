@@ -33,6 +33,7 @@ Kernels:
                with s_n = g[n] (REDUCTION "none") or g * aux[0]; 0 on ignored rows.
 </%doc>
 <%page args="T='float', TI='long', LOCAL=64, MODE='ce', WEIGHTED=False, SMOOTH=False, REDUCTION='mean'"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -127,7 +128,7 @@ __kernel void ce_backward(
     const int N, const int C, const long ignore_index, const ${T} eps)
 {
     const long e = get_global_id(0);
-    if (e >= (long) N * C) return;
+    if (${beyond('e', '(long) N * C')}) return;
     const int n = (int) (e / C), c = (int) (e % C);
     const long target = (long) t[t_off + n];
     const int ignored = target == ignore_index;

@@ -40,6 +40,7 @@ a comparison: netcl.runtime.cl_vectors says why (the PoCL wheel crashed running 
 </%doc>
 <%! from netcl.runtime.cl_vectors import vload, vstore, lesser %>
 <%page args="T='float', LOCAL=64, CT=1, N=1, C=1, H=1, W=1, G=1, Q=1, S=1, SW=1, PW=0, DW=1, PH=0"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 <% CG = C // G; IH = H + 2 * PH %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -133,7 +134,7 @@ __kernel void mec_scatter(
 {
     GEOMETRY
     const long i = get_global_id(0);
-    if (i >= N * C * H * W) return;
+    if (${beyond('i', 'N * C * H * W')}) return;
     const long w = i % W, h = (i / W) % H, cc = (i / (W * H)) % C, n = i / (W * H * C);
     const long g = cc / CG, c = cc - g * CG;
     const long wp = w + PW;
@@ -159,7 +160,7 @@ __kernel void mec_weight_sum(
     GEOMETRY
     const long RS = R * S, width = RS * CG;
     const long i = get_global_id(0);
-    if (i >= K * width) return;
+    if (${beyond('i', 'K * width')}) return;
     // i runs along a partial's (k, rs, c) layout: the parts reads of neighbouring work-items are
     // contiguous, and only the single write per work-item is strided
     const long k = i / width, j = i - k * width, rs = j / CG, c = j - rs * CG;

@@ -30,13 +30,14 @@ Template parameters (all have defaults):
 Launch: 1-D, gend_{N-1} work-groups of any local size; each tensor's tail is guarded.
 </%doc>
 <%page args="T='float', N=1, WD=False, MOMENTUM=False, NESTEROV=False, DECOUPLED=False"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 <%def name="group_ends()">${", ".join("const long gend%d" % k for k in range(N))}</%def>
 ## The element of tensor k that this work-item updates (its work-groups start at gend_{k-1}).
-<%def name="element_index(k)">\
-(get_group_id(0) - ${"0" if k == 0 else "gend%d" % (k - 1)}) * (long) get_local_size(0) + get_local_id(0)</%def>
+<%def name="element_index(k)">${group_first(k)} + get_local_id(0)</%def>
+<%! def group_first(k): return "(get_group_id(0) - %s) * (long) get_local_size(0)" % ("0" if k == 0 else "gend%d" % (k - 1)) %>
 
 inline void sgd_one(__global ${T}* p, __global const ${T}* grad, __global ${T}* buf, const long i,
                     const ${T} lr, const ${T} momentum, const ${T} undamped, const ${T} wd, const int first)
@@ -68,7 +69,7 @@ __kernel void sgd_step(
 % for k in range(N):
     if (get_group_id(0) < gend${k}) {
         const long i = ${element_index(k)};
-        if (i < n${k})
+        if (!${beyond('i', 'n%d' % k, group_first=group_first(k))})
             sgd_one(p${k} + p${k}_off, g${k} + g${k}_off, b${k} + b${k}_off, i, lr, momentum, undamped, wd,
                     first${k});
         return;
@@ -109,7 +110,7 @@ __kernel void adam_step(
 % for k in range(N):
     if (get_group_id(0) < gend${k}) {
         const long i = ${element_index(k)};
-        if (i < n${k})
+        if (!${beyond('i', 'n%d' % k, group_first=group_first(k))})
             adam_one(p${k} + p${k}_off, g${k} + g${k}_off, m${k} + m${k}_off, v${k} + v${k}_off, i, step_size${k},
                      sqrt_bc2_${k}, b1, one_minus_b1, b2, one_minus_b2, eps, wd);
         return;

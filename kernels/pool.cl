@@ -36,6 +36,7 @@ Kernels (one work-item per row; it walks the row's pixels, so neighbouring taps 
 Both backward kernels are deterministic (no atomics). Row tails are guarded.
 </%doc>
 <%page args="T='float', KH=2, KW=2, SH=2, SW=2, PH=0, PW=0, DH=1, DW=1, OP='max', COUNT_PAD=True, RELU=False"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 <%
     PADDED = PH > 0 or PW > 0
     UNROLL = KH * KW <= 64
@@ -127,7 +128,7 @@ __kernel void pool_forward(
 {
     const int oh = get_global_id(0);
     const long plane = get_global_id(1);
-    if (oh >= Ho) return;
+    if (${beyond('oh', 'Ho')}) return;
     __global const ${T}* xp = x + x_off + plane * H * W;
     __global ${T}* yo = y + y_off + (plane * Ho + oh) * Wo;
     __global int* ao = arg + arg_off + (plane * Ho + oh) * Wo;
@@ -180,7 +181,7 @@ __kernel void pool_backward_disjoint(
 {
     const int oh = get_global_id(0);
     const long plane = get_global_id(1);
-    if (oh >= Ho) return;
+    if (${beyond('oh', 'Ho')}) return;
     __global ${T}* gp = gx + gx_off + plane * H * W;
     __global const ${T}* go = gy + gy_off + (plane * Ho + oh) * Wo;
     __global const int* ao = arg + arg_off + (plane * Ho + oh) * Wo;
@@ -224,7 +225,7 @@ __kernel void pool_backward(
 {
     const int ih = get_global_id(0);
     const long plane = get_global_id(1);
-    if (ih >= H) return;
+    if (${beyond('ih', 'H')}) return;
     const long out_base = plane * Ho * Wo;
     const long row = (plane * H + ih) * W;
     for (int iw = 0; iw < W; ++iw) {

@@ -9,6 +9,7 @@ Template parameters (all have defaults):
                                               (default "uniform")
 </%doc>
 <%page args="T='float', DIST='uniform'"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -25,7 +26,7 @@ inline float unit_float(ulong bits) { return (float)(bits >> 40) * (1.0f / 16777
 __kernel void fill_random(__global ${T}* out, const long out_off, const ulong seed, const long n, const ${T} p)
 {
     const long i = get_global_id(0);
-    if (i >= n) return;
+    if (${beyond('i', 'n')}) return;
     const ulong h = mix64(seed * 0x9e3779b97f4a7c15UL + mix64((ulong) i + 0x632be59bd9b4e019UL));
 % if DIST == 'uniform':
     out[out_off + i] = (${T}) unit_float(h);

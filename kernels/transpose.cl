@@ -21,6 +21,7 @@ Launch: "local": 3-D, global (ceil(NC / TILE) * TILE, ceil(NR / TILE) * ROWS, NB
 "direct": 3-D, global (NR, ceil(NC / TILE), NB), any local size. Partial blocks are guarded.
 </%doc>
 <%page args="T='float', FORM='local', TILE=32, ROWS=8"/>
+<%! from netcl.runtime.cl_guards import beyond %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -59,7 +60,7 @@ __kernel void transpose_tiles(__global const ${T}* restrict src, const long src_
        vectorizes across neighbouring work-items (consecutive r), so stores are contiguous vectors and
        loads gather from TILE-long runs of rows that stay in cache between iterations */
     const int r = get_global_id(0), c0 = get_global_id(1) * ${TILE};
-    if (r >= NR) return;
+    if (${beyond('r', 'NR')}) return;
     const long b = get_global_id(2);
     const int r_hi = r / RLO;
     __global const ${T}* in = src + src_off + b * SB + r * SR;
