@@ -54,8 +54,10 @@ Launch: im2col: 1-D, global = ceil(units / (LOCAL*VEC)) * LOCAL, local = LOCAL, 
         copy_bandwidth: 1-D over ceil(n / VEC), any local size.
 </%doc>
 <%page args="T='float', IDX='long', TRANSPOSED=1, RUNS=0, CHUNKS=0, VEC=4, LOCAL=64, N=1, C=1, H=1, W=1, R=1, S=1, P=1, Q=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1"/>
-<%! from netcl.runtime.cl_guards import beyond %>
-<%! from netcl.runtime import cl_vectors %>
+<%!
+    from netcl.runtime import cl_vectors
+    from netcl.runtime.cl_guards import beyond
+%>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif

@@ -38,9 +38,11 @@ guarded), 1-D, any local size.
 No OpenCL built-in function takes or returns a vector here (vload8/vstore8 are spelled out) and min is
 a comparison: netcl.runtime.cl_vectors says why (the PoCL wheel crashed running this file's double8 loads).
 </%doc>
-<%! from netcl.runtime.cl_vectors import vload, vstore, lesser %>
 <%page args="T='float', LOCAL=64, CT=1, N=1, C=1, H=1, W=1, G=1, Q=1, S=1, SW=1, PW=0, DW=1, PH=0"/>
-<%! from netcl.runtime.cl_guards import beyond %>
+<%!
+    from netcl.runtime.cl_vectors import vload, vstore, lesser
+    from netcl.runtime.cl_guards import beyond
+%>
 <% CG = C // G; IH = H + 2 * PH %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
