@@ -127,10 +127,26 @@ def test_tuner_rejects_wrong_results(device, tmp_cache):
     assert score is None and "relative L2 error" in reason
 
 
+@pytest.mark.parametrize("dtype, lanes, narrow", [("float32", 16, 8), ("float64", 8, 4), ("float32", 8, None),
+                                                   ("float64", 4, None)])
+def test_register_tiles_include_256_bit_ones_when_the_reported_vector_is_wider(dtype, lanes, narrow):
+    """A driver can compile for a narrower ISA than the device reports (the PoCL wheel: AVX2 code on an
+    AVX-512 Zen 4), so the search must hold 256-bit tiles too; a 256-bit device gets no 128-bit ones."""
+    for quick in (True, False):
+        tiles = tuner._tiles(lanes, quick, dtype)
+        widths = {t["VW"] for t in tiles}
+        assert lanes in widths
+        assert len(tiles) == len({tuple(sorted(t.items())) for t in tiles})  # each candidate built once
+        if narrow:
+            assert {t["MR"] * t["NV"] for t in tiles if t["VW"] == narrow} >= {8, 12}  # AVX2's budgets
+        elif quick:
+            assert widths == {lanes}
+
+
 def test_tuner_stores_winners(device, tmp_cache, monkeypatch):
     small = {"large": [(40, 48, 40)], "small_k": [(24, 40, 8)], "small_mn": [(8, 40, 120)], "tiny": [(4, 10, 50)]}
     monkeypatch.setattr(tuner, "QUICK_SHAPES", small)
-    monkeypatch.setattr(tuner, "_tiles", lambda lanes, quick: [{"MR": 2, "VW": 4, "NV": 1}])
+    monkeypatch.setattr(tuner, "_tiles", lambda lanes, quick, dtype: [{"MR": 2, "VW": 4, "NV": 1}])
     monkeypatch.setattr(tuner, "_groups", lambda quick: [{"WG_M": 2, "WG_N": 1, "ORDER": "mn"}])
     monkeypatch.setattr(tuner, "_extras", lambda quick: [{"PACK_B": 0, "PACK_A": 0, "KU": 1}])
     result = tuner.run_cli(types.SimpleNamespace(quick=True, json=True))

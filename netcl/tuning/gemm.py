@@ -41,17 +41,26 @@ def calls_per_sample(flop: float) -> int:
     return max(1, min(64, int(3e7 // max(flop, 1.0))))
 
 
-def _tiles(lanes: int, quick: bool):
-    """Register tiles (MR rows x NV native vectors). A CPU with 32 vector registers (AVX-512) wants 16-24
+def _tiles(lanes: int, quick: bool, dtype: str = "float32"):
+    """Register tiles (MR rows x NV vectors of VW lanes). A CPU with 32 vector registers (AVX-512) wants 16-24
     accumulators, one with 16 (AVX2) 8-12: both kinds are tried and the device's measurement decides,
     so no tile count is assumed from the instruction set (a 256-bit-only search left AVX-512 at half
-    speed: 1024² 148 GFLOP/s with 4x(8x3), 426 with 8x(16x2) on the same Zen 5)."""
+    speed: 1024² 148 GFLOP/s with 4x(8x3), 426 with 8x(16x2) on the same Zen 5).
+
+    The reported width is not always the compiled one: the PoCL wheel (LLVM 14) reports 16 floats on a
+    Zen 4 but compiles for znver3, AVX2, where a 16-lane tile of 16-32 accumulators spills (1536³ 131-143
+    GFLOP/s against 201-215 with 4x(8x2) there). So a device reporting more than 256 bits also gets
+    256-bit tiles."""
+    narrow = 8 if dtype == "float32" else 4  # lanes of a 256-bit register
     tiles = [(4, lanes, 2), (6, lanes, 2), (8, lanes, 2), (4, lanes, 3), (3, lanes, 4), (8, lanes, 1),
              (2, lanes, 4)]  # lanes: netcl.ops.gemm.native_lanes of the device and dtype
+    if lanes > narrow:
+        tiles += [(4, narrow, 2), (6, narrow, 2), (4, narrow, 3), (8, narrow, 1)]
     if not quick:
         tiles += [(12, lanes, 2), (6, lanes, 3), (5, lanes, 2), (4, 2 * lanes, 1), (2, 2 * lanes, 2),
                   (4, lanes // 2, 4), (8, lanes // 2, 2)]
-    return [{"MR": mr, "VW": vw, "NV": nv} for mr, vw, nv in tiles if vw <= 16]
+    unique = dict.fromkeys((mr, vw, nv) for mr, vw, nv in tiles if vw <= 16)
+    return [{"MR": mr, "VW": vw, "NV": nv} for mr, vw, nv in unique]
 
 
 def _groups(quick: bool):
@@ -154,7 +163,7 @@ def tune_class(device, dtype: str, cls: str, quick: bool, log=print) -> dict:
     best = normalize(current)
     best_score = trial(best) or 0.0
     lanes = native_lanes(device, dtype)
-    stages = [_tiles(lanes, quick), _groups(quick), _extras(quick)]
+    stages = [_tiles(lanes, quick, dtype), _groups(quick), _extras(quick)]
     if not quick:
         stages.append(_local_variants(dtype))
     base = {"MR": 4, "VW": lanes, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1, "PACK_A": 0,
