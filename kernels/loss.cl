@@ -94,19 +94,19 @@ void ce_forward(
     partial[l] = acc;
     partial_w[l] = acc_w;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int span = ${LOCAL // 2}; span > 0; span >>= 1) {
-        if (l < span) {
-            partial[l] += partial[l + span];
-            partial_w[l] += partial_w[l + span];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
     if (l == 0) {
+        /* in order by one work-item: one barrier region instead of a barrier in a loop, which PoCL
+           compiles slowly at the first launch */
+        ${T} sum = 0, sum_w = 0;
+        for (int k = 0; k < ${LOCAL}; ++k) {
+            sum += partial[k];
+            sum_w += partial_w[k];
+        }
 % if REDUCTION == 'mean':
-        loss[loss_off] = partial[0] / partial_w[0];
-        aux[aux_off] = (${T}) 1 / partial_w[0];
+        loss[loss_off] = sum / sum_w;
+        aux[aux_off] = (${T}) 1 / sum_w;
 % elif REDUCTION == 'sum':
-        loss[loss_off] = partial[0];
+        loss[loss_off] = sum;
         aux[aux_off] = (${T}) 1;
 % else:
         aux[aux_off] = (${T}) 1;  /* "none": the rows are the output */
