@@ -10,7 +10,16 @@ import netcl as nc
 from netcl.ops import conv_direct_blocked as blocked
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer
+from netcl.tuning import db
 from util import assert_close, conv2d_grads_ref, conv2d_ref
+
+
+@pytest.fixture(autouse=True)
+def untuned(tmp_path, monkeypatch):
+    """A private, empty tuning database: the blockings then follow the reported width these tests set
+    (a tuned GEMM's tile width would take precedence, netcl.ops.gemm.register_lanes)."""
+    monkeypatch.delenv("NETCL_CACHE", raising=False)
+    monkeypatch.setattr(db, "db_path", lambda: tmp_path / "tuning.json")
 
 
 def _random_layer(rng):
@@ -51,6 +60,22 @@ def test_blockings_of_narrower_devices(native, rng, device, monkeypatch, canarie
     assert blocked.blocking(layer, "forward", device)["KB"] <= 8
     check((2, 5, 9, 21), (24, 5, 3, 3), (1, 1), rng, device)
     check((1, 3, 6, 3), (7, 3, 3, 3), (1, 1), rng, device)
+
+
+def test_blocks_follow_the_tuned_gemm_width_on_a_cpu(rng, device, monkeypatch, canaries):
+    """Where `netcl tune gemm` found 8-lane tiles fastest on a device reporting 16 lanes (the PoCL wheel's
+    AVX2 code on a Zen 4), the blocks are 8 lanes wide too; an untuned device keeps its reported width."""
+    from netcl.ops import gemm as gemm_module
+    if device.kind != "cpu":
+        pytest.skip("register blocks follow the tuned width on CPU devices only")
+    monkeypatch.setitem(device.native_vector_width, "float32", 16)
+    assert gemm_module.register_lanes(device, "float32") == 16
+    assert blocked.lanes(device, "float32") == 16 and blocked.channel_budget(device, "forward", 3) == 16
+    tuned = {**gemm_module.params_for(device, np.float32, 1024, 1024, 1024), "VW": 8, "MR": 4, "NV": 2}
+    db.store(device, "gemm", tuned, key="float32/large")
+    assert gemm_module.register_lanes(device, "float32") == 8
+    assert blocked.lanes(device, "float32") == 8 and blocked.channel_budget(device, "forward", 3) == 8
+    check((2, 5, 9, 21), (24, 5, 3, 3), (1, 1), rng, device)
 
 
 def test_rows_share_a_vector_when_narrow(device):

@@ -7,7 +7,8 @@ matrix or transformed tensor exists (the only workspace: backward_weight's parti
 images). It serves stride-1, undilated, ungrouped layers: the 3×3 and 1×1 convolutions of residual
 networks, where the GEMM-based strategies lose most on narrow channels. backward_data is the same kernel on the output gradient with the flipped weight read in place.
 
-How large a block is follows the device: as many lanes as its native vector width reports (4 to 16) and
+How large a block is follows the device: as many lanes as its vectors have (4 to 16; on a CPU as the GEMM
+tuner measured them, see netcl.ops.gemm.register_lanes) and
 as many output channels as fill about half of a CPU's vector register file with accumulators (16 vectors
 where the width is 16, as on AVX-512's 32 registers; 8 where it is 8, as on AVX2's 16).
 """
@@ -18,6 +19,7 @@ import numpy as np
 from .. import dtypes
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
+from .gemm import register_lanes
 from .reduce import reduce
 from .conv_common import ConvLayer, ConvStrategy, CostTerms, tensor_bytes
 
@@ -25,17 +27,26 @@ KERNELS = {"output": "conv_blocked_output", "weight": "conv_blocked_weight"}  # 
 WORK_PER_UNIT = 4  # work-items per compute unit that keep it busy (as implicit GEMM's work-groups)
 
 
+def _vector_width(device, dtype: str) -> int:
+    """A CPU's vectors as its compiler builds them (netcl.ops.gemm.register_lanes: the tuned GEMM's tile
+    width, else the reported one; the PoCL wheel's AVX2 code for a Zen 4 ran these blocks 1.2-1.6x
+    faster at 8 lanes than at the 16 it reports), a GPU's as it reports them."""
+    if device.kind == "cpu":
+        return register_lanes(device, dtype)
+    return device.native_vector_width.get(dtype, 1)
+
+
 def lanes(device, dtype: str) -> int:
-    """Vector lanes per work-item: the device's native width for the dtype, kept within 4..16."""
-    native = device.native_vector_width.get(dtype, 1)
+    """Vector lanes per work-item: the device's vector width for the dtype, kept within 4..16."""
+    native = _vector_width(device, dtype)
     return 4 if native <= 4 else (8 if native <= 8 else 16)
 
 
 def channel_budget(device, pass_: str, kernel_width: int) -> int:
     """Output channels a work-item may hold: accumulator vectors for half the vector registers of the ISA
-    its native float width suggests (16 or 8); backward_weight holds S vectors per channel and may use
+    its float width suggests (16 or 8); backward_weight holds S vectors per channel and may use
     three quarters of the registers, as it keeps no weights in flight."""
-    half = 16 if device.native_vector_width.get("float32", 1) >= 16 else 8
+    half = 16 if _vector_width(device, "float32") >= 16 else 8
     return max(1, (3 * half // 2) // kernel_width) if pass_ == "backward_weight" else half
 
 

@@ -94,6 +94,23 @@ def native_lanes(device, dtype) -> int:
     return reported
 
 
+def register_lanes(device, dtype) -> int:
+    """Lanes of the vectors a CPU device's compiler really builds: the VW of the GEMM register tile that
+    `netcl tune gemm` measured fastest for large products, where the user tuned the device, else
+    :func:`native_lanes`. A driver may compile for a narrower ISA than its device reports (the PoCL wheel
+    builds AVX2 for a Zen 4 that reports 16 floats), and only a measurement tells. Templates that size
+    register blocks by the vector (conv_blocked.cl) take it from here."""
+    name = np.dtype(dtype).name
+    memo_key = (device.identity, name, "register_lanes", db.generation())
+    tuned = _params_memo.get(memo_key)
+    if tuned is None:
+        tuned = 0  # no measurement: the reported width, read afresh below
+        if getattr(device, "kind", "cpu") == "cpu" and db.source(device, "gemm", f"{name}/large") == "user":
+            tuned = params_for(device, name, 1024, 1024, 1024)["VW"]
+        _params_memo[memo_key] = tuned
+    return tuned if tuned in (4, 8, 16) else native_lanes(device, name)
+
+
 def _lookup_params(device, name: str, cls: str) -> dict:
     for key in (f"{name}/{cls}", name):
         p = db.lookup(device, "gemm", key) or {}
