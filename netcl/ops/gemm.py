@@ -82,12 +82,17 @@ def params_for(device, dtype, M: int, N: int, K: int, batch: int = 1) -> dict:
     return dict(p)
 
 
+def lanes_in_256_bits(dtype) -> int:
+    """Lanes of ``dtype`` in one 256-bit register (AVX2's ymm): 8 floats, 4 doubles."""
+    return 8 if np.dtype(dtype).name == "float32" else 4
+
+
 def native_lanes(device, dtype) -> int:
     """Lanes of the device's native vector for ``dtype``, in which register tiles are counted: what a CPU
     reports (16 floats on AVX-512, 8 on AVX2). A device that reports one lane (a GPU, whose vectors are
     its work-items) or an unusual width counts in 256-bit registers."""
     name = np.dtype(dtype).name
-    default = 8 if name == "float32" else 4
+    default = lanes_in_256_bits(name)
     reported = int(getattr(device, "native_vector_width", {}).get(name, 0) or 0)
     if getattr(device, "kind", "cpu") != "cpu" or reported not in (4, 8, 16):
         return default

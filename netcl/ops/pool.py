@@ -126,8 +126,8 @@ def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = 
     arg = Tensor.empty(g.output_shape, np.int32, x.device) if op == "max" else None
     kernel = _kernel(x, g, op, "pool_forward", count_include_pad, relu)
     arg_buf, arg_off = (arg.buffer, arg.offset) if arg is not None else (y.buffer, 0)
-    launch(x.device, kernel, (g.out_h, g.n * g.c), _row_groups(x.device, g.out_h), x.buffer, np.int64(x.offset),
-           y.buffer, np.int64(y.offset), arg_buf, np.int64(arg_off), *g._args())
+    launch(x.device, kernel, (g.out_h, g.n * g.c), _row_groups(x.device, g.out_h), x.buffer,
+           np.int64(x.offset), y.buffer, np.int64(y.offset), arg_buf, np.int64(arg_off), *g._args())
     return y, arg
 
 
@@ -149,8 +149,8 @@ def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | Non
         kernel, rows = _kernel(grad_y, g, op, "pool_backward_disjoint", count_include_pad, relu), g.out_h
     else:
         kernel, rows = _kernel(grad_y, g, op, "pool_backward", count_include_pad, relu), g.h
-    launch(grad_y.device, kernel, (rows, g.n * g.c), _row_groups(grad_y.device, rows), grad_y.buffer, np.int64(grad_y.offset), arg_buf,
-           np.int64(arg_off), gx.buffer, np.int64(gx.offset), *g._args())
+    launch(grad_y.device, kernel, (rows, g.n * g.c), _row_groups(grad_y.device, rows), grad_y.buffer,
+           np.int64(grad_y.offset), arg_buf, np.int64(arg_off), gx.buffer, np.int64(gx.offset), *g._args())
     return gx
 
 

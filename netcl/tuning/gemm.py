@@ -51,7 +51,8 @@ def _tiles(lanes: int, quick: bool, dtype: str = "float32"):
     Zen 4 but compiles for znver3, AVX2, where a 16-lane tile of 16-32 accumulators spills (1536³ 131-143
     GFLOP/s against 201-215 with 4x(8x2) there). So a device reporting more than 256 bits also gets
     256-bit tiles."""
-    narrow = 8 if dtype == "float32" else 4  # lanes of a 256-bit register
+    from ..ops.gemm import lanes_in_256_bits
+    narrow = lanes_in_256_bits(dtype)
     tiles = [(4, lanes, 2), (6, lanes, 2), (8, lanes, 2), (4, lanes, 3), (3, lanes, 4), (8, lanes, 1),
              (2, lanes, 4)]  # lanes: netcl.ops.gemm.native_lanes of the device and dtype
     if lanes > narrow:
