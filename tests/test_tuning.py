@@ -192,5 +192,7 @@ def test_head_to_head_times_every_leader_on_the_device(device, tmp_cache):
     cases = [tuner._Case(device, np.dtype(np.float32), 13, 31, 7, np.random.default_rng(0))]
     leaders = [tuple(sorted({"MR": mr, "VW": 4, "NV": 1}.items())) for mr in (1, 2)]
     rates = tuner._settle(cases, leaders, repeat=1)
-    assert set(rates) == set(leaders) and all(0 < r < float("inf") for r in rates.values())
+    assert set(rates) == set(leaders)
+    for overall, per_case in rates.values():
+        assert 0 < overall < float("inf") and len(per_case) == 1 and per_case[0] == pytest.approx(overall, abs=0.006)
     assert cases[0].error() <= 1e-5  # the head-to-head runs computed the product, not garbage

@@ -142,7 +142,7 @@ LEADERS = 4  # candidates re-timed head to head before the choice
 
 
 def _settle(cases, leaders: list, repeat: int) -> dict:
-    """Geometric-mean GFLOP/s of each leader over the cases, the leaders timed against each other on each
+    """(Geometric-mean GFLOP/s, [GFLOP/s per case]) of each leader, the leaders timed against each other on each
     case in rotated rounds (netcl.runtime.timing.compare), the median of each one's samples.
 
     The search's scores are each the fastest of a few samples taken minutes apart from its rivals', so
@@ -160,7 +160,8 @@ def _settle(cases, leaders: list, repeat: int) -> dict:
         for key, timing in timings.items():
             failed = isinstance(timing, Exception)
             logs[key].append(-math.inf if failed else math.log(2e-9 * case.M * case.N * case.K * calls / timing.seconds))
-    return {key: float(np.exp(np.mean(values))) for key, values in logs.items()}
+    return {key: (float(np.exp(np.mean(values))), [round(float(np.exp(v)), 2) for v in values])
+            for key, values in logs.items()}
 
 
 def _calls(case, params: dict, calls: int):
@@ -215,9 +216,9 @@ def tune_class(device, dtype: str, cls: str, quick: bool, log=print) -> dict:
     if len(leaders) > 1:
         settled = _settle(cases, leaders, repeat)
         for key in leaders:
-            log(f"  {dtype}/{cls} {_fmt(dict(key))}: {settled[key]:7.1f} GFLOP/s head to head")
-        best_key = max(leaders, key=lambda k: settled[k])
-        best, best_score = dict(best_key), settled[best_key]
+            log(f"  {dtype}/{cls} {_fmt(dict(key))}: {settled[key][0]:7.1f} GFLOP/s {settled[key][1]} head to head")
+        best_key = max(leaders, key=lambda k: settled[k][0])
+        best, best_score = dict(best_key), settled[best_key][0]
     elif leaders:
         best, best_score = dict(leaders[0]), tried[leaders[0]]
     rates = {f"{M}x{N}x{K}": r for (M, N, K), r in zip(shapes, _score(cases, best, repeat, tol)[1] or [])}
