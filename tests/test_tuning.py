@@ -169,9 +169,10 @@ def test_leaders_are_chosen_head_to_head_not_by_their_search_scores(device, tmp_
     monkeypatch.setattr(tuner, "_extras", lambda quick: [])
     # By MR (the device's default tile, also a candidate, is neither): the lucky tile's search sample
     # looks best...
-    monkeypatch.setattr(tuner, "_score", lambda cases, params, repeat, tol: (search_scores.get(params["MR"], 50.0), []))
     search_scores = {1: 500.0, 2: 100.0, 4: 300.0}
     head_to_head_seconds = {1: 4e-3, 2: 3e-3, 4: 1e-3}  # ...but run against the others it is slower
+    monkeypatch.setattr(tuner, "_score",
+                        lambda cases, params, repeat, tol: (search_scores.get(params["MR"], 50.0), []))
     timed = []
 
     def fake_compare(runners, device_, **kwargs):
@@ -182,10 +183,11 @@ def test_leaders_are_chosen_head_to_head_not_by_their_search_scores(device, tmp_
     monkeypatch.setitem(tuner.QUICK_SHAPES, "large", [(40, 48, 40), (24, 32, 16)])
     result = tuner.tune_class(device, "float32", "large", quick=True, log=lambda line: None)
     assert {k: result["params"][k] for k in lucky} == steady
-    assert len(timed) == 2 and all(len(keys) == tuner.LEADERS for keys in timed)  # every leader on every product
+    assert len(timed) == 2 and all(len(keys) == tuner.LEADERS for keys in timed)  # each leader, each product
     flop_per_call = [2 * 40 * 48 * 40, 2 * 24 * 32 * 16]
-    expected = np.exp(np.mean([np.log(f * tuner.calls_per_sample(f) / 1e-3 / 1e9) for f in flop_per_call]))
-    assert result["gflops"] == pytest.approx(expected, abs=0.01)  # stored to 2 decimals
+    per_product = [f * tuner.calls_per_sample(f) / 1e-3 / 1e9 for f in flop_per_call]
+    assert result["gflops"] == pytest.approx(np.exp(np.mean(np.log(per_product))), abs=0.01)  # 2 decimals
+    assert list(result["rates"].values()) == pytest.approx(per_product, abs=0.01)  # the head to head's
 
 
 def test_head_to_head_times_every_leader_on_the_device(device, tmp_cache):
@@ -194,5 +196,6 @@ def test_head_to_head_times_every_leader_on_the_device(device, tmp_cache):
     rates = tuner._settle(cases, leaders, repeat=1)
     assert set(rates) == set(leaders)
     for overall, per_case in rates.values():
-        assert 0 < overall < float("inf") and len(per_case) == 1 and per_case[0] == pytest.approx(overall, abs=0.006)
+        assert 0 < overall < float("inf") and len(per_case) == 1
+        assert per_case[0] == pytest.approx(overall, abs=0.006)
     assert cases[0].error() <= 1e-5  # the head-to-head runs computed the product, not garbage

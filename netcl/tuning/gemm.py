@@ -92,6 +92,7 @@ class _Case:
     def __init__(self, device, dtype, M, N, K, rng):
         from ..tensor import Tensor
         self.M, self.N, self.K = M, N, K
+        self.flop = 2.0 * M * N * K
         a = rng.standard_normal((M, K)).astype(dtype)
         b = rng.standard_normal((K, N)).astype(dtype)
         self.ref = a.astype(np.float64) @ b.astype(np.float64)
@@ -108,7 +109,7 @@ class _Case:
     def gflops(self, params, repeat: int) -> float:
         from ..ops.gemm import gemm
         from ..runtime.timing import sample
-        flop = 2.0 * self.M * self.N * self.K
+        flop = self.flop
         # A small product is timed as a run of calls between two waits, as a training loop issues it:
         # one call between waits would time the driver's wake-up latency, the same for every candidate.
         calls = calls_per_sample(flop)
@@ -153,13 +154,13 @@ def _settle(cases, leaders: list, repeat: int) -> dict:
     from ..runtime.timing import compare
     logs = {key: [] for key in leaders}
     for case in cases:
-        calls = calls_per_sample(2.0 * case.M * case.N * case.K)
+        calls = calls_per_sample(case.flop)
         runners = {key: _calls(case, dict(key), calls) for key in leaders}
         timings = compare(runners, case.device, warmup=1, min_runs=max(repeat, 5), max_runs=3 * repeat,
                           time_budget_s=2.0)
         for key, timing in timings.items():
             failed = isinstance(timing, Exception)
-            logs[key].append(-math.inf if failed else math.log(2e-9 * case.M * case.N * case.K * calls / timing.seconds))
+            logs[key].append(-math.inf if failed else math.log(1e-9 * case.flop * calls / timing.seconds))
     return {key: (float(np.exp(np.mean(values))), [round(float(np.exp(v)), 2) for v in values])
             for key, values in logs.items()}
 
@@ -216,12 +217,16 @@ def tune_class(device, dtype: str, cls: str, quick: bool, log=print) -> dict:
     if len(leaders) > 1:
         settled = _settle(cases, leaders, repeat)
         for key in leaders:
-            log(f"  {dtype}/{cls} {_fmt(dict(key))}: {settled[key][0]:7.1f} GFLOP/s {settled[key][1]} head to head")
+            rate, per_case = settled[key]
+            log(f"  {dtype}/{cls} {_fmt(dict(key))}: {rate:7.1f} GFLOP/s {per_case} head to head")
         best_key = max(leaders, key=lambda k: settled[k][0])
-        best, best_score = dict(best_key), settled[best_key][0]
-    elif leaders:
-        best, best_score = dict(leaders[0]), tried[leaders[0]]
-    rates = {f"{M}x{N}x{K}": r for (M, N, K), r in zip(shapes, _score(cases, best, repeat, tol)[1] or [])}
+        best, (best_score, per_case) = dict(best_key), settled[best_key]
+    else:  # one candidate passed, or none (the current parameters stay): its rates from one more timing
+        best = dict(leaders[0]) if leaders else best
+        best_score, per_case = _score(cases, best, repeat, tol)
+        if best_score is None:
+            best_score, per_case = 0.0, []
+    rates = {f"{M}x{N}x{K}": r for (M, N, K), r in zip(shapes, per_case)}
     return {"params": best, "gflops": round(best_score, 2), "rates": rates, "candidates": len(tried)}
 
 
