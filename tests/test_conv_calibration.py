@@ -159,9 +159,48 @@ def test_residual_model_follows_a_feature_and_stays_within_what_it_saw():
         assert (a * arith + b * other) * residual.correction(arith, other, features) == pytest.approx(measured, rel=0.05)
     logs = [math.log(t / (a * x + b * o)) for x, o, t, _ in rows]
     far = residual.correction(1.0, 0.2, _features(n=4096))
-    assert math.log(far) <= max(logs) + 1e-9 and far > residual.correction(1.0, 0.2, _features(n=64)) * 0.999
+    assert math.log(far) <= max(logs) + 1e-9
+    # a layer beyond the measured batches is priced as the largest measured one, not extrapolated
+    assert far == pytest.approx(residual.correction(1.0, 0.2, _features(n=64)), rel=1e-12)
     assert math.isfinite(residual.correction(1.0, 0.2, _features(n=8, taps=49)))  # taps never varied
     assert conv_cost.fit_residual(a, b, [r[:3] + (None,) for r in rows]) is None
+
+
+def test_calibration_shortens_its_timed_rounds_to_keep_to_its_budget(device, monkeypatch):
+    """Passes that project past the budget get shorter timed rounds (never below the quick calibration's);
+    within the budget every pass gets full-length ones. The timing itself is faked: 20 ms a pass."""
+    from netcl.tuning import conv as tune_conv
+    asked = []
+
+    def fake_time_strategies(impls, layer, pass_, device, rng=None, **timing_rules):
+        asked.append(timing_rules)
+        time.sleep(0.02)
+        return {name: 1.0 for name in impls}
+
+    monkeypatch.setattr(conv_profile, "measure_basics", lambda *a, **k: {})
+    monkeypatch.setattr(planner, "time_strategies", fake_time_strategies)
+    layers = [ConvLayer.from_shapes((2, 4, 9, 9), (6, 4, 3, 3), padding=1),
+              ConvLayer.from_shapes((1, 3, 7, 7), (5, 3, 1, 1))]
+    relaxed = tune_conv.calibrate(device, progress=False, layers=layers, budget_s=60.0)
+    assert relaxed["rounds_scale"] == 1.0 and all(t == tune_conv.TIMING for t in asked)
+    asked.clear()
+    rushed = tune_conv.calibrate(device, progress=False, layers=layers, budget_s=0.05)
+    assert rushed["rounds_scale"] < 1.0 and rushed["budget_seconds"] == 0.05
+    assert asked[0] == tune_conv.TIMING and len(asked) == 6
+    for rules in asked[1:]:
+        assert rules["min_time_s"] == tune_conv.QUICK_TIMING["min_time_s"]
+        assert rules["time_budget_s"] == tune_conv.QUICK_TIMING["time_budget_s"]
+        assert rules["statistic"] == tune_conv.TIMING["statistic"]
+    assert conv_profile.stored(device)["rounds_scale"] == rushed["rounds_scale"]
+
+
+def test_rounds_scale_is_the_ratio_of_the_time_left_to_the_time_taken():
+    from netcl.tuning.conv import TIMING, rounds_scale, shortened
+    assert rounds_scale(seconds_left=50.0, passes_left=10, mean_pass_s=1.0) == 1.0
+    assert rounds_scale(seconds_left=5.0, passes_left=10, mean_pass_s=1.0) == pytest.approx(0.5)
+    assert rounds_scale(seconds_left=-3.0, passes_left=10, mean_pass_s=1.0) == 0.0
+    half = shortened(TIMING, 0.75)
+    assert half["min_time_s"] == pytest.approx(0.75 * TIMING["min_time_s"]) and half["warmup"] == TIMING["warmup"]
 
 
 def test_a_profile_is_built_from_an_edited_entry_with_the_ridge_asked_for(device):

@@ -116,9 +116,14 @@ class Residual:
     center: np.ndarray
     scale: np.ndarray
     beta: np.ndarray
+    case_low: np.ndarray | None = None
+    case_high: np.ndarray | None = None
 
     def correction(self, arith: float, other: float, features) -> float:
-        value = self.mean + float(((_case(arith, other, features) - self.center) / self.scale) @ self.beta)
+        case = _case(arith, other, features)
+        if self.case_low is not None:
+            case = np.clip(case, self.case_low, self.case_high)
+        value = self.mean + float(((case - self.center) / self.scale) @ self.beta)
         # never beyond the residuals the fit saw: a layer far outside the measured ones is not extrapolated
         return math.exp(min(max(value, self.low), self.high))
 
@@ -136,7 +141,8 @@ def fit_residual(a: float, b: float, samples, ridge: float = RIDGE) -> Residual 
     scale = np.where(varying, spread, 1.0)
     z = (cases - center) / scale * varying
     beta = np.linalg.solve(z.T @ z + ridge * np.eye(z.shape[1]), z.T @ (logs - logs.mean())) * varying
-    return Residual(float(logs.mean()), float(logs.min()), float(logs.max()), center, scale, beta)
+    return Residual(float(logs.mean()), float(logs.min()), float(logs.max()), center, scale, beta,
+                    cases.min(axis=0), cases.max(axis=0))
 
 
 def predict_ms(name: str, pass_: str, terms: CostTerms, profile: DeviceProfile, layer=None) -> tuple[float, bool]:

@@ -6,7 +6,8 @@ layers (LeNet-, ResNet- and MEC-like: 1×1, 3×3, 5×5, 7×7 and 11×11, strided
 against each other (netcl.runtime.timing.compare, median). Each timing becomes a sample of that strategy
 and pass; the model fits its two coefficients per strategy and pass to them. Stored in the tuning
 database beside the GEMM tuning (family "conv_calibration"), used by every later process; measured plans
-keep adding samples. Bounded: about two minutes on a 2-core CPU (`--quick`: under 30 s).
+keep adding samples. Bounded: a budget of 100 s (`--quick`: 25 s) shortens the timed rounds of the
+remaining passes when the passes so far run late (kernel builds are not shortened).
 """
 from __future__ import annotations
 
@@ -72,6 +73,10 @@ TIMING = dict(warmup=2, min_runs=3, max_runs=20, time_budget_s=0.25, contention=
               statistic="min", min_time_s=0.4)
 QUICK_TIMING = dict(warmup=2, min_runs=2, max_runs=10, time_budget_s=0.1, contention=1.1, settle_below_s=0.0,
                     statistic="min", min_time_s=0.15)
+# Seconds the whole calibration aims at, by quick (the targets are 2 minutes and 30 s). Kernel builds and
+# warm-ups take what they take (a fresh cache on 2 Zen 4 cores: 84 of 168 s); when the passes so far
+# project past the budget, the timed rounds of the rest are shortened, never below QUICK_TIMING's.
+BUDGET_S = {False: 100.0, True: 25.0}
 # Seconds for the GEMM rate surface (netcl.ops.gemm_surface), by quick: its full grid took 12-13 s on
 # 2 Zen 5 cores with PoCL and Intel's runtime, the quick one about 4 s.
 SURFACE_BUDGET_S = {False: 25.0, True: 5.0}
@@ -87,9 +92,26 @@ def calibration_layers(quick: bool, dtype: str = "float32") -> list:
     return layers
 
 
-def calibrate(device, dtype: str = "float32", quick: bool = False, progress: bool = True, layers=None) -> dict:
+def shortened(timing: dict, scale: float) -> dict:
+    """``timing`` with its timed rounds' spans scaled by ``scale`` (≤ 1), never below QUICK_TIMING's."""
+    return dict(timing, time_budget_s=max(QUICK_TIMING["time_budget_s"], timing["time_budget_s"] * scale),
+                min_time_s=max(QUICK_TIMING["min_time_s"], timing["min_time_s"] * scale))
+
+
+def rounds_scale(seconds_left: float, passes_left: int, mean_pass_s: float) -> float:
+    """The timed rounds' scale for the next pass: the time each remaining pass may take within the budget
+    over what the passes so far took on average, at most 1 (a ratio, not a product of ratios, so that a
+    run that catches up with its budget gets full-length rounds back)."""
+    if passes_left <= 0 or mean_pass_s <= 0:
+        return 1.0
+    return min(1.0, max(0.0, seconds_left / passes_left / mean_pass_s))
+
+
+def calibrate(device, dtype: str = "float32", quick: bool = False, progress: bool = True, layers=None,
+              budget_s: float | None = None) -> dict:
     """Measure and store this device's calibration (on ``layers``, ConvLayers, instead of the
-    representative set when given); returns what was measured and how long it took."""
+    representative set when given) within about ``budget_s`` seconds (BUDGET_S by default); returns what
+    was measured, how long it took and how far the timed rounds were shortened to keep to the budget."""
     from tqdm import tqdm
     from ..errors import NetclError
     from ..ops import conv2d_planner as planner
@@ -97,6 +119,7 @@ def calibrate(device, dtype: str = "float32", quick: bool = False, progress: boo
     from ..ops import gemm_surface
     from ..ops.conv_registry import strategies
     started = time.perf_counter()
+    budget_s = BUDGET_S[quick] if budget_s is None else float(budget_s)
     grid = gemm_surface.QUICK_GRID if quick else gemm_surface.GRID
     with tqdm(total=len(gemm_surface.points(grid)), desc=f"GEMM rates on {device.name}", unit="shape",
               disable=not progress, leave=False) as rates_bar:
@@ -106,11 +129,18 @@ def calibrate(device, dtype: str = "float32", quick: bool = False, progress: boo
     steps = [(layer, pass_) for layer in layers for pass_ in ("forward", "backward_data", "backward_weight")]
     rng = np.random.default_rng(0)
     timings = 0
+    base = QUICK_TIMING if quick else TIMING
+    scale, smallest_scale = 1.0, 1.0
+    passes_started = time.perf_counter()
     bar = tqdm(steps, desc=f"calibrating conv on {device.name}", unit="pass", disable=not progress, leave=False)
-    for layer, pass_ in bar:
+    for done, (layer, pass_) in enumerate(bar):
+        if done:
+            now = time.perf_counter()
+            scale = rounds_scale(budget_s - (now - started), len(steps) - done, (now - passes_started) / done)
+            smallest_scale = min(smallest_scale, scale)
         found = planner.answers(layer, pass_, device)
         impls = {a.strategy: registry[a.strategy] for a in found if a.why_not is None}
-        results = planner.time_strategies(impls, layer, pass_, device, rng, **(QUICK_TIMING if quick else TIMING))
+        results = planner.time_strategies(impls, layer, pass_, device, rng, **shortened(base, scale))
         measured = {name: ms for name, ms in results.items() if not isinstance(ms, NetclError)}
         terms = {a.strategy: a.terms for a in found if a.terms is not None}
         conv_profile.record(device, dtype, pass_, measured, terms, layer.signature(), by="netcl tune conv")
@@ -119,10 +149,12 @@ def calibrate(device, dtype: str = "float32", quick: bool = False, progress: boo
     residual = conv_profile.score_residual(device, dtype)
     seconds = time.perf_counter() - started
     conv_profile.update(device, dtype, lambda e: e.update(tune_seconds=round(seconds, 1), quick=quick,
+                                                          rounds_scale=round(smallest_scale, 3),
                                                           tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
     planner.clear_memory_cache()
     profile = conv_profile.device_profile(device, dtype)
-    return {"seconds": round(seconds, 1), "layers": len(layers), "timings": timings, "basics": basics, "residual": residual,
+    return {"seconds": round(seconds, 1), "budget_seconds": budget_s, "rounds_scale": round(smallest_scale, 3),
+            "layers": len(layers), "timings": timings, "basics": basics, "residual": residual,
             "coefficients": profile.as_dict()["coefficients"]}
 
 
