@@ -109,16 +109,15 @@ class _Case:
     def gflops(self, params, repeat: int) -> float:
         from ..ops.gemm import gemm
         from ..runtime.timing import sample
-        flop = self.flop
         # A small product is timed as a run of calls between two waits, as a training loop issues it:
         # one call between waits would time the driver's wake-up latency, the same for every candidate.
-        calls = calls_per_sample(flop)
+        calls = calls_per_sample(self.flop)
         # The fastest sample, not the median: other processes only ever slow a run down, so on a shared
         # machine the minimum is the steadiest estimate of what the kernel itself can do. The warm-up run
         # builds the kernel and warms the caches.
         timing = sample(lambda: gemm(self.a, self.b, self.c, params=params), self.device, repeats=repeat,
                         warmup=calls, calls=calls, statistic="min")
-        return flop / timing.seconds / 1e9
+        return self.flop / timing.seconds / 1e9
 
 
 def _score(cases, params, repeat: int, tol: float):
