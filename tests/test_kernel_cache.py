@@ -177,6 +177,24 @@ def test_discarded_programs_get_no_binary(tmp_path, monkeypatch, device):
     assert kernels.save_binaries() == 0 and not binaries(tmp_path)
 
 
+def test_builds_inside_a_search_are_discarded_and_earlier_ones_kept(tmp_path, monkeypatch, device):
+    """unsaved_builds_discarded() (the conv calibration, the GEMM tuner) drops the binaries of what was
+    built inside it, also when it ends by an exception, and leaves those pending before it to be written."""
+    import time
+    from netcl.runtime import binaries as binary_cache
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path))
+    kernels.save_binaries()
+    stamp = time.time_ns()
+    kernels.build_program(device, f"__kernel void kept(__global float* x) {{ x[0] = 3.0f; }}\n// {stamp}")
+    with pytest.raises(RuntimeError):
+        with binary_cache.unsaved_builds_discarded():
+            kernels.build_program(device, f"__kernel void dropped(__global float* x) {{ x[0] = 4.0f; }}\n// {stamp}")
+            assert binary_cache.pending() == 2
+            raise RuntimeError("the search was interrupted")
+    assert binary_cache.pending() == 1
+    assert kernels.save_binaries() == 1 and len(binaries(tmp_path)) == 1
+
+
 # A kernel with a fixed work-group size, launched many times without waiting, and the program's binary
 # fetched while launches may still be queued: PoCL 3.1 aborted the process when the fetch overlapped a
 # launch (the background binary writer did that). Run in a child process, since the failure is an abort.

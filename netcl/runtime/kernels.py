@@ -318,6 +318,12 @@ def _launch_error(device: Device, kernel: cl.Kernel, exc: cl.Error) -> Exception
     return DeviceError(f"launching {kernel.function_name} on {device.describe()} failed: {exc}")
 
 
+# pyopencl's Kernel.set_arg tries a scalar as a memory object, local memory, a sampler and an SVM pointer
+# first, each a C++ exception caught: 7.2 µs per numpy scalar on PoCL, against 0.4 µs for handing its bytes
+# over directly, which is what pyopencl's own typed invoker does (a GEMM row loop sets three offsets a call).
+_set_scalar_arg = getattr(cl.Kernel, "_set_arg_buf", cl.Kernel.set_arg)
+
+
 class PreparedLaunch:
     """A launch of one kernel with a fixed geometry and fixed arguments, repeated with new values for the
     few arguments that change (buffers, offsets, scalars).
@@ -353,7 +359,7 @@ class PreparedLaunch:
             for j, value in enumerate(values):
                 if isinstance(value, np.generic):
                     if type(last[j]) is not type(value) or last[j] != value:
-                        private.set_arg(self._slots[j], value)
+                        _set_scalar_arg(private, self._slots[j], value)
                         last[j] = value
                 else:  # a buffer; anything else (local memory) is set every time
                     handle = getattr(value, "int_ptr", None)

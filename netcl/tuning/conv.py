@@ -111,7 +111,14 @@ def calibrate(device, dtype: str = "float32", quick: bool = False, progress: boo
               budget_s: float | None = None) -> dict:
     """Measure and store this device's calibration (on ``layers``, ConvLayers, instead of the
     representative set when given) within about ``budget_s`` seconds (BUDGET_S by default); returns what
-    was measured, how long it took and how far the timed rounds were shortened to keep to the budget."""
+    was measured, how long it took and how far the timed rounds were shortened to keep to the budget.
+    The binaries of the programs it builds are not written (see binaries.unsaved_builds_discarded)."""
+    from ..runtime import binaries
+    with binaries.unsaved_builds_discarded():
+        return _measure_and_store(device, dtype, quick, progress, layers, budget_s)
+
+
+def _measure_and_store(device, dtype, quick, progress, layers, budget_s) -> dict:
     from tqdm import tqdm
     from ..errors import NetclError
     from ..ops import conv2d_planner as planner

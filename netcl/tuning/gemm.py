@@ -253,7 +253,9 @@ def run_cli(args) -> dict:
     log(f"tuning gemm on {device.describe()}{' (quick)' if quick else ''}")
     start = time.perf_counter()
     results = {}
-    try:
+    # the losing candidates' binaries, also after an interrupted search: writing them at exit took 2.5
+    # min of PoCL's time; the next process rebuilds the few programs it uses
+    with binaries.unsaved_builds_discarded():
         for dtype, cls in plan:
             log(f"{dtype}/{cls}:")
             found = tune_class(device, dtype, cls, quick, log)
@@ -265,10 +267,6 @@ def run_cli(args) -> dict:
                 db.store(device, "gemm", entry, key=dtype)
             results[f"{dtype}/{cls}"] = found
             log(f"  -> {_fmt(found['params'])}: {found['gflops']:.1f} GFLOP/s")
-    finally:
-        # the losing candidates' binaries, also after an interrupted search: writing them at exit
-        # took 2.5 min of PoCL's time; the next process rebuilds the few programs it uses
-        binaries.discard_unsaved()
     elapsed = time.perf_counter() - start
     log(f"stored in {db.db_path()} ({elapsed:.0f} s)")
     return {"tuned": "gemm", "device": device.describe(), "device_identity": device.identity,
