@@ -116,13 +116,11 @@ class Residual:
     center: np.ndarray
     scale: np.ndarray
     beta: np.ndarray
-    case_low: np.ndarray | None = None
-    case_high: np.ndarray | None = None
+    case_low: np.ndarray  # the range of the cases the fit saw: a case outside it is priced at its edge
+    case_high: np.ndarray
 
     def correction(self, arith: float, other: float, features) -> float:
-        case = _case(arith, other, features)
-        if self.case_low is not None:
-            case = np.clip(case, self.case_low, self.case_high)
+        case = np.clip(_case(arith, other, features), self.case_low, self.case_high)
         value = self.mean + float(((case - self.center) / self.scale) @ self.beta)
         # never beyond the residuals the fit saw: a layer far outside the measured ones is not extrapolated
         return math.exp(min(max(value, self.low), self.high))

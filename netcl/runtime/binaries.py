@@ -90,14 +90,16 @@ def pending() -> int:
         return len(_unsaved)
 
 
-def discard_unsaved() -> int:
-    """Forget the programs waiting for their binary to be written; returns how many. A search that built
-    a hundred candidates (`netcl tune gemm`) would otherwise spend minutes at exit writing binaries of
-    losers (each costs PoCL a second compilation); the next process rebuilds the few it uses."""
+def discard_unsaved(keep=frozenset()) -> int:
+    """Forget the programs waiting for their binary to be written, except those at the paths in ``keep``;
+    returns how many were forgotten. A search that built a hundred candidates (`netcl tune gemm`) would
+    otherwise spend minutes at exit writing binaries of losers (each costs PoCL a second compilation);
+    the next process rebuilds the few it uses."""
     with _lock:
-        count = len(_unsaved)
-        _unsaved.clear()
-    return count
+        dropped = [path for path in _unsaved if path not in keep]
+        for path in dropped:
+            del _unsaved[path]
+    return len(dropped)
 
 
 @contextlib.contextmanager
@@ -111,9 +113,7 @@ def unsaved_builds_discarded():
     try:
         yield
     finally:
-        with _lock:
-            for path in set(_unsaved) - before:
-                del _unsaved[path]
+        discard_unsaved(keep=before)
 
 
 def _write(path: Path, program: cl.Program) -> bool:
