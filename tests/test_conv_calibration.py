@@ -275,6 +275,42 @@ def test_training_measures_its_plan_over_the_first_steps_and_a_later_process_reu
     assert later["source"] == "training" and later["strategy"] == winner and "earlier run" in later["reason"]
 
 
+def test_training_trials_leave_the_losers_binaries_unwritten(device, rng, monkeypatch):
+    """Programs that only losing candidates ran get no binary; every program the training then runs keeps
+    its own, and the launches stop being watched once the trials are over."""
+    from netcl.runtime import binaries, kernels
+    monkeypatch.setattr(conv_online, "MARGIN", 1e9)
+    conv_online.clear()
+    built = []
+    remember = binaries.remember
+    monkeypatch.setattr(binaries, "remember", lambda path, *rest: (built.append(path), remember(path, *rest)))
+    # a geometry no other test builds for, so that the candidates' specialised kernels are new here
+    shape_x, shape_w = (3, 5, 13, 11), (7, 5, 3, 5)
+    x = rng.uniform(-1, 1, shape_x).astype(np.float32)
+    w = rng.uniform(-1, 1, shape_w).astype(np.float32)
+
+    def step():
+        X = nc.Tensor.from_host(x, device, requires_grad=True)
+        W = nc.Tensor.from_host(w, device, requires_grad=True)
+        y = conv2d(X, W, padding=(1, 2))
+        y.sum().backward()
+        return y
+    for _ in range(1 + conv_online.MAX_CANDIDATES * conv_online.RUNS):
+        step()
+    assert conv_online.measuring(device) == 0 and kernels._launch_watcher is None
+    waiting = {path: program.int_ptr for path, program in binaries.unsaved_programs().items() if path in built}
+    used = set()
+    kernels.watch_launches(lambda kernel: used.add(kernel.program.int_ptr))
+    try:
+        y = step()
+    finally:
+        kernels.watch_launches(None)
+    assert_close(y.to_host(), conv2d_ref(x, w, padding=(1, 2)), 1e-4)
+    assert set(waiting.values()) <= used  # every binary still to be written is of a program in use
+    assert len(waiting) < len(built)  # and some built during the trials were the losers' alone
+    binaries.discard_unsaved()
+
+
 def test_inference_and_heuristic_mode_do_not_measure(device, rng, monkeypatch):
     monkeypatch.setattr(conv_online, "MARGIN", 1e9)
     x = nc.Tensor.from_host(rng.uniform(-1, 1, (2, 3, 9, 9)).astype(np.float32), device)

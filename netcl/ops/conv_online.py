@@ -9,13 +9,15 @@ samples, the fastest becomes the plan: stored per device (netcl.ops.conv2d_plann
 "training"), used by every later call and process, and its timings refine the device's calibration.
 The cost of measuring (the trial runs' time beyond what the winner would have taken) is in the stored
 plan and in :func:`stats`.
+
+The binaries of the programs only losing candidates ran are not written (:class:`_LoserBinaries`).
 """
 from __future__ import annotations
 
 import threading
 import time
 
-from ..runtime import first_step
+from ..runtime import binaries, first_step, kernels
 from ..runtime.memo import DeviceMemo
 from .conv_common import ConvLayer
 
@@ -39,6 +41,7 @@ class Trial:
         self.done = len(self.order) < 2
         self.calls = 0
         self.spent_s = 0.0
+        self.winner: str | None = None
 
     def next_strategy(self) -> str | None:
         """The candidate this call should run and time, or None (run the heuristic, untimed)."""
@@ -57,6 +60,10 @@ class Trial:
     def complete(self) -> bool:
         return all(len(v) >= RUNS for v in self.samples.values())
 
+    def ran_only_losers(self, names) -> bool | None:
+        """Whether every one of ``names`` lost this trial; None while it is not finished."""
+        return None if self.winner is None else self.winner not in names
+
     def results_ms(self) -> dict:
         """Each candidate's fastest sample after its warm-up run."""
         return {name: min(v[1:]) * 1e3 for name, v in self.samples.items() if len(v) > 1}
@@ -73,9 +80,81 @@ def _trial_for(layer: ConvLayer, pass_: str, device):
         candidates = [c.strategy for c in planner.worth_measuring(plan.candidates, MARGIN)]
         best_first = sorted(candidates, key=lambda n: plan.candidate(n).predicted_ms)[:MAX_CANDIDATES]
         trial = _trials.put(device, key, Trial(plan.strategy, best_first))
+        if not trial.done:
+            _losers.trial_opened()
     if trial.done:
         return planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device), None
     return None, trial
+
+
+class _LoserBinaries:
+    """Keeps trial losers' programs out of the binary cache. A program first built from source while a
+    candidate ran is a suspect. While any trial is open, every launch is noted with who made it: a
+    candidate of a trial, or anything else (OTHER). A suspect whose launchers all lost finished trials is
+    forgotten (netcl.runtime.binaries.forget); one that a winner or anything else launched is kept. A cold
+    LeNet process had 33 programs waiting after its trials, 16 of them run by losers only: writing all took
+    9.4 s at the first epoch's end, 5.9 s without the losers' (PoCL compiles a program again for its binary).
+    """
+    OTHER = "other"
+
+    def __init__(self):
+        self.open_trials = 0
+        self.launcher = self.OTHER  # (trial, name) while a candidate runs
+        self.launchers: dict = {}  # kernel id -> (kernel, {launcher keys}), while any trial is open
+        self.suspects: dict = {}  # binary path -> program handle
+
+    def trial_opened(self) -> None:
+        self.open_trials += 1
+        kernels.watch_launches(self._note)
+
+    def _note(self, kernel) -> None:
+        entry = self.launchers.get(id(kernel))
+        if entry is None:
+            entry = self.launchers[id(kernel)] = (kernel, set())
+        entry[1].add(self.launcher)
+
+    def run(self, trial: Trial, name: str, execute):
+        """``execute(name)`` as a candidate of ``trial``: what it builds is suspect, its launches its own."""
+        before = binaries.unsaved_programs()
+        self.launcher = (trial, name)
+        try:
+            return execute(name)
+        finally:
+            self.launcher = self.OTHER
+            for path, program in binaries.unsaved_programs().items():
+                if path not in before:
+                    self.suspects[path] = program.int_ptr
+
+    def trial_finished(self) -> int:
+        """Forget the suspects that only losers ran; returns how many. The last open trial ends the
+        watching."""
+        self.open_trials -= 1
+        by_program: dict = {}
+        for kernel, launchers in self.launchers.values():
+            by_program.setdefault(kernel.program.int_ptr, set()).update(launchers)
+        forgotten = []
+        for path, handle in list(self.suspects.items()):
+            # per launcher: True lost, False won or is another op, None its trial is still open
+            verdicts = [False if key == self.OTHER else key[0].ran_only_losers({key[1]})
+                        for key in by_program.get(handle, ())]
+            if False in verdicts:
+                del self.suspects[path]  # a winner or another op runs it: its binary is worth writing
+            elif verdicts and all(verdicts):
+                del self.suspects[path]
+                forgotten.append(path)
+        if self.open_trials <= 0:
+            self.reset()
+        return binaries.forget(forgotten)
+
+    def reset(self) -> None:
+        kernels.watch_launches(None)
+        self.open_trials = 0
+        self.launcher = self.OTHER
+        self.launchers.clear()
+        self.suspects.clear()
+
+
+_losers = _LoserBinaries()
 
 
 def run(pass_: str, layer: ConvLayer, a, b, device, execute):
@@ -88,10 +167,10 @@ def run(pass_: str, layer: ConvLayer, a, b, device, execute):
     with _lock:
         name = trial.next_strategy()
     if name is None:
-        return execute(_untimed_choice(trial, pass_, layer, device))
+        return _losers.run(trial, _untimed_choice(trial, pass_, layer, device), execute)
     device.synchronize()
     start = time.perf_counter()
-    out = execute(name)
+    out = _losers.run(trial, name, execute)
     device.synchronize()
     trial.add(name, time.perf_counter() - start)
     if trial.complete() and not trial.done:
@@ -120,6 +199,8 @@ def _finish(trial: Trial, layer: ConvLayer, pass_: str, device, planner) -> None
     trial.done = True
     measured = trial.results_ms()
     best_ms = min(measured.values())
+    trial.winner = min(measured, key=measured.get)
+    _losers.trial_finished()
     runs = sum(len(v) for v in trial.samples.values())
     cost_s = max(0.0, trial.spent_s - runs * best_ms / 1e3)
     names = tuple(planner.strategies())
@@ -148,3 +229,4 @@ def stats() -> dict:
 
 def clear() -> None:
     _trials.clear()
+    _losers.reset()

@@ -102,6 +102,18 @@ def discard_unsaved(keep=frozenset()) -> int:
     return len(dropped)
 
 
+def unsaved_programs() -> dict:
+    """{path: program} of the programs waiting for their binary to be written."""
+    with _lock:
+        return {path: program for path, (program, _) in _unsaved.items()}
+
+
+def forget(paths) -> int:
+    """Never write the binaries of the programs at ``paths`` (those still waiting); returns how many."""
+    with _lock:
+        return sum(_unsaved.pop(path, None) is not None for path in paths)
+
+
 @contextlib.contextmanager
 def unsaved_builds_discarded():
     """Programs first built inside the block are never written (those pending before it still are). For

@@ -265,6 +265,16 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+_launch_watcher = None  # called with every launched kernel while set (see watch_launches)
+
+
+def watch_launches(watcher) -> None:
+    """From now on call ``watcher(kernel)`` at every launch, with the kernel get_kernel made (None: stop).
+    For a while at the start of training (netcl.ops.conv_online): it keeps the binaries that are used."""
+    global _launch_watcher
+    _launch_watcher = watcher
+
+
 def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wait_for=None) -> cl.Event:
     """Enqueue one kernel. ``global_size`` is rounded up to a multiple of ``local_size``; the kernel
     itself must guard the tail. Driver failures become DeviceMemoryError / DeviceError."""
@@ -286,6 +296,8 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
         if first:
             event.wait()
         device.throttle(event)
+        if _launch_watcher is not None:
+            _launch_watcher(kernel)
         return event
     except cl.Error as exc:
         raise _launch_error(device, kernel, exc) from None
@@ -371,6 +383,8 @@ class PreparedLaunch:
             self._last = [_UNSET] * len(self._slots)
             raise _launch_error(self.device, self.kernel, exc) from None
         self.device.throttle(event)
+        if _launch_watcher is not None:
+            _launch_watcher(self.kernel)
         return event
 
     def _first_call(self, values) -> cl.Event:
