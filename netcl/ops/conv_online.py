@@ -60,9 +60,9 @@ class Trial:
     def complete(self) -> bool:
         return all(len(v) >= RUNS for v in self.samples.values())
 
-    def ran_only_losers(self, names) -> bool | None:
-        """Whether every one of ``names`` lost this trial; None while it is not finished."""
-        return None if self.winner is None else self.winner not in names
+    def lost(self, name: str) -> bool | None:
+        """Whether candidate ``name`` lost this trial; None while it is not finished."""
+        return None if self.winner is None else self.winner != name
 
     def results_ms(self) -> dict:
         """Each candidate's fastest sample after its warm-up run."""
@@ -117,15 +117,13 @@ class _LoserBinaries:
 
     def run(self, trial: Trial, name: str, execute):
         """``execute(name)`` as a candidate of ``trial``: what it builds is suspect, its launches its own."""
-        before = binaries.unsaved_programs()
         self.launcher = (trial, name)
         try:
-            return execute(name)
+            with binaries.builds_inside() as built:
+                return execute(name)
         finally:
             self.launcher = self.OTHER
-            for path, program in binaries.unsaved_programs().items():
-                if path not in before:
-                    self.suspects[path] = program.int_ptr
+            self.suspects.update((path, program.int_ptr) for path, program in built.items())
 
     def trial_finished(self) -> int:
         """Forget the suspects that only losers ran; returns how many. The last open trial ends the
@@ -137,7 +135,7 @@ class _LoserBinaries:
         forgotten = []
         for path, handle in list(self.suspects.items()):
             # per launcher: True lost, False won or is another op, None its trial is still open
-            verdicts = [False if key == self.OTHER else key[0].ran_only_losers({key[1]})
+            verdicts = [False if key == self.OTHER else key[0].lost(key[1])
                         for key in by_program.get(handle, ())]
             if False in verdicts:
                 del self.suspects[path]  # a winner or another op runs it: its binary is worth writing

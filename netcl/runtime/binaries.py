@@ -90,16 +90,9 @@ def pending() -> int:
         return len(_unsaved)
 
 
-def discard_unsaved(keep=frozenset()) -> int:
-    """Forget the programs waiting for their binary to be written, except those at the paths in ``keep``;
-    returns how many were forgotten. A search that built a hundred candidates (`netcl tune gemm`) would
-    otherwise spend minutes at exit writing binaries of losers (each costs PoCL a second compilation);
-    the next process rebuilds the few it uses."""
-    with _lock:
-        dropped = [path for path in _unsaved if path not in keep]
-        for path in dropped:
-            del _unsaved[path]
-    return len(dropped)
+def discard_unsaved() -> int:
+    """Forget every program waiting for its binary to be written; returns how many."""
+    return forget(unsaved_programs())
 
 
 def unsaved_programs() -> dict:
@@ -115,17 +108,30 @@ def forget(paths) -> int:
 
 
 @contextlib.contextmanager
-def unsaved_builds_discarded():
-    """Programs first built inside the block are never written (those pending before it still are). For
-    searches that build many candidates and keep few: `netcl tune conv` on a cold PoCL cache finished its
-    calibration in 142 s and then spent 67 s at exit compiling 169 programs again for their binaries; the
-    next process rebuilds the few it uses, from PoCL's own kernel cache where there is one."""
+def builds_inside():
+    """Yields a dict that, once the block ends (also by an exception), holds {path: program} of the
+    programs first built inside it and still waiting for their binary."""
     with _lock:
         before = set(_unsaved)
+    built: dict = {}
     try:
-        yield
+        yield built
     finally:
-        discard_unsaved(keep=before)
+        built.update((path, program) for path, program in unsaved_programs().items() if path not in before)
+
+
+@contextlib.contextmanager
+def unsaved_builds_discarded():
+    """Programs first built inside the block are never written (those pending before it still are). For
+    searches that build many candidates and keep few (`netcl tune conv`, `netcl tune gemm`): a
+    calibration on a cold PoCL cache finished in 142 s and then spent 67 s at exit compiling 169
+    programs again for their binaries; the next process rebuilds the few it uses, from PoCL's own
+    kernel cache where there is one."""
+    try:
+        with builds_inside() as built:
+            yield
+    finally:
+        forget(built)
 
 
 def _write(path: Path, program: cl.Program) -> bool:
