@@ -13,8 +13,11 @@ cannot vectorize along it and every tile pays run-time bounds checks. Here the b
 and the tile loops are resolved when the template is rendered, the plane is read once into registers,
 and neighbouring work-items (dimension 0 runs over the samples n) write neighbouring tiles of V.
 
-Template parameters (all have defaults; a plane of TH x TW tiles is unrolled, so keep TH * TW small:
-netcl.ops.conv_winograd.PLANE_MAX_TILES):
+A row of tiles is unrolled; the rows whose patches lie wholly inside the plane (input: all four source
+rows; output: both destination rows) run as a loop over that one unrolled row, the border rows unrolled
+apart: unrolling every row of 8 x 8 tiles took PoCL 2.5-7 s to compile a layer's pair of kernels.
+
+Template parameters (all have defaults; keep TH * TW small: netcl.ops.conv_winograd.PLANE_MAX_TILES):
   T         element type, "float" or "double"                        (default "float")
   N         samples in the launch (the chunk)                         (default 1)
   CH        channels of the transformed plane set                      (default 1)
@@ -48,11 +51,23 @@ def vstore(value, ptr):
     return cl_vectors.vstore(value, VN, ptr).rstrip(";")
 
 def to_plane(ty, tx):
-    """element (i, j) of tile (ty, tx)'s output to y, where it falls inside the output plane"""
+    """element (i, j) of tile (ty, tx)'s output to y, where it falls inside the output plane; ty None:
+    the tile row of the C loop variable ty, whose rows are all inside"""
     def put(i, j, value):
-        h, w = 2 * ty + i, 2 * tx + j
+        w = 2 * tx + j
+        if ty is None:
+            return f"y[(2 * ty + {i}) * {OW} + {w}] = {value}" if w < OW else ""
+        h = 2 * ty + i
         return f"y[{h * OW + w}] = {value}" if h < OH and w < OW else ""
     return put
+
+def looped(rows):
+    """(first, end) of the tile rows to run as a loop: ``rows`` (contiguous), when two or more"""
+    return (rows[0], rows[-1] + 1) if len(rows) >= 2 else (TH, TH)
+
+# tile rows whose four source rows are all inside the input plane, and whose two output rows all land
+IN_LOOP = looped([ty for ty in range(TH) if 0 <= 2 * ty - PH and 2 * ty - PH + 3 < IH])
+OUT_LOOP = looped([ty for ty in range(TH) if 2 * ty + 1 < OH])
 %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -76,16 +91,31 @@ __kernel void wino_input_plane(
     for (int i = 0; i < ${IH * IW}; ++i) x[i] = ${gather("plane", "i", CH * IH * IW)};
     ${VT} d[4][4];
 % for ty in range(TH):
-%   for tx in range(TW):
-%     for i in range(4):
-<%      h = 2 * ty - PH + i %>\
-%       for j in range(4):
-<%        w = 2 * tx - PW + j %>\
-    d[${i}][${j}] = ${f"x[{h * IW + w}]" if 0 <= h < IH and 0 <= w < IW else f"({VT})0"};
+%   if ty == IN_LOOP[0]:
+    for (int ty = ${IN_LOOP[0]}; ty < ${IN_LOOP[1]}; ++ty) {
+        const int row = (2 * ty - ${PH}) * ${IW};
+%     for tx in range(TW):
+%       for i in range(4):
+%         for j in range(4):
+<%          w = 2 * tx - PW + j %>\
+        d[${i}][${j}] = ${f"x[row + {i * IW + w}]" if 0 <= w < IW else f"({VT})0"};
+%         endfor
 %       endfor
+        input_tile(d, out + (ty * ${TW} + ${tx}) * ${N}, estride);
 %     endfor
+    }
+%   elif not IN_LOOP[0] < ty < IN_LOOP[1]:
+%     for tx in range(TW):
+%       for i in range(4):
+<%        h = 2 * ty - PH + i %>\
+%         for j in range(4):
+<%          w = 2 * tx - PW + j %>\
+    d[${i}][${j}] = ${f"x[{h * IW + w}]" if 0 <= h < IH and 0 <= w < IW else f"({VT})0"};
+%         endfor
+%       endfor
     input_tile(d, out + ${(ty * TW + tx) * N}, estride);
-%   endfor
+%     endfor
+%   endif
 % endfor
 }
 
@@ -99,10 +129,19 @@ __kernel void wino_output_plane(
     ${VT} y[${OH * OW}];
     ${VT} m[4][4];
 % for ty in range(TH):
-%   for tx in range(TW):
+%   if ty == OUT_LOOP[0]:
+    for (int ty = ${OUT_LOOP[0]}; ty < ${OUT_LOOP[1]}; ++ty) {
+%     for tx in range(TW):
+        for (int e = 0; e < 16; ++e) m[e / 4][e % 4] = ${vload(f"in + e * estride + (ty * {TW} + {tx}) * {N}")};
+${wm.output_transform(VT, "m", to_plane(None, tx))}\
+%     endfor
+    }
+%   elif not OUT_LOOP[0] < ty < OUT_LOOP[1]:
+%     for tx in range(TW):
     for (int e = 0; e < 16; ++e) m[e / 4][e % 4] = ${vload(f"in + e * estride + {(ty * TW + tx) * N}")};
 ${wm.output_transform(VT, "m", to_plane(ty, tx))}\
-%   endfor
+%     endfor
+%   endif
 % endfor
     __global ${T}* plane = dst + dst_off + ((long)n0 * ${CH} + k) * ${OH * OW};
 % for lane in range(VN):

@@ -115,10 +115,13 @@ def test_chunked_workspace_is_exact(small_chunks, device, monkeypatch):
 
 
 PLANE_CASES = [((8, 5, 7, 7), (6, 5, 3, 3), 1, 0, 1, 1), ((4, 3, 9, 6), (4, 3, 3, 3), 1, (3, 1), 1, 1),
-               ((12, 4, 5, 5), (4, 2, 3, 3), 1, 1, 1, 2)]
+               ((12, 4, 5, 5), (4, 2, 3, 3), 1, 1, 1, 2),
+               # 7×6 and 8×7 tiles: the tile rows inside the plane run as a loop in both transforms
+               ((4, 3, 13, 11), (5, 3, 3, 3), 1, 1, 1, 1), ((8, 2, 16, 13), (3, 2, 3, 3), 1, (2, 0), 1, 1)]
 
 
-@pytest.mark.parametrize("case", PLANE_CASES, ids=["lanes8", "lanes4_pad3", "lanes4_grouped"])
+@pytest.mark.parametrize("case", PLANE_CASES,
+                         ids=["lanes8", "lanes4_pad3", "lanes4_grouped", "row_loop", "row_loop_pad2"])
 def test_plane_kernels_equal_the_tile_kernels_bit_for_bit(case, rng, device, canaries, monkeypatch):
     """The whole-plane transforms order the tiles differently but compute every element with the same
     operations, and the GEMM's columns are independent: forward and both gradients are identical."""
