@@ -89,10 +89,10 @@ def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_ru
 
     The runners first take ``warmup`` untimed turns (the last one's duration sorts them), then take
     turns in timed rounds whose order rotates. A runner whose warm-up took more than ``isolate_above``
-    times the fastest one's is timed in its own later rounds (without ``time_isolated``, its warm-up time
-    is its one sample: it cannot be the fastest; one over ``slow_s`` also gets a single warm-up run):
-    between the others' samples, a 40 ms direct convolution made a 0.7 ms Winograd pass take 3.3 ms in
-    every sample of a session. Every runner gets
+    times the fastest one's is timed in its own later rounds, ``min_runs`` samples and no more (without
+    ``time_isolated``, its warm-up time is its one sample: it cannot be the fastest; one over ``slow_s``
+    also gets a single warm-up run): between the others' samples, a 40 ms direct convolution made a
+    0.7 ms Winograd pass take 3.3 ms in every sample of a session. Every runner gets
     ``min_runs`` samples, except one whose single sample already exceeds ``slow_s`` and three times the
     best; runners within ``contention`` of the best get further rounds, up to ``max_runs``, while the
     timed total stays within ``time_budget_s``; all of them keep going (up to ``max_runs``) until the
@@ -123,10 +123,13 @@ def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_ru
     if not time_isolated:
         results.update({n: Timing([warm[n]], statistic) for n in groups[1]})
         groups = groups[:1]
-    for group in groups:
+    # An isolated runner cannot be the fastest: its ``min_runs`` samples place it, and spans or budgets
+    # meant to separate close rivals only repeat it (a calibration spent 10 of its 140 s there).
+    spans = [(max_runs, time_budget_s, min_time_s), (min_runs, 0.0, 0.0)]
+    for group, (runs_cap, budget_s, span_s) in zip(groups, spans):
         if group:
-            results.update(_rounds({n: runners[n] for n in group}, device, min_runs, max_runs, time_budget_s,
-                                   contention, settle_below_s, slow_s, statistic, min_time_s))
+            results.update(_rounds({n: runners[n] for n in group}, device, min_runs, runs_cap, budget_s,
+                                   contention, settle_below_s, slow_s, statistic, span_s))
     return {name: results[name] for name in runners if name in results}
 
 
