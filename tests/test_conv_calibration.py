@@ -167,7 +167,7 @@ def test_residual_model_follows_a_feature_and_stays_within_what_it_saw():
 
 
 def test_calibration_shortens_its_timed_rounds_to_keep_to_its_budget(device, monkeypatch):
-    """Passes that project past the budget get shorter timed rounds (never below the quick calibration's);
+    """Passes that project past the budget get shorter timed rounds (never below SHORTEST);
     within the budget every pass gets full-length ones. The timing itself is faked: 20 ms a pass."""
     from netcl.tuning import conv as tune_conv
     asked = []
@@ -184,12 +184,12 @@ def test_calibration_shortens_its_timed_rounds_to_keep_to_its_budget(device, mon
     relaxed = tune_conv.calibrate(device, progress=False, layers=layers, budget_s=60.0)
     assert relaxed["rounds_scale"] == 1.0 and all(t == tune_conv.TIMING for t in asked)
     asked.clear()
-    rushed = tune_conv.calibrate(device, progress=False, layers=layers, budget_s=0.05)
-    assert rushed["rounds_scale"] < 1.0 and rushed["budget_seconds"] == 0.05
+    rushed = tune_conv.calibrate(device, progress=False, layers=layers, budget_s=0.001)
+    assert rushed["rounds_scale"] < 1.0 and rushed["budget_seconds"] == 0.001
     assert asked[0] == tune_conv.TIMING and len(asked) == 6
     for rules in asked[1:]:
-        assert rules["min_time_s"] == tune_conv.QUICK_TIMING["min_time_s"]
-        assert rules["time_budget_s"] == tune_conv.QUICK_TIMING["time_budget_s"]
+        assert rules["min_time_s"] == tune_conv.SHORTEST["min_time_s"]
+        assert rules["time_budget_s"] == tune_conv.SHORTEST["time_budget_s"]
         assert rules["statistic"] == tune_conv.TIMING["statistic"]
     assert conv_profile.stored(device)["rounds_scale"] == rushed["rounds_scale"]
 
@@ -224,8 +224,32 @@ def test_a_profile_is_built_from_an_edited_entry_with_the_ridge_asked_for(device
                     for r in (rows[0], rows[-1]))
     assert large > 2 * small
     flat = stiff.residuals["im2col|forward"]
-    assert flat.correction(1.0, 0.2, features) == pytest.approx(math.exp(flat.mean), rel=1e-6)
+    assert np.abs(flat.beta).max() < 1e-6  # no trend: the mean, and the local part next to measured layers
+    far = conv_cost.Residual(**{**flat.__dict__, "seen": flat.seen + 100.0})  # no measured layer near
+    assert far.correction(1.0, 0.2, features) == pytest.approx(math.exp(flat.mean), rel=1e-6)
     assert not conv_profile.profile_from_entry(device, "float32", {**entry, "samples": {}}).coefficients
+
+
+def test_the_residual_carries_what_the_trend_missed_to_the_layers_next_to_it(monkeypatch):
+    """The residual's local part: where a power law explains every measured time the model follows it;
+    a layer measured 2x slower than the trend raises its own prediction (by more than the linear part
+    alone would) and hardly moves the prediction of layers far from it."""
+    def rows(bump):
+        out = []
+        for n in (1, 2, 4, 8, 16, 32, 64):
+            features = conv_cost.layer_features(ConvLayer.from_shapes((n, 16, 14, 14), (16, 16, 3, 3), padding=1))
+            arith, other = 0.1 * n, 0.05
+            out.append((arith, other, (arith + other) * n ** 0.3 * (bump if n == 8 else 1.0), features))
+        return out
+
+    def predicted(samples):
+        residual = conv_cost.fit_residual(1.0, 1.0, samples)
+        return [(a + o) * residual.correction(a, o, f) for a, o, _, f in samples]
+    plain, bumped = predicted(rows(1.0)), predicted(rows(2.0))
+    assert all(p == pytest.approx(m, rel=0.05) for p, (_, _, m, _) in zip(plain, rows(1.0)))
+    assert bumped[3] > 1.25 * plain[3] and bumped[-1] < 1.05 * plain[-1]
+    monkeypatch.setattr(conv_cost, "LOCAL_SHRINK", 1e9)  # the linear part alone
+    assert predicted(rows(2.0))[3] < bumped[3] / 1.1
 
 
 def test_a_layer_signature_gives_the_layer_back():
@@ -374,3 +398,15 @@ def test_compare_times_a_much_slower_runner_in_rounds_of_its_own(device):
     assert set(after_warmup[:first_slow]) == {"a", "b"} and set(after_warmup[first_slow:]) == {"slow"}
     assert all(len(results[n].samples) == 3 for n in ("slow", "a", "b"))
     assert list(results) == ["slow", "a", "b"]
+
+
+def test_an_isolated_runner_gets_its_minimum_samples_and_no_more(device):
+    """Spans and budgets that keep close rivals going (min_time_s, time_budget_s) do not repeat a runner
+    isolated for being far slower: it cannot be the fastest."""
+    def runner(seconds):
+        return lambda: time.sleep(seconds)
+    results = timing.compare({"slow": runner(0.02), "a": runner(0.001), "b": runner(0.001)}, device,
+                             warmup=1, min_runs=3, max_runs=40, time_budget_s=1.0, contention=10.0,
+                             settle_below_s=0.0, min_time_s=0.1)
+    assert len(results["slow"].samples) == 3
+    assert len(results["a"].samples) > 3 and len(results["b"].samples) > 3

@@ -10,7 +10,9 @@ least-squares fit of measured times of that strategy on that device (`netcl tune
 plan after it). ``residual`` is what two coefficients cannot explain, learnt from the same measurements:
 the fit's log residual as a linear function of the case (log arith_ms, log other_ms and the log of the
 layer's batch, channels and output channels per group, output pixels, kernel taps, stride and groups), a
-ridge regression on standardized features, clamped to the residuals the fit saw. `netcl tune conv` scores
+ridge regression on standardized features, plus what that linear part left unexplained of the measured
+cases nearest the one predicted (a kernel-weighted mean, shrunk toward zero where none is near), clamped
+to the residuals the fit saw. `netcl tune conv` scores
 the whole model by leave-one-layer-out over its own measurements (:func:`score_residual`) and stores the
 score with the calibration. A device without measurements uses
 a = b = 1 and no residual, the fallback: the strategy as fast as the device's GEMM and copy, and plans
@@ -37,6 +39,15 @@ SAMPLES_KEPT = 48  # per strategy and pass: the newest win
 # fixed scored best over the six on the main set and within 2 passes of the best on the held-out one.
 RIDGE = 3.0
 HIT_RATIO = 1.25  # a choice within 25 % of the fastest measured counts as right (the planner's target)
+# The residual's local part: the linear part's leftovers on the measured cases, weighted by a Gaussian of
+# the distance to the case predicted (standardized features; LOCAL_WIDTH standard deviations), their sum
+# over the weights plus LOCAL_SHRINK (a case with no measured neighbour gets next to nothing, one measured
+# exactly gets two thirds of its leftover). Layers between measured ones keep the linear trend; a layer
+# next to a measured one inherits what the trend missed there. Chosen by leave-one-layer-out on both
+# drivers' calibrations (twenty-third session, an Intel Xeon): widths 0.5-0.7 scored best (72/84 and 74/84
+# against 71 and 74 without the local part); docs/planner.md has the held-out figures.
+LOCAL_WIDTH = 0.6
+LOCAL_SHRINK = 0.5
 
 
 @dataclass
@@ -118,10 +129,14 @@ class Residual:
     beta: np.ndarray
     case_low: np.ndarray  # the range of the cases the fit saw: a case outside it is priced at its edge
     case_high: np.ndarray
+    seen: np.ndarray      # the standardized cases the fit saw, one row each
+    leftover: np.ndarray  # what the linear part left unexplained of each (log)
 
     def correction(self, arith: float, other: float, features) -> float:
-        case = np.clip(_case(arith, other, features), self.case_low, self.case_high)
-        value = self.mean + float(((case - self.center) / self.scale) @ self.beta)
+        z = (np.clip(_case(arith, other, features), self.case_low, self.case_high) - self.center) / self.scale
+        weights = np.exp(-np.sum((self.seen - z) ** 2, axis=1) / (2 * LOCAL_WIDTH ** 2))
+        local = float(weights @ self.leftover) / (float(weights.sum()) + LOCAL_SHRINK)
+        value = self.mean + float(z @ self.beta) + local
         # never beyond the residuals the fit saw: a layer far outside the measured ones is not extrapolated
         return math.exp(min(max(value, self.low), self.high))
 
@@ -140,7 +155,7 @@ def fit_residual(a: float, b: float, samples, ridge: float = RIDGE) -> Residual 
     z = (cases - center) / scale * varying
     beta = np.linalg.solve(z.T @ z + ridge * np.eye(z.shape[1]), z.T @ (logs - logs.mean())) * varying
     return Residual(float(logs.mean()), float(logs.min()), float(logs.max()), center, scale, beta,
-                    cases.min(axis=0), cases.max(axis=0))
+                    cases.min(axis=0), cases.max(axis=0), z, logs - logs.mean() - z @ beta)
 
 
 def predict_ms(name: str, pass_: str, terms: CostTerms, profile: DeviceProfile, layer=None) -> tuple[float, bool]:
