@@ -310,6 +310,26 @@ def test_plan_command_mec_and_conv():
     assert len(out["layers"]) == 1 and "stride (2, 2), padding (1, 0)" in out["layers"][0]["layer"]
 
 
+def test_the_benchmark_layer_tables_plan_without_running_a_kernel(device):
+    """Every layer the planner benchmark judges (held-out sets included, whose kernels are not square,
+    grouped or dilated) gets a heuristic plan for each pass among at least two applicable strategies,
+    with a reason, and without running a kernel."""
+    from netcl.cli.conv_layers import held_out_layers, second_held_out_layers
+    from netcl.runtime import kernels
+    launched = []
+    kernels.watch_launches(launched.append)
+    try:
+        for name, layer in held_out_layers(3) + second_held_out_layers(2):
+            for pass_ in PASSES:
+                plan = plan_conv2d_layer(layer, pass_, "heuristic", device=device)
+                applicable = [c.strategy for c in plan.candidates if c.applicable]
+                assert plan.strategy in applicable and plan.reason, (name, pass_)
+                assert len(applicable) >= 2, (name, pass_, applicable)  # a choice to make: direct and more
+    finally:
+        kernels.watch_launches(None)
+    assert not launched
+
+
 def test_plan_command_resnet20_explains_every_layer_and_pass(capsys):
     from netcl.cli.plan import run as plan_command
     out = plan_command(_args(network="resnet20", batch=32))

@@ -64,4 +64,24 @@ def held_out_layers(batch: int) -> list:
             for name, (c, hw), (k, cg, r), st, pad, dil, g in spec]
 
 
+def second_held_out_layers(batch: int) -> list:
+    """A second set the calibration never sees, added after the first had guided many sessions' changes:
+    kernels that are not square (Inception's 1×7, 7×1 and 1×3), ResNet-50's bottleneck 1×1 and 3×3 at
+    56 pixels, a grouped ResNeXt 3×3 (32 groups of 4 channels), a strided 5×5 depthwise layer, a 3×3
+    dilated by 4 (DeepLab), SqueezeNet's expanding 1×1 and an odd 5×5 layer of stride 3."""
+    def layer(c, hw, k, kernel, stride=1, padding=0, dilation=1, groups=1):
+        return ConvLayer.from_shapes((batch, c, hw, hw), (k, c // groups) + kernel, stride=stride,
+                                     padding=padding, dilation=dilation, groups=groups)
+    return [("inception.1x7", layer(128, 17, 128, (1, 7), padding=(0, 3))),
+            ("inception.7x1", layer(128, 17, 128, (7, 1), padding=(3, 0))),
+            ("inception.1x3", layer(96, 17, 96, (1, 3), padding=(0, 1))),
+            ("resnet50.1x1reduce", layer(256, 56, 64, (1, 1))),
+            ("resnet50.3x3", layer(64, 56, 64, (3, 3), padding=1)),
+            ("resnext.3x3g32", layer(128, 28, 128, (3, 3), padding=1, groups=32)),
+            ("mobilenet.dw5x5s2", layer(120, 28, 120, (5, 5), stride=2, padding=2, groups=120)),
+            ("deeplab.3x3d4", layer(64, 33, 64, (3, 3), padding=4, dilation=4)),
+            ("squeezenet.expand1x1", layer(16, 55, 64, (1, 1))),
+            ("odd.5x5s3", layer(24, 47, 40, (5, 5), stride=3))]
+
+
 NETWORKS = {"lenet": lenet_layers, "mec": mec_layers, "resnet20": resnet20_layers}
