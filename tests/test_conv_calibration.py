@@ -302,7 +302,7 @@ def test_training_measures_its_plan_over_the_first_steps_and_a_later_process_reu
 def test_training_trials_leave_the_losers_binaries_unwritten(device, rng, monkeypatch):
     """Programs that only losing candidates ran get no binary; every program the training then runs keeps
     its own, and the launches stop being watched once the trials are over."""
-    from netcl.runtime import binaries, kernels
+    from netcl.runtime import binaries, kernels, launching
     monkeypatch.setattr(conv_online, "MARGIN", 1e9)
     conv_online.clear()
     built = []
@@ -321,7 +321,7 @@ def test_training_trials_leave_the_losers_binaries_unwritten(device, rng, monkey
         return y
     for _ in range(1 + conv_online.MAX_CANDIDATES * conv_online.RUNS):
         step()
-    assert conv_online.measuring(device) == 0 and kernels._launch_watcher is None
+    assert conv_online.measuring(device) == 0 and launching._launch_watcher is None
     waiting = {path: program.int_ptr for path, program in binaries.unsaved_programs().items() if path in built}
     used = set()
     kernels.watch_launches(lambda kernel: used.add(kernel.program.int_ptr))

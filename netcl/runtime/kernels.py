@@ -3,9 +3,8 @@
 ``get_kernel(device, "gemm.cl", "gemm_tiled", TILE_M=64, ...)`` renders ``kernels/gemm.cl`` with the given
 template parameters (every parameter has a default declared in the template's ``<%page args=...>``),
 builds it for the device, memoizes the program per context, and keeps the binary on disk keyed by the
-rendered source, the build options, the device identity and the cache-format version. ``launch`` (and
-``PreparedLaunch``, for a launch repeated with mostly unchanged arguments) are the only places that
-enqueue kernels; they turn driver failures into netcl errors.
+rendered source, the build options, the device identity and the cache-format version. ``launch`` and
+``PreparedLaunch`` (netcl.runtime.launching, re-exported here) enqueue them.
 Binaries are written off the critical path (netcl.runtime.binaries says why and when).
 """
 from __future__ import annotations
@@ -19,15 +18,16 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pyopencl as cl
 from mako.lookup import TemplateLookup
 
-from ..errors import DeviceError, DeviceMemoryError, KernelBuildError
+from ..errors import DeviceError, KernelBuildError
 from . import binaries
 from .binaries import save_binaries  # noqa: F401  (public: fill the disk cache now)
 from .cache import CACHE_FORMAT_VERSION, cache_enabled, cache_path
 from .device import Device
+from .launching import (VARYING, PreparedLaunch, launch, local_size_1d, round_up,  # noqa: F401  (public)
+                        scalar, watch_launches)
 
 DEFAULT_BUILD_OPTIONS = ("-cl-mad-enable",)
 # "-w" (a standard OpenCL build option) keeps the driver's compiler quiet: PoCL's clang wrote "11 warnings
@@ -259,169 +259,3 @@ def is_built(device: Device, template_name: str, options: tuple[str, ...] = (), 
         if (id(device.context), key) in _programs:
             return True
     return cache_enabled() and cache_path("kernels", key[:2], f"{key}.bin").exists()
-
-
-def round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
-_launch_watcher = None  # called with every launched kernel while set (see watch_launches)
-
-
-def watch_launches(watcher) -> None:
-    """From now on call ``watcher(kernel)`` at every launch, with the kernel get_kernel made (None: stop).
-    For a while at the start of training (netcl.ops.conv_online): it keeps the binaries that are used."""
-    global _launch_watcher
-    _launch_watcher = watcher
-
-
-def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wait_for=None) -> cl.Event:
-    """Enqueue one kernel. ``global_size`` is rounded up to a multiple of ``local_size``; the kernel
-    itself must guard the tail. Driver failures become DeviceMemoryError / DeviceError."""
-    global_size, local_size = _geometry(global_size, local_size)
-    if not getattr(kernel, "_netcl_typed", False):
-        _declare_scalar_types(kernel, args)
-        kernel._netcl_local_sizes = set()  # work-group sizes launched so far (see the first-launch rule)
-    try:
-        # PoCL generates a kernel's machine code for each work-group size at its first launch. With
-        # other kernels queued around it that ran 1.35x slower (LeNet's cold first step: 10.9 s, against
-        # 8.1 s when the queue is drained before and after), so a first launch runs on a quiet device.
-        new_size = local_size not in kernel._netcl_local_sizes
-        first = new_size and device.kind == "cpu"
-        if first:
-            device.queue.finish()
-        event = kernel(device.queue, global_size, local_size, *args, wait_for=wait_for)
-        if new_size:
-            kernel._netcl_local_sizes.add(local_size)
-        if first:
-            event.wait()
-        device.throttle(event)
-        if _launch_watcher is not None:
-            _launch_watcher(kernel)
-        return event
-    except cl.Error as exc:
-        raise _launch_error(device, kernel, exc) from None
-
-
-def _geometry(global_size, local_size):
-    if type(global_size) is tuple and (local_size is None or type(local_size) is tuple):
-        return _remembered_geometry(global_size, local_size)  # a launch's host cost counts
-    return _normalized_geometry(global_size, local_size)  # lists are unhashable: normalized every launch
-
-
-def _normalized_geometry(global_size, local_size):
-    global_size = tuple(int(g) for g in global_size)
-    if local_size is not None:
-        local_size = tuple(int(x) for x in local_size)
-        global_size = tuple(round_up(max(g, 1), l) for g, l in zip(global_size, local_size))
-    return global_size, local_size
-
-
-_remembered_geometry = functools.lru_cache(maxsize=4096)(_normalized_geometry)
-
-
-def _launch_error(device: Device, kernel: cl.Kernel, exc: cl.Error) -> Exception:
-    code = getattr(exc, "code", None)
-    if isinstance(exc, cl.MemoryError) or code in (cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
-                                                   cl.status_code.OUT_OF_RESOURCES,
-                                                   cl.status_code.OUT_OF_HOST_MEMORY):
-        return DeviceMemoryError(f"{device.describe()} ran out of memory launching {kernel.function_name}: {exc}",
-                                 available_bytes=device.max_alloc_bytes)
-    return DeviceError(f"launching {kernel.function_name} on {device.describe()} failed: {exc}")
-
-
-# pyopencl's Kernel.set_arg tries a scalar as a memory object, local memory, a sampler and an SVM pointer
-# first, each a C++ exception caught: 7.2 µs per numpy scalar on PoCL, against 0.4 µs for handing its bytes
-# over directly, which is what pyopencl's own typed invoker does (a GEMM row loop sets three offsets a call).
-_set_scalar_arg = getattr(cl.Kernel, "_set_arg_buf", cl.Kernel.set_arg)
-
-
-class PreparedLaunch:
-    """A launch of one kernel with a fixed geometry and fixed arguments, repeated with new values for the
-    few arguments that change (buffers, offsets, scalars).
-
-    Setting a kernel's arguments is most of the host cost of a small launch (about 17 µs for the GEMM's
-    21 arguments through pyopencl's typed path on PoCL, against 2-3 µs for the enqueue itself), and on a
-    CPU device host time is taken from the cores that run the kernels. So the launch owns a private copy
-    of the kernel with the fixed arguments set once, and sets a changing argument only when it differs
-    from the previous call. Buffers are compared by their OpenCL handle, so a buffer the pool hands out
-    again needs no new setting and no reference to it is kept. Calls must come from one thread at a time.
-
-    ``args`` lists every argument of the kernel, with :data:`VARYING` where a call supplies the value;
-    a call passes those values in order.
-    """
-
-    def __init__(self, device: Device, kernel: cl.Kernel, global_size, local_size, args):
-        self.device = device
-        self.kernel = kernel
-        self.global_size, self.local_size = _geometry(global_size, local_size)
-        self._args = tuple(args)
-        self._slots = tuple(i for i, value in enumerate(self._args) if value is VARYING)
-        self._private = None  # made at the first call, which goes through launch()
-        self._last: list = []
-
-    def __call__(self, *values) -> cl.Event:
-        private = self._private
-        if private is None:
-            return self._first_call(values)
-        last = self._last
-        if len(values) != len(last):
-            raise TypeError(f"{self.kernel.function_name}: {len(last)} varying arguments, got {len(values)}")
-        try:
-            for j, value in enumerate(values):
-                if isinstance(value, np.generic):
-                    if type(last[j]) is not type(value) or last[j] != value:
-                        _set_scalar_arg(private, self._slots[j], value)
-                        last[j] = value
-                else:  # a buffer; anything else (local memory) is set every time
-                    handle = getattr(value, "int_ptr", None)
-                    if handle is None or last[j] != handle:
-                        private.set_arg(self._slots[j], value)
-                        last[j] = handle
-            event = cl.enqueue_nd_range_kernel(self.device.queue, private, self.global_size, self.local_size)
-        except cl.Error as exc:
-            self._last = [_UNSET] * len(self._slots)
-            raise _launch_error(self.device, self.kernel, exc) from None
-        self.device.throttle(event)
-        if _launch_watcher is not None:
-            _launch_watcher(self.kernel)
-        return event
-
-    def _first_call(self, values) -> cl.Event:
-        if len(values) != len(self._slots):
-            raise TypeError(f"{self.kernel.function_name}: {len(self._slots)} varying arguments, got {len(values)}")
-        args = list(self._args)
-        for i, value in zip(self._slots, values):
-            args[i] = value
-        event = launch(self.device, self.kernel, self.global_size, self.local_size, *args)
-        private = cl.Kernel(self.kernel.program, self.kernel.function_name)
-        for i, value in enumerate(self._args):
-            if value is not VARYING:
-                private.set_arg(i, value)
-        self._last = [_UNSET] * len(self._slots)
-        self._private = private
-        return event
-
-
-_UNSET = object()
-VARYING = object()  # a PreparedLaunch argument that each call supplies
-
-
-def _declare_scalar_types(kernel: cl.Kernel, args) -> None:
-    """Tell pyopencl the scalar argument types from the first launch's NumPy scalars: it then packs the
-    arguments in one generated call (6 µs a launch on PoCL) instead of setting each through the generic
-    path (60 µs with eight arguments). Our launches always pass the same types for a given kernel."""
-    if all(isinstance(a, np.generic) or not isinstance(a, (int, float, complex)) for a in args):
-        kernel.set_scalar_arg_dtypes([a.dtype if isinstance(a, np.generic) else None for a in args])
-    kernel._netcl_typed = True
-
-
-def local_size_1d(device: Device, n: int) -> tuple[int]:
-    """A work-group size for flat kernels: large enough for PoCL to vectorize across work-items,
-    never larger than the device allows."""
-    preferred = 64 if device.kind == "cpu" else 128
-    return (min(preferred, device.max_work_group_size),)
-
-
-def scalar(dtype, value):
-    return np.dtype(dtype).type(value)
