@@ -47,6 +47,9 @@ LAYERS = [
     ((1, 48, 96, 96), (96, 48, 3, 3), 1, 1),
     ((1, 32, 128, 128), (64, 32, 5, 5), 2, 2),
     ((4, 256, 28, 28), (256, 256, 1, 1), 1, 0),
+    # A working set past the others (19 MB of input): ResNet-50's bottleneck 1×1 at 56 pixels and batch 8,
+    # 26 MB, was mispriced by the layers above (MEC forward predicted 2.5x too fast on Debian's PoCL).
+    ((8, 192, 56, 56), (96, 192, 1, 1), 1, 0),
     # Batch-1 layers of an ImageNet-sized network (the MEC paper's): a wide RGB input, a 7×7 strided layer
     # on 64 channels at 56 pixels, and many channels on few pixels, where im2col, implicit GEMM and
     # Winograd trade places with the smaller layers above.
