@@ -39,6 +39,8 @@ def fresh_cache(tmp_path, monkeypatch):
 
 def _child(tmp_path, code, *argv):
     env = dict(os.environ, NETCL_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
+    # the parent's device: in a fresh cache the child has no measured figures to pick the fastest by
+    env.setdefault("NETCL_DEVICE", str(nc.default_device().index))
     proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env,
                           cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
