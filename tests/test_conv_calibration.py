@@ -407,7 +407,7 @@ def test_an_isolated_runner_gets_its_minimum_samples_and_no_more(device):
     isolated for being far slower: it cannot be the fastest."""
     def runner(seconds):
         return lambda: time.sleep(seconds)
-    results = timing.compare({"slow": runner(0.02), "a": runner(0.001), "b": runner(0.001)}, device,
+    results = timing.compare({"slow": runner(0.05), "a": runner(0.001), "b": runner(0.001)}, device,
                              warmup=1, min_runs=3, max_runs=40, time_budget_s=1.0, contention=10.0,
                              settle_below_s=0.0, min_time_s=0.1)
     assert len(results["slow"].samples) == 3
