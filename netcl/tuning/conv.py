@@ -20,8 +20,9 @@ import numpy as np
 # depthwise; dilated; few and many channels; batch 1 to 64) has neighbours here: the model's residual
 # model learns from measured layers like the one it predicts. Each layer costs a cold calibration 3-4 s,
 # most of it building its kernels: six more layers (LeNet at batch 16, and 3×3 layers with neighbours
-# here) left the planner's choices unchanged on both drivers' stored runs when taken out (benchmarks/
-# planner_offline.py --exclude) and took a fresh calibration past its 2 minutes.
+# here) took a fresh calibration past its 2 minutes; taken out, they left the planner's choices unchanged
+# on both drivers' stored Zen 4 runs (benchmarks/planner_offline.py --exclude, by the session that took
+# them out; those runs are gone, and the Xeon runs of docs/planner.md were made without them).
 LAYERS = [
     ((8, 64, 8, 8), (64, 64, 3, 3), 1, 1),
     ((1, 128, 14, 14), (128, 128, 3, 3), 1, 0),
