@@ -19,7 +19,7 @@ from netcl.ops import conv_cost, conv_online, conv_profile
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer
 from netcl.runtime import timing
-from netcl.tuning import db
+from netcl.tuning import conv_prebuild, db
 from util import assert_close, conv2d_ref
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,6 +70,7 @@ print(json.dumps({"profile": conv_profile.device_profile(d).as_dict(), "summary"
 def test_calibration_is_stored_and_reused_by_a_second_process(tmp_path):
     made = _child(tmp_path, _CALIBRATE)
     assert made["timings"] >= 6 and made["basics"]["bandwidth_gbs"] > 0 and made["coefficients"]
+    assert made["prebuilt"]["jobs"] >= 2 and made["prebuilt"]["seconds"] >= 0  # GEMM classes, the layer
     assert all(v["large"] > 0 for v in [made["basics"]["class_gflops"]])
     used = _child(tmp_path, _PROFILE)
     profile = used["profile"]
@@ -181,6 +182,7 @@ def test_calibration_shortens_its_timed_rounds_to_keep_to_its_budget(device, mon
 
     monkeypatch.setattr(conv_profile, "measure_basics", lambda *a, **k: {})
     monkeypatch.setattr(planner, "time_strategies", fake_time_strategies)
+    monkeypatch.setattr(conv_prebuild, "compile_ahead", lambda *a, **k: {})
     layers = [ConvLayer.from_shapes((2, 4, 9, 9), (6, 4, 3, 3), padding=1),
               ConvLayer.from_shapes((1, 3, 7, 7), (5, 3, 1, 1))]
     relaxed = tune_conv.calibrate(device, progress=False, layers=layers, budget_s=60.0)

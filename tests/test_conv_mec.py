@@ -15,6 +15,7 @@ from netcl.ops import conv_mec
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer, strategies
 from netcl.tuning import db
+from netcl.tuning.mec import choose_threshold, tune_threshold
 from test_conv_implicit_gemm import check_workspace, strategy_errors
 from util import assert_close, conv2d_ref
 
@@ -71,7 +72,7 @@ def test_threshold_comes_from_the_tuning_database(device, monkeypatch, tmp_path)
 def test_tune_threshold_measures_both_solutions(device, monkeypatch, tmp_path):
     monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path))
     layers = [ConvLayer.from_shapes((2, 4, 9, w), (4, 4, 3, 3)) for w in (5, 12)]
-    entry = conv_mec.tune_threshold(device, layers, repeat=1)
+    entry = tune_threshold(device, layers, repeat=1)
     assert [r["ow"] for r in entry["measured"]] == [3, 10]
     assert all(r["A_ms"] > 0 and r["B_ms"] > 0 for r in entry["measured"])
     assert entry["T"] in (0, 3, 10)
@@ -79,7 +80,6 @@ def test_tune_threshold_measures_both_solutions(device, monkeypatch, tmp_path):
 
 
 def test_threshold_minimizes_the_total_not_the_first_loss():
-    from netcl.ops.conv_mec import choose_threshold
     # the bench run's batch-8 figures: B ahead by 2.5 % at ow 12 must not send ow 20 and 26 to B
     measured = [(20, 24.3, 26.5), (10, 13.7, 15.2), (54, 21.0, 18.7), (26, 11.8, 15.2), (12, 13.2, 12.9),
                 (5, 9.6, 14.6)]

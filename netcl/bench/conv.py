@@ -9,7 +9,7 @@ inside each repetition, so load from other processes hits them alike and the rat
 a shared machine. A run predicted (from the same layer at batch 1) to take longer than
 NETCL_BENCH_CONV_MAX_S seconds (default 60) is skipped and reported as such.
 
-Before timing, the full run tunes MEC's threshold T on this device (netcl.ops.conv_mec.tune_threshold)
+Before timing, the full run tunes MEC's threshold T on this device (netcl.tuning.mec.tune_threshold)
 and stores it in the tuning database; --quick keeps the stored (or default) T.
 """
 from __future__ import annotations
@@ -159,6 +159,7 @@ def summarize(rows, big: int) -> dict:
 def run(args) -> dict:
     import netcl as nc
     from ..ops import conv_mec
+    from ..tuning import mec as mec_tuning
     from ..ops.conv_registry import strategies
     from ..tuning import db
     device = nc.default_device()
@@ -173,7 +174,7 @@ def run(args) -> dict:
         tune_names = ("cv5", "cv6", "cv9", "cv10", "cv11", "cv12")
         tune_layers = [dataclasses.replace(layer, n=8) for name, batch, layer in all_cases
                        if batch == 32 and name in tune_names]
-        tuned = conv_mec.tune_threshold(device, tune_layers)
+        tuned = mec_tuning.tune_threshold(device, tune_layers)
     if not quiet:
         print(f"conv2d strategies on {device.describe()}; median of {repeat}; MEC threshold T = "
               f"{conv_mec.threshold(device)}" + (" (tuned now)" if tuned else ""))

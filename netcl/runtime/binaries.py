@@ -134,6 +134,18 @@ def unsaved_builds_discarded():
         forget(built)
 
 
+def fetch_seconds(program: cl.Program) -> float:
+    """Seconds the driver takes to hand over ``program``'s binary (PoCL compiles it again; Intel's CPU
+    runtime has it at hand); infinite where it cannot."""
+    import time
+    start = time.perf_counter()
+    try:
+        program.get_info(cl.program_info.BINARIES)
+    except cl.Error:
+        return float("inf")
+    return time.perf_counter() - start
+
+
 def _write(path: Path, program: cl.Program) -> bool:
     try:
         payload = program.get_info(cl.program_info.BINARIES)[0]

@@ -4,7 +4,9 @@ netcl.runtime.kernels makes the kernels they launch (and re-exports these names)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 
 import numpy as np
 import pyopencl as cl
@@ -27,9 +29,48 @@ def watch_launches(watcher) -> None:
     _launch_watcher = watcher
 
 
+_dry_threads = 0  # threads inside builds_only(): a global for the launches' fast check
+_dry = threading.local()
+_dry_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def builds_only():
+    """Within, in the calling thread only, ``launch`` and ``PreparedLaunch`` enqueue nothing and return a
+    completed event: code run inside builds the programs its kernels come from and computes nothing. For
+    compiling ahead in several threads (netcl.tuning.conv): a build releases the GIL, launches would race
+    on shared kernels' arguments. Copies and fills outside ``launch`` still run."""
+    global _dry_threads
+    if getattr(_dry, "on", False):
+        yield
+        return
+    with _dry_lock:
+        _dry_threads += 1
+    _dry.on = True
+    try:
+        yield
+    finally:
+        _dry.on = False
+        with _dry_lock:
+            _dry_threads -= 1
+
+
+def _skipped(device: Device):
+    """A launch's stand-in inside builds_only(), or None outside it."""
+    if not _dry_threads or not getattr(_dry, "on", False):
+        return None
+    event = cl.UserEvent(device.context)
+    event.set_status(cl.command_execution_status.COMPLETE)
+    return event
+
+
 def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wait_for=None) -> cl.Event:
     """Enqueue one kernel. ``global_size`` is rounded up to a multiple of ``local_size``; the kernel
     itself must guard the tail. Driver failures become DeviceMemoryError / DeviceError."""
+    if _dry_threads:
+        skipped = _skipped(device)
+        if skipped is not None:
+            return skipped
     global_size, local_size = _geometry(global_size, local_size)
     if not getattr(kernel, "_netcl_typed", False):
         _declare_scalar_types(kernel, args)
@@ -113,6 +154,10 @@ class PreparedLaunch:
         self._last: list = []
 
     def __call__(self, *values) -> cl.Event:
+        if _dry_threads:
+            skipped = _skipped(self.device)
+            if skipped is not None:
+                return skipped
         private = self._private
         if private is None:
             return self._first_call(values)

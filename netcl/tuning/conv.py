@@ -6,7 +6,8 @@ layers (LeNet-, ResNet- and MEC-like: 1×1, 3×3, 5×5, 7×7 and 11×11, strided
 against each other (netcl.runtime.timing.compare, median). Each timing becomes a sample of that strategy
 and pass; the model fits its two coefficients per strategy and pass to them. Stored in the tuning
 database beside the GEMM tuning (family "conv_calibration"), used by every later process; measured plans
-keep adding samples. Bounded: a budget of 100 s (`--quick`: 25 s) shortens the timed rounds of the
+keep adding samples. Before any timing, the kernels are built, in two processes on a driver that hands
+built programs over cheaply (netcl.tuning.conv_prebuild). Bounded: a budget of 100 s (`--quick`: 25 s) shortens the timed rounds of the
 remaining passes when the passes so far run late (kernel builds are not shortened).
 """
 from __future__ import annotations
@@ -130,13 +131,16 @@ def _measure_and_store(device, dtype, quick, progress, layers, budget_s) -> dict
     from ..ops import conv_profile
     from ..ops import gemm_surface
     from ..ops.conv_registry import strategies
+    from .conv_prebuild import compile_ahead
     started = time.perf_counter()
     budget_s = BUDGET_S[quick] if budget_s is None else float(budget_s)
     grid = gemm_surface.QUICK_GRID if quick else gemm_surface.GRID
+    layers = calibration_layers(quick, dtype) if layers is None else list(layers)
+    with tqdm(desc=f"building kernels on {device.name}", unit="job", disable=not progress, leave=False) as build_bar:
+        prebuilt = compile_ahead(device, layers, grid, dtype, build_bar.update)
     with tqdm(total=len(gemm_surface.points(grid)), desc=f"GEMM rates on {device.name}", unit="shape",
               disable=not progress, leave=False) as rates_bar:
         basics = conv_profile.measure_basics(device, dtype, grid, SURFACE_BUDGET_S[quick], rates_bar.update)
-    layers = calibration_layers(quick, dtype) if layers is None else list(layers)
     registry = strategies()
     steps = [(layer, pass_) for layer in layers for pass_ in ("forward", "backward_data", "backward_weight")]
     rng = np.random.default_rng(0)
@@ -166,7 +170,7 @@ def _measure_and_store(device, dtype, quick, progress, layers, budget_s) -> dict
     planner.clear_memory_cache()
     profile = conv_profile.device_profile(device, dtype)
     return {"seconds": round(seconds, 1), "budget_seconds": budget_s, "rounds_scale": round(smallest_scale, 3),
-            "layers": len(layers), "timings": timings, "basics": basics, "residual": residual,
+            "layers": len(layers), "timings": timings, "basics": basics, "prebuilt": prebuilt, "residual": residual,
             "coefficients": profile.as_dict()["coefficients"]}
 
 
