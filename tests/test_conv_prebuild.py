@@ -148,3 +148,21 @@ def test_the_driver_hands_over_a_binary_in_finite_time(device):
         conv_prebuild.build(device, ["layer", dataclasses.asdict(_layer(4))])
         program = list(binaries.unsaved_programs().values())[-1]
         assert 0.0 <= binaries.fetch_seconds(program) < 60.0
+
+
+def test_an_error_here_stops_the_helper_too(device, monkeypatch):
+    monkeypatch.setattr(conv_prebuild, "binaries_pay", lambda device: True)
+    started = []
+    real_helper = conv_prebuild._Helper
+    monkeypatch.setattr(conv_prebuild, "_Helper", lambda device: started.append(real_helper(device)) or started[-1])
+    calls = []
+
+    def failing_build(device, job):
+        calls.append(job)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the user stops the calibration while the helper works
+
+    monkeypatch.setattr(conv_prebuild, "build", failing_build)
+    with pytest.raises(KeyboardInterrupt):
+        conv_prebuild.compile_ahead(device, [LAYER, _layer(5)], gemm_surface.QUICK_GRID)
+    assert started and started[0].process.poll() is not None  # not left waiting for jobs

@@ -65,8 +65,8 @@ def build(device, job) -> None:
             dtype = job[1]
             for batch, m, n, k in job[2]:
                 lead = (batch,) if batch else ()
-                a, b, c = (Tensor.empty(lead + shape, dtype, device) for shape in ((m, k), (k, n), (m, n)))
                 try:
+                    a, b, c = (Tensor.empty(lead + shape, dtype, device) for shape in ((m, k), (k, n), (m, n)))
                     (gemm_batched if batch else gemm)(a, b, c)
                 except NetclError:
                     pass
@@ -76,7 +76,10 @@ def build(device, job) -> None:
         for pass_, shapes in (("forward", (layer.input_shape, layer.weight_shape)),
                               ("backward_data", (layer.output_shape, layer.weight_shape)),
                               ("backward_weight", (layer.input_shape, layer.output_shape))):
-            a, b = (Tensor.empty(shape, layer.dtype, device) for shape in shapes)
+            try:
+                a, b = (Tensor.empty(shape, layer.dtype, device) for shape in shapes)
+            except NetclError:
+                continue
             for found in answers(layer, pass_, device):
                 if found.why_not is None:
                     try:
@@ -125,11 +128,20 @@ def compile_ahead(device, layers, grid: dict | None, dtype: str = "float32", pro
             report()
         return job
 
-    helper = _Helper(device)
+    try:
+        helper = _Helper(device)
+    except OSError as exc:  # no helper: the passes build what this process does not
+        warnings.warn(f"the calibration's build helper did not start ({exc})", RuntimeWarning, stacklevel=2)
+        return {"jobs": total, "helper_jobs": 0, "seconds": round(time.perf_counter() - started, 1),
+                "helper": False}
     feeder = threading.Thread(target=helper.serve, args=(take,), daemon=True)
     feeder.start()
-    while (job := take()) is not None:
-        build(device, job)
+    try:
+        while (job := take()) is not None:
+            build(device, job)
+    except BaseException:
+        helper.stop()
+        raise
     helper.finish(HELPER_GRACE_S)
     feeder.join(timeout=1.0)
     return {"jobs": total, "helper_jobs": helper.jobs, "seconds": round(time.perf_counter() - started, 1),
@@ -144,7 +156,10 @@ class _Helper:
         self.jobs = 0
         self.log = tempfile.TemporaryFile(mode="w+")
         from ..runtime.cache import cache_root
-        env = dict(os.environ, PYTHONUNBUFFERED="1", NETCL_CACHE_DIR=str(cache_root()))
+        # the same cache and the same netcl as this process, however this one found them
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))
+        env = dict(os.environ, PYTHONUNBUFFERED="1", NETCL_CACHE_DIR=str(cache_root()), PYTHONPATH=path)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "netcl.tuning.conv_prebuild", "--device-identity", device.identity],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
@@ -162,6 +177,13 @@ class _Helper:
                 self.jobs += 1
         except (OSError, ValueError):  # the helper died: finish() says why
             return
+
+    def stop(self) -> None:
+        """End the helper now (this process failed or was interrupted)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
 
     def finish(self, grace_s: float) -> None:
         """Wait for the helper's last job (at most ``grace_s``); warn, with its last words, if it failed
