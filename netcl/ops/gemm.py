@@ -13,20 +13,19 @@ dtype and shape class, falling back to the built-in table for the device kind.
 """
 from __future__ import annotations
 
-import threading
 import warnings
 
 import numpy as np
 
 from .. import dtypes
 from ..errors import DTypeError, ShapeError
-from ..runtime import first_step, memory
+from ..runtime import first_step
 from ..runtime.device import resolve_device
 from ..runtime.kernels import VARYING, PreparedLaunch, get_kernel
 from ..tensor import Tensor
 from ..tuning import db
 from . import gemm_standin
-from .gemm_packing import TINY_PRODUCT_FLOP, packing
+from .gemm_packing import TINY_PRODUCT_FLOP, packing, release_workspaces, workspace  # noqa: F401  (release_workspaces: public)
 
 # The template's parameters and their defaults (kernels/gemm.cl documents each).
 DEFAULT_PARAMS = {"MR": 4, "VW": 8, "NV": 2, "WG_M": 1, "WG_N": 1, "KU": 1, "LOCAL": 0, "KC": 16, "PACK_A": 0,
@@ -136,13 +135,6 @@ def _lookup_params(device, name: str, cls: str) -> dict:
         return normalize(db.BUILTIN["cpu" if device.kind == "cpu" else "any"]["gemm"][name])
 
 
-# Packing buffers, kept per device and grown on demand: a fresh multi-megabyte buffer per call costs
-# page faults comparable to the product itself on a CPU device. Reuse is safe because every launch
-# goes to the device's one in-order queue, so a later pack cannot overtake an earlier product.
-_workspaces: dict[tuple[int, str], tuple[object, int]] = {}
-_workspace_lock = threading.Lock()
-
-
 def _spread(p: dict, blocks_m: int, blocks_n: int, batch: int, units: int) -> None:
     """Halve the work-group until there are two groups per compute unit (or it is a single item): a
     small product in one large group would run on one core while the others idle."""
@@ -151,23 +143,6 @@ def _spread(p: dict, blocks_m: int, blocks_n: int, batch: int, units: int) -> No
     while groups() < 2 * units and p["WG_M"] * p["WG_N"] > 1:
         name = "WG_M" if p["WG_M"] >= p["WG_N"] else "WG_N"
         p[name] = max(1, p[name] // 2)
-
-
-def _workspace(device, slot: str, nbytes: int):
-    key = (id(device), slot)
-    with _workspace_lock:
-        held = _workspaces.get(key)
-        if held is None or held[1] < nbytes:
-            _workspaces.pop(key, None)
-            held = (memory.allocate(device, nbytes), nbytes)
-            _workspaces[key] = held
-        return held[0]
-
-
-def release_workspaces() -> None:
-    """Free the packing buffers (they are re-allocated by the next product that needs them)."""
-    with _workspace_lock:
-        _workspaces.clear()
 
 
 def packing_bytes(device, dtype, M: int, N: int, K: int, a_batches: int, b_batches: int, a_cs: int, b_rs: int,
@@ -352,11 +327,11 @@ class _Plan:
     def __call__(self, a_buf, a_off: int, b_buf, b_off: int, c_buf, c_off: int, alpha: float, beta: float):
         dev = self.device
         if self.pack_a is not None:
-            packed = _workspace(dev, "a", self.a_bytes)
+            packed = workspace(dev, "a", self.a_bytes)
             self.pack_a(a_buf, np.int64(a_off), packed)
             a_buf, a_off = packed, 0
         if self.pack_b is not None:
-            packed = _workspace(dev, "b", self.b_bytes)
+            packed = workspace(dev, "b", self.b_bytes)
             self.pack_b(b_buf, np.int64(b_off), packed)
             b_buf, b_off = packed, 0
         self.product(self.scalar(alpha), self.scalar(beta), a_buf, np.int64(a_off), b_buf, np.int64(b_off),

@@ -1,8 +1,11 @@
 """Which operands of a product are packed into panels first: the single statement of the packing rules
-(docs/gemm.md, "The kernel")."""
+(docs/gemm.md, "The kernel"); and the buffers they are packed into."""
 from __future__ import annotations
 
 import math
+import threading
+
+from ..runtime import memory
 
 # A product this small runs in about the time of one launch on PoCL (~20 µs): it has its own tuning
 # class, and packing an operand (one more launch) would double its time.
@@ -38,3 +41,28 @@ def packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int
     # B must have unit stride along N: a strided B is packed whatever it costs.
     pack_b = (bool(p["PACK_B"]) and not direct_ok) or (b_cs != 1 and N > 1)
     return int(pack_a and K > 0), int(pack_b and K > 0)
+
+
+# Packing buffers, kept per device and grown on demand: a fresh multi-megabyte buffer per call costs
+# page faults comparable to the product itself on a CPU device. Reuse is safe because every launch
+# goes to the device's one in-order queue, so a later pack cannot overtake an earlier product.
+_workspaces: dict[tuple[int, str], tuple[object, int]] = {}
+_workspace_lock = threading.Lock()
+
+
+def workspace(device, slot: str, nbytes: int):
+    """The device's packing buffer ``slot`` ("a" or "b"), at least ``nbytes`` long."""
+    key = (id(device), slot)
+    with _workspace_lock:
+        held = _workspaces.get(key)
+        if held is None or held[1] < nbytes:
+            _workspaces.pop(key, None)
+            held = (memory.allocate(device, nbytes), nbytes)
+            _workspaces[key] = held
+        return held[0]
+
+
+def release_workspaces() -> None:
+    """Free the packing buffers (they are re-allocated by the next product that needs them)."""
+    with _workspace_lock:
+        _workspaces.clear()
