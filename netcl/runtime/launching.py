@@ -37,9 +37,9 @@ _dry_lock = threading.Lock()
 @contextlib.contextmanager
 def builds_only():
     """Within, in the calling thread only, ``launch`` and ``PreparedLaunch`` enqueue nothing and return a
-    completed event: code run inside builds the programs its kernels come from and computes nothing. For
-    compiling ahead in several threads (netcl.tuning.conv): a build releases the GIL, launches would race
-    on shared kernels' arguments. Copies and fills outside ``launch`` still run."""
+    completed event: code run inside builds the programs its kernels come from and computes nothing (a
+    calibration builds its kernels that way before timing them: netcl.tuning.conv_prebuild). Other
+    threads launch as usual meanwhile. Copies and fills outside ``launch`` still run."""
     global _dry_threads
     if getattr(_dry, "on", False):
         yield

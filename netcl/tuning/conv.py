@@ -3,12 +3,13 @@
 Measures what the model needs (netcl.ops.conv_cost): the device quantities (copy bandwidth, launch time,
 the GEMM rate per shape class), then every applicable strategy's three passes on a representative set of
 layers (LeNet-, ResNet- and MEC-like: 1×1, 3×3, 5×5, 7×7 and 11×11, strided, batch 1 to 16), timed
-against each other (netcl.runtime.timing.compare, median). Each timing becomes a sample of that strategy
-and pass; the model fits its two coefficients per strategy and pass to them. Stored in the tuning
-database beside the GEMM tuning (family "conv_calibration"), used by every later process; measured plans
-keep adding samples. Before any timing, the kernels are built, in two processes on a driver that hands
-built programs over cheaply (netcl.tuning.conv_prebuild). Bounded: a budget of 100 s (`--quick`: 25 s) shortens the timed rounds of the
-remaining passes when the passes so far run late (kernel builds are not shortened).
+against each other (netcl.runtime.timing.compare, the fastest sample). Each timing becomes a sample of
+that strategy and pass; the model fits its two coefficients per strategy and pass to them. Stored in the
+tuning database beside the GEMM tuning (family "conv_calibration"), used by every later process; measured
+plans keep adding samples. Before any timing the kernels are built, in two processes on a driver that
+hands built programs over cheaply (netcl.tuning.conv_prebuild). Bounded: a budget of 100 s (`--quick`:
+25 s) shortens the timed rounds of the remaining passes when the passes so far run late (kernel builds
+are not shortened).
 """
 from __future__ import annotations
 
