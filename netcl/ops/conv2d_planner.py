@@ -150,6 +150,13 @@ def answers(layer: ConvLayer, pass_: str, device) -> list:
     return out
 
 
+def operand_shapes(layer: ConvLayer, pass_: str) -> tuple:
+    """The shapes of the two tensors a strategy's ``pass_`` takes (``ConvStrategy.run``)."""
+    return {"forward": (layer.input_shape, layer.weight_shape),
+            "backward_data": (layer.output_shape, layer.weight_shape),
+            "backward_weight": (layer.input_shape, layer.output_shape)}[pass_]
+
+
 def pass_runners(impls: dict, layer: ConvLayer, pass_: str, device, rng=None) -> dict:
     """{name: a function running that strategy's pass on random data of the layer's shape}."""
     from ..tensor import Tensor
@@ -158,10 +165,7 @@ def pass_runners(impls: dict, layer: ConvLayer, pass_: str, device, rng=None) ->
 
     def rand(shape):
         return Tensor.from_host(rng.uniform(-1.0, 1.0, size=shape).astype(dtype), device=device)
-    a, b = {"forward": (layer.input_shape, layer.weight_shape),
-            "backward_data": (layer.output_shape, layer.weight_shape),
-            "backward_weight": (layer.input_shape, layer.output_shape)}[pass_]
-    a, b = rand(a), rand(b)
+    a, b = (rand(shape) for shape in operand_shapes(layer, pass_))
     return {name: (lambda impl=impl: impl.run(pass_, a, b, layer)) for name, impl in impls.items()}
 
 

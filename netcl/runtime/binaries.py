@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import re
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -137,7 +138,6 @@ def unsaved_builds_discarded():
 def fetch_seconds(program: cl.Program) -> float:
     """Seconds the driver takes to hand over ``program``'s binary (PoCL compiles it again; Intel's CPU
     runtime has it at hand); infinite where it cannot."""
-    import time
     start = time.perf_counter()
     try:
         program.get_info(cl.program_info.BINARIES)

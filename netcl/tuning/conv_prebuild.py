@@ -17,6 +17,7 @@ launch, which no build ahead captures, so there the calibration builds as it tim
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -55,7 +56,7 @@ def build(device, job) -> None:
     left to the timed pass, which records its error."""
     from ..errors import NetclError
     from ..ops.conv_common import ConvLayer
-    from ..ops.conv2d_planner import answers
+    from ..ops.conv2d_planner import answers, operand_shapes
     from ..ops.conv_registry import strategies
     from ..ops.gemm import gemm, gemm_batched
     from ..runtime.launching import builds_only
@@ -65,27 +66,19 @@ def build(device, job) -> None:
             dtype = job[1]
             for batch, m, n, k in job[2]:
                 lead = (batch,) if batch else ()
-                try:
+                with contextlib.suppress(NetclError):
                     a, b, c = (Tensor.empty(lead + shape, dtype, device) for shape in ((m, k), (k, n), (m, n)))
                     (gemm_batched if batch else gemm)(a, b, c)
-                except NetclError:
-                    pass
             return
         layer = ConvLayer(**job[1])
         registry = strategies()
-        for pass_, shapes in (("forward", (layer.input_shape, layer.weight_shape)),
-                              ("backward_data", (layer.output_shape, layer.weight_shape)),
-                              ("backward_weight", (layer.input_shape, layer.output_shape))):
-            try:
-                a, b = (Tensor.empty(shape, layer.dtype, device) for shape in shapes)
-            except NetclError:
-                continue
-            for found in answers(layer, pass_, device):
-                if found.why_not is None:
-                    try:
-                        registry[found.strategy].run(pass_, a, b, layer)
-                    except NetclError:
-                        pass
+        for pass_ in ("forward", "backward_data", "backward_weight"):
+            with contextlib.suppress(NetclError):
+                a, b = (Tensor.empty(shape, layer.dtype, device) for shape in operand_shapes(layer, pass_))
+                for found in answers(layer, pass_, device):
+                    if found.why_not is None:
+                        with contextlib.suppress(NetclError):
+                            registry[found.strategy].run(pass_, a, b, layer)
 
 
 def binaries_pay(device) -> bool:
@@ -113,12 +106,16 @@ def compile_ahead(device, layers, grid: dict | None, dtype: str = "float32", pro
     started = time.perf_counter()
     todo = collections.deque(jobs(layers, grid, dtype))
     total = len(todo)
+
+    def result(helper=None) -> dict:
+        return {"jobs": total, "helper_jobs": helper.jobs if helper else 0,
+                "seconds": round(time.perf_counter() - started, 1), "helper": helper is not None}
+
     build(device, todo.popleft())
     report = lambda: progress(1) if progress else None  # noqa: E731
     report()
     if not todo or not binaries_pay(device):
-        return {"jobs": total, "helper_jobs": 0, "seconds": round(time.perf_counter() - started, 1),
-                "helper": False}
+        return result()
     lock = threading.Lock()
 
     def take():
@@ -132,8 +129,7 @@ def compile_ahead(device, layers, grid: dict | None, dtype: str = "float32", pro
         helper = _Helper(device)
     except OSError as exc:  # no helper: the passes build what this process does not
         warnings.warn(f"the calibration's build helper did not start ({exc})", RuntimeWarning, stacklevel=2)
-        return {"jobs": total, "helper_jobs": 0, "seconds": round(time.perf_counter() - started, 1),
-                "helper": False}
+        return result()
     feeder = threading.Thread(target=helper.serve, args=(take,), daemon=True)
     feeder.start()
     try:
@@ -144,8 +140,7 @@ def compile_ahead(device, layers, grid: dict | None, dtype: str = "float32", pro
         raise
     helper.finish(HELPER_GRACE_S)
     feeder.join(timeout=1.0)
-    return {"jobs": total, "helper_jobs": helper.jobs, "seconds": round(time.perf_counter() - started, 1),
-            "helper": True}
+    return result(helper)
 
 
 class _Helper:
