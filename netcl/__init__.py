@@ -30,7 +30,7 @@ __all__ = [
 def __getattr__(name):
     # Subpackages that pull in much code are imported on first use, keeping `import netcl` fast.
     import importlib
-    if name in ("nn", "optim", "data", "models", "dense", "ops", "distributed"):
+    if name in ("nn", "optim", "data", "models", "dense", "ops", "distributed", "training"):
         return importlib.import_module(f".{name}", __name__)
     if name in ("save", "load"):
         from . import serialization

@@ -54,11 +54,22 @@ def next_seed(seed=None) -> int:
 
 
 def random_fill(t: Tensor, dist: str, seed=None, p: float = 0.0) -> Tensor:
+    """Fill ``t`` from the counter-based stream ``seed``: an int, None (a fresh seed per call) or a
+    callable returning the seed of each call (a Dropout layer's own stream). Only a fixed int seed is
+    repeated by a replay of a recorded step; the others draw anew at every replay."""
     dtypes.require_float(t.dtype, "random numbers")
     if t.size:
         kernel = get_kernel(t.device, "random.cl", "fill_random", T=dtypes.c_type(t.dtype), DIST=dist)
+        if callable(seed):
+            draw = seed
+        elif seed is None:
+            draw = next_seed
+        else:
+            draw = None
+        value = np.uint64(next_seed(seed) if draw is None else next_seed(draw()))
         launch(t.device, kernel, (t.size,), local_size_1d(t.device, t.size), t.buffer, np.int64(t.offset),
-               np.uint64(next_seed(seed)), np.int64(t.size), t.dtype.type(p))
+               value, np.int64(t.size), t.dtype.type(p),
+               dynamic=None if draw is None else {2: lambda: np.uint64(next_seed(draw()))})
     return t
 
 

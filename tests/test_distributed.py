@@ -108,6 +108,11 @@ def test_ddp_equals_one_process_with_the_global_batch(tmp_path, seed):
                 error = np.abs(r[key] - want).max() / np.abs(want).max()
                 assert error <= 1e-5, f"{key}: relative difference {error:.2e} from the single process"
             np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=f"{key} differs between ranks")
+    assert meta["replay"]["True"].startswith("replaying"), meta["replay"]
+    for name in reference:  # a replayed step is the step as written, hooks and allreduces included
+        for r in ranks:
+            np.testing.assert_array_equal(r[f"replay1/module.{name}"], r[f"replay0/module.{name}"])
+        assert not np.array_equal(ranks[0][f"replay1/module.{name}"], ranks[0][f"cap{caps[1]}/module.{name}"])
     for name in reference:  # several buckets reduce to the same values as one
         np.testing.assert_allclose(ranks[0][f"cap{worker.BUCKET_CAPS[1]}/module.{name}"],
                                    ranks[0][f"cap{worker.BUCKET_CAPS[0]}/module.{name}"], rtol=1e-6, atol=1e-7)

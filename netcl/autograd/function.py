@@ -6,7 +6,10 @@ Forward runs with recording off, so ops inside a rule never build graph of their
 """
 from __future__ import annotations
 
+import contextlib
 import threading
+
+from ..runtime import recording
 
 _state = threading.local()
 
@@ -119,20 +122,30 @@ def queue_backward_callback(callback) -> None:
 
 
 def _run_leaf_hooks(t) -> None:
+    # A replayed step (netcl.training.replay) calls the hooks again where this pass called them.
     for hook in list(t.__dict__.get("_post_accumulate_grad_hooks", ())):
-        hook(t)
+        recording.host_call(hook, t)
+
+
+@contextlib.contextmanager
+def backward_callbacks_scope():
+    """A backward pass's scope for ``queue_backward_callback``: the callbacks queued within run when it
+    ends without an error (not recorded: the hooks that queued them are, and queue them again)."""
+    outer = getattr(_state, "backward_callbacks", None)
+    _state.backward_callbacks = []
+    try:
+        yield
+        with recording.not_recorded():
+            while _state.backward_callbacks:  # a callback may queue another
+                _state.backward_callbacks.pop(0)()
+    finally:
+        _state.backward_callbacks = outer
 
 
 def backward(root, gradient) -> None:
     """Accumulate d(root)/d(leaf) into every leaf's ``.grad``; then run the callbacks queued meanwhile."""
-    outer = getattr(_state, "backward_callbacks", None)
-    _state.backward_callbacks = []
-    try:
+    with backward_callbacks_scope():
         _backward(root, gradient)
-        while _state.backward_callbacks:  # a callback may queue another
-            _state.backward_callbacks.pop(0)()
-    finally:
-        _state.backward_callbacks = outer
 
 
 def _backward(root, gradient) -> None:

@@ -44,6 +44,9 @@ def add_arguments(p) -> None:
     p.add_argument("--limit-steps", type=positive_int, default=None, help="stop each epoch after this many steps")
     p.add_argument("--distributed", action="store_true",
                    help="data-parallel over the ranks of `mpiexec -n N` (--batch-size is the global batch)")
+    p.add_argument("--no-replay", dest="replay", action="store_false",
+                   help="run every step as written (by default steps after the first few replay a recorded "
+                        "one: the same arithmetic for a fraction of the host's work)")
     p.add_argument("--json", action="store_true", help="end with one JSON summary object")
 
 

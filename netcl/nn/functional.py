@@ -153,7 +153,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, seed=None) -> Tensor:
     """Zero each element with probability p and scale the rest by 1/(1−p); identity when not training.
-    ``inplace`` is accepted for PyTorch's signature; the result is always a new tensor."""
+    ``inplace`` is accepted for PyTorch's signature; the result is always a new tensor. ``seed``: an int,
+    None (a fresh seed per call) or a callable returning each call's seed (nc.nn.Dropout's stream)."""
     if not 0.0 <= p <= 1.0:
         raise ShapeError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0.0:

@@ -197,9 +197,13 @@ class Dropout(Module):
     def forward(self, x):
         if not self.training or self.p == 0.0:
             return x
+        return F.dropout(x, self.p, True, seed=self._next_seed)
+
+    def _next_seed(self) -> int:
+        """The seed of this call; a replayed training step (netcl.runtime.recording) calls it too."""
         seed = (self.seed * 0x9E3779B97F4A7C15 + self.calls) & (2**63 - 1)
         self.calls += 1
-        return F.dropout(x, self.p, True, seed=seed)
+        return seed
 
     def extra_repr(self):
         return f"p={self.p}"

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..autograd import function as autograd_engine
 from ..errors import ShapeError
+from ..runtime import recording
 from ..tensor import Tensor
 from .module import Module
 
@@ -129,8 +130,8 @@ class DistributedDataParallel(Module):
     def forward(self, *args, **kwargs):
         if self.training and self.broadcast_buffers and self._group.size > 1:
             buffers = [b for _, b in self.module.named_buffers()]
-            if buffers:
-                self._collectives.broadcast_many(buffers, src=0)
+            if buffers:  # host work between kernels: a replayed step (netcl.training.replay) repeats it
+                recording.host_call(self._collectives.broadcast_many, buffers, src=0)
         return self.module(*args, **kwargs)
 
     def train(self, mode: bool = True) -> "DistributedDataParallel":

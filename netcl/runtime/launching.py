@@ -12,6 +12,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import DeviceError, DeviceMemoryError
+from . import recording
 from .device import Device
 
 
@@ -64,9 +65,14 @@ def _skipped(device: Device):
     return event
 
 
-def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wait_for=None) -> cl.Event:
+def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wait_for=None,
+           dynamic=None) -> cl.Event:
     """Enqueue one kernel. ``global_size`` is rounded up to a multiple of ``local_size``; the kernel
-    itself must guard the tail. Driver failures become DeviceMemoryError / DeviceError."""
+    itself must guard the tail. Driver failures become DeviceMemoryError / DeviceError.
+
+    ``dynamic`` ({argument index: callable}) names the scalar arguments that differ at every call of the
+    code making this launch (a random seed): a replay of a recording (netcl.runtime.recording) asks each
+    callable for that argument's new value instead of repeating this one."""
     if _dry_threads:
         skipped = _skipped(device)
         if skipped is not None:
@@ -91,9 +97,17 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
         device.throttle(event)
         if _launch_watcher is not None:
             _launch_watcher(kernel)
+        if recording._active is not None:
+            _record(device, kernel, global_size, local_size, args, dynamic)
         return event
     except cl.Error as exc:
         raise _launch_error(device, kernel, exc) from None
+
+
+def _record(device, kernel, global_size, local_size, args, dynamic=None) -> None:
+    being_made = recording.active()
+    if being_made is not None:
+        being_made.kernel(device, kernel, global_size, local_size, args, dynamic)
 
 
 def _geometry(global_size, local_size):
@@ -182,6 +196,11 @@ class PreparedLaunch:
         self.device.throttle(event)
         if _launch_watcher is not None:
             _launch_watcher(self.kernel)
+        if recording._active is not None:
+            args = list(self._args)
+            for i, value in zip(self._slots, values):
+                args[i] = value
+            _record(self.device, self.kernel, self.global_size, self.local_size, args)
         return event
 
     def _first_call(self, values) -> cl.Event:

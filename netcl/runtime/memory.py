@@ -20,6 +20,7 @@ import pyopencl as cl
 import pyopencl.tools as cl_tools
 
 from ..errors import DeviceError, DeviceMemoryError
+from . import recording
 from .device import Device
 
 _meta_cache: dict[tuple, cl.Buffer] = {}
@@ -72,6 +73,12 @@ def allocate(device: Device, nbytes: int):
                                     requested_bytes=nbytes, available_bytes=device.max_alloc_bytes) from None
 
 
+def _record(kind: str, device: Device, *args) -> None:
+    being_made = recording.active()
+    if being_made is not None:
+        getattr(being_made, kind)(device, *args)
+
+
 def release_cached(device: Device) -> int:
     """Hand the buffers the pool holds for reuse back to the driver; returns how many there were."""
     pool = device._memory_pool
@@ -94,6 +101,8 @@ def upload(device: Device, buffer: cl.Buffer, array: np.ndarray, offset_bytes: i
     array = np.asarray(array, order="C")
     if array.nbytes == 0:
         return None
+    if recording._active is not None:
+        _record("upload", device, buffer, array, offset_bytes)
     try:
         return cl.enqueue_copy(device.queue, buffer, array, dst_offset=offset_bytes, is_blocking=wait)
     except cl.Error as exc:
@@ -103,6 +112,11 @@ def upload(device: Device, buffer: cl.Buffer, array: np.ndarray, offset_bytes: i
 def download(device: Device, buffer: cl.Buffer, out: np.ndarray, offset_bytes: int = 0) -> np.ndarray:
     if out.nbytes == 0:
         return out
+    if recording._active is not None:
+        being_made = recording.active()
+        if being_made is not None:  # the host reads a result: what it decides from it is not recorded
+            being_made.refuse(f"it reads {out.nbytes:,} bytes of device data on the host (.item(), "
+                              f".to_host() or the like)")
     try:
         cl.enqueue_copy(device.queue, out, buffer, src_offset=offset_bytes, is_blocking=True)
     except cl.Error as exc:
@@ -113,6 +127,8 @@ def download(device: Device, buffer: cl.Buffer, out: np.ndarray, offset_bytes: i
 def fill(device: Device, buffer: cl.Buffer, value: np.generic, nbytes: int, offset_bytes: int = 0):
     if nbytes == 0:
         return None
+    if recording._active is not None:
+        _record("fill", device, buffer, value, nbytes, offset_bytes)
     try:
         return cl.enqueue_fill_buffer(device.queue, buffer, value, offset_bytes, nbytes)
     except cl.Error as exc:
@@ -125,6 +141,8 @@ def copy(device: Device, dst: cl.Buffer, src: cl.Buffer, nbytes: int, dst_offset
     a memcpy on CPU devices, instead of a kernel launch."""
     if nbytes == 0:
         return None
+    if recording._active is not None:
+        _record("copy", device, dst, src, nbytes, dst_offset_bytes, src_offset_bytes)
     try:
         return cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes, dst_offset=dst_offset_bytes,
                                src_offset=src_offset_bytes)

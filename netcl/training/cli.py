@@ -56,12 +56,13 @@ def _load_checkpoint(path: Path, model_name: str) -> dict:
 def train(model_name: str = "lenet", epochs: int = 3, batch_size: int | None = None, lr: float | None = None,
           data_dir=None, out=None, seed: int = 0, resume: bool = False, limit_steps: int | None = None,
           stop_after: int | None = None, eval_limit: int | None = None, train_limit: int | None = None,
-          distributed: bool = False, progress: bool = True, log=print) -> dict:
+          distributed: bool = False, progress: bool = True, log=print, replay: bool = True) -> dict:
     """Train, evaluating on the test set after each epoch; returns the summary of `netcl train --json`.
 
     ``limit_steps`` caps the batches per epoch, ``stop_after`` ends this invocation after that many epochs
     (as an interruption would), ``eval_limit`` / ``train_limit`` use only the first test / training images
-    (for tests and quick looks). ``batch_size`` None: the recipe's."""
+    (for tests and quick looks). ``batch_size`` None: the recipe's. ``replay`` False runs every step as
+    written instead of replaying a recorded one (netcl.training.replay)."""
     if batch_size is None:
         batch_size = recipes.recipe(model_name)["batch_size"]
     if epochs < 1 or batch_size < 1:
@@ -116,7 +117,7 @@ def train(model_name: str = "lenet", epochs: int = 3, batch_size: int | None = N
         loader.set_epoch(epoch)
         bar = progress_bar(steps_per_epoch, f"epoch {epoch + 1}/{epochs}", progress and ranks.is_main)
         stats = loop.train_epoch(trained, loader, optimizer, scheduler, bar, max_steps=steps_per_epoch,
-                                 loss_fn=loss_fn)
+                                 loss_fn=loss_fn, replay=replay)
         if bar is not None:
             bar.close()
         counts = loop.predict_counts(trained, eval_loader)  # a wrapper shares rank 0's BatchNorm statistics
@@ -169,7 +170,7 @@ def train_command(args) -> dict | None:
     summary = train(args.model, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                     data_dir=args.data_dir, out=args.out, seed=args.seed, resume=args.resume,
                     limit_steps=args.limit_steps, stop_after=args.stop_after, distributed=args.distributed,
-                    log=_log)
+                    log=_log, replay=getattr(args, "replay", True))
     summary["seconds"] = time.perf_counter() - started
     if summary.get("world_size") and _rank() != 0:
         return None  # rank 0 alone reports

@@ -1,7 +1,7 @@
 """Training and evaluation loops over DataLoaders, usable from Python and behind `netcl train` / `netcl eval`.
 
 ``train_epoch`` is the loop a PyTorch user writes — zero_grad, forward, loss, backward, optimizer.step(),
-then scheduler.step() for a per-batch schedule — with the loss summed on the device and read back only when
+then scheduler.step() for a per-batch schedule (replayed from a recording after the first steps) — with the loss summed on the device and read back only when
 the progress bar refreshes, so the host never waits for the device inside a step.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import autograd
 from ..nn import CrossEntropyLoss, Dropout
+from .replay import CapturedStep
 
 
 def dropout_state(model) -> dict:
@@ -51,12 +52,14 @@ def evaluate(model, loader) -> dict:
 
 
 def train_epoch(model, loader, optimizer, scheduler=None, progress=None, loss_fn=None,
-                max_steps: int | None = None) -> dict:
+                max_steps: int | None = None, replay: bool = True) -> dict:
     """One pass over ``loader`` (at most ``max_steps`` batches); ``scheduler.step()`` after every
-    optimizer step. Returns {"train_loss" (mean over steps), "images", "seconds", "images_per_second",
-    "steps", "loss_sum"}."""
+    optimizer step. With ``replay`` the steps after the first few replay a recorded one
+    (netcl.training.replay.CapturedStep: the same arithmetic for a fraction of the host's work). Returns
+    {"train_loss" (mean over steps), "images", "seconds", "images_per_second", "steps", "loss_sum",
+    "replay" (what CapturedStep did)}."""
     model.train()
-    loss_fn = loss_fn or CrossEntropyLoss()
+    step = CapturedStep(model, optimizer, loss_fn or CrossEntropyLoss(), enabled=replay)
     steps = len(loader) if max_steps is None else min(len(loader), max_steps)
     running = None
     images = shown = done = 0
@@ -64,13 +67,9 @@ def train_epoch(model, loader, optimizer, scheduler=None, progress=None, loss_fn
     for k, (x, y) in enumerate(loader):
         if k == steps:
             break
-        optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
+        value = step(x, y)
         if scheduler is not None:
             scheduler.step()
-        value = loss.detach()
         running = value if running is None else running + value
         images += x.shape[0]
         done = k + 1
@@ -83,7 +82,8 @@ def train_epoch(model, loader, optimizer, scheduler=None, progress=None, loss_fn
     loss_sum = running.item() if running is not None else float("nan")
     seconds = time.perf_counter() - start
     return {"train_loss": loss_sum / done if done else float("nan"), "loss_sum": loss_sum, "images": images,
-            "seconds": seconds, "images_per_second": images / seconds if seconds > 0 else 0.0, "steps": done}
+            "seconds": seconds, "images_per_second": images / seconds if seconds > 0 else 0.0, "steps": done,
+            "replay": step.status}
 
 
 __all__ = ["train_epoch", "evaluate", "predict_counts", "dropout_state", "set_dropout_state"]

@@ -28,15 +28,17 @@ def build(model_name: str):
     return getattr(nc.models, model_name)(num_classes=10, in_channels=3), (3, 32, 32)
 
 
-def measure(model_name: str, batch: int, steps: int, warmup: int, bucket_cap_mb: float = 25) -> dict | None:
+def measure(model_name: str, batch: int, steps: int, warmup: int, bucket_cap_mb: float = 25,
+            replay: bool = True) -> dict | None:
     import netcl as nc
+    from netcl.training.replay import CapturedStep
     nc.distributed.init_process_group(backend="mpi")
     rank, world = nc.distributed.get_rank(), nc.distributed.get_world_size()
     model, image = build(model_name)
     if world > 1:
         model = nc.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
     optimizer = nc.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nc.nn.CrossEntropyLoss()
+    step_once = CapturedStep(model, optimizer, nc.nn.CrossEntropyLoss(), enabled=replay)
     rng = np.random.default_rng(rank)
     x = nc.tensor(rng.standard_normal((batch,) + image).astype(np.float32))
     y = nc.tensor(rng.integers(0, 10, batch).astype(np.int64))
@@ -46,10 +48,7 @@ def measure(model_name: str, batch: int, steps: int, warmup: int, bucket_cap_mb:
             nc.distributed.barrier()
             stats_before = dict(getattr(model, "stats", {}))
             start, host_cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
-        optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
+        loss = step_once(x, y)
     loss.item()
     nc.distributed.barrier()
     seconds = time.perf_counter() - start
@@ -63,7 +62,8 @@ def measure(model_name: str, batch: int, steps: int, warmup: int, bucket_cap_mb:
             "global_images_per_second": world * batch * steps / seconds, "step_ms": 1e3 * seconds / steps,
             # CPU per step: the Python thread (launches, autograd, DDP, MPI) and the whole process (with
             # the driver's threads); rank 0's
-            "host_cpu_ms": 1e3 * host_cpu / steps, "process_cpu_ms": 1e3 * process_cpu / steps, **waits}
+            "host_cpu_ms": 1e3 * host_cpu / steps, "process_cpu_ms": 1e3 * process_cpu / steps,
+            "replay": step_once.status, **waits}
 
 
 def alternate(args) -> dict:
@@ -75,13 +75,15 @@ def alternate(args) -> dict:
             binding = ["-bind-to", "core"] if args.bind_to_core else []
             out = subprocess.run(["mpiexec", *binding, "-n", str(n), sys.executable, __file__, args.model,
                                   "--batch", str(args.batch), "--steps", str(args.steps), "--warmup",
-                                  str(args.warmup), "--bucket-cap-mb", str(args.bucket_cap_mb)],
+                                  str(args.warmup), "--bucket-cap-mb", str(args.bucket_cap_mb),
+                                  *([] if args.replay else ["--no-replay"])],
                                  env=env, capture_output=True, text=True, check=True).stdout
             runs[n].append(json.loads(out.strip().splitlines()[-1]))
     efficiencies = [m["global_images_per_second"] / (args.ranks * s["global_images_per_second"])
                     for s, m in zip(runs[1], runs[args.ranks])]
     best = {n: max(r["global_images_per_second"] for r in runs[n]) for n in runs}
     return {"model": args.model, "ranks": args.ranks, "batch_per_rank": args.batch, "bound_to_cores": args.bind_to_core,
+            "replay": {n: sorted({r["replay"] for r in runs[n]}) for n in runs},
             "efficiency_median": statistics.median(efficiencies), "efficiencies": efficiencies,
             # the least disturbed run of each: on a shared machine the closest to what an idle one gives
             "efficiency_best_of": best[args.ranks] / (args.ranks * best[1]),
@@ -105,7 +107,11 @@ if __name__ == "__main__":
     parser.add_argument("--bind-to-core", action="store_true",
                         help="mpiexec -bind-to core for both runs: each rank, the single one included, on a core "
                              "of its own (its host thread shares it with its PoCL thread)")
+    parser.add_argument("--no-replay", dest="replay", action="store_false",
+                        help="run every step as written instead of replaying the recorded step "
+                             "(netcl.training.CapturedStep)")
     cli = parser.parse_args()
-    result = alternate(cli) if cli.rounds else measure(cli.model, cli.batch, cli.steps, cli.warmup, cli.bucket_cap_mb)
+    result = (alternate(cli) if cli.rounds else
+              measure(cli.model, cli.batch, cli.steps, cli.warmup, cli.bucket_cap_mb, cli.replay))
     if result is not None:
         print(json.dumps(result))

@@ -3,7 +3,8 @@
 Each scenario leaves its results in OUTDIR/<scenario>-rank<r>.npz for the test to check; nothing is
 asserted here, so a failure shows up as a test failure with the data, not as a hung job.
   equivalence  k SGD steps of a small conv net with DistributedDataParallel, each rank on its own
-               BATCH-image share of one global batch, for several bucket caps
+               BATCH-image share of one global batch, for several bucket caps; and 2k steps as written
+               and replayed (netcl.training.CapturedStep)
   collectives  all_reduce with each op, broadcast and barrier on odd sizes
   semantics    BatchNorm buffers equal after eval(), no_sync accumulation, parameters one rank leaves unused
   fail         rank FAILING_RANK raises while the others wait in an all_reduce
@@ -48,16 +49,15 @@ def global_batches(seed: int, world_size: int):
             for _ in range(STEPS)]
 
 
-def train(model, batches, rank: int, world_size: int):
-    """SGD steps on this rank's contiguous share of each global batch; the parameters afterwards."""
+def train(model, batches, rank: int, world_size: int, replay: bool = False):
+    """SGD steps on this rank's contiguous share of each global batch; the parameters afterwards. With
+    ``replay`` through CapturedStep without warm-up: steps 1 and 2 recorded, the later ones replayed."""
     optimizer = nc.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    loss_fn = nc.nn.CrossEntropyLoss()
+    step = nc.training.CapturedStep(model, optimizer, nc.nn.CrossEntropyLoss(), warmup=0, enabled=replay)
     for images, labels in batches:
         share = slice(rank * BATCH, (rank + 1) * BATCH) if world_size > 1 else slice(None)
-        optimizer.zero_grad()
-        loss = loss_fn(model(nc.tensor(images[share])), nc.tensor(labels[share]))
-        loss.backward()
-        optimizer.step()
+        step(nc.tensor(images[share]), nc.tensor(labels[share]))
+    train.status = step.status
     return OrderedDict((name, p.to_host()) for name, p in model.named_parameters())
 
 
@@ -71,9 +71,15 @@ def equivalence(out: Path, seed: int) -> None:
         buckets[cap] = ddp.bucket_sizes
         for name, value in train(ddp, batches, rank, world).items():
             results[f"cap{cap}/{name}"] = value
+    statuses = {}
+    for replay in (False, True):  # twice the steps, as written and replayed, one bucket per tensor
+        ddp = nc.nn.parallel.DistributedDataParallel(small_convnet(seed + rank), bucket_cap_mb=BUCKET_CAPS[1])
+        for name, value in train(ddp, batches * 2, rank, world, replay).items():
+            results[f"replay{int(replay)}/{name}"] = value
+        statuses[str(replay)] = train.status
     np.savez(out / f"equivalence-rank{rank}.npz", **results)
     (out / f"equivalence-rank{rank}.json").write_text(json.dumps({"world_size": world, "buckets": {
-        str(k): v for k, v in buckets.items()}}))
+        str(k): v for k, v in buckets.items()}, "replay": statuses}))
 
 
 def collectives(out: Path, seed: int) -> None:
