@@ -47,8 +47,12 @@ class _Group:
         self.failure_comm = comm.Dup()  # failure notices never match a user's or DDP's messages
         self.notice = bytearray(4096)
         self.notice_request = self.failure_comm.Irecv(self.notice, source=mpi.ANY_SOURCE, tag=_FAILURE_TAG)
+        self.notice_status = mpi.Status()
         self.failing = False
         self.cores = cores  # the cores init_process_group pinned this rank to (None: not pinned)
+        # Whether this rank runs on cores no other rank uses (pinned here or by the launcher): then a
+        # busy wait takes nothing from another rank.
+        self.owns_cores = cores is not None or _bound(_available_cores())
 
 
 _group: _Group | None = None
@@ -101,9 +105,13 @@ def _local_placement(mpi, comm) -> tuple[int, int]:
     return 0, 1
 
 
+def _available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def cores_per_rank(local_size: int) -> int:
     """The cores this rank may use: what the launcher bound it to, else an equal share of the node's."""
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    available = _available_cores()
     if _bound(available):
         return available  # its cores are its share
     return max(1, available // max(local_size, 1))
@@ -220,7 +228,7 @@ def check_failures() -> None:
     g = _group
     if g is None or g.failing:
         return
-    status = g.mpi.Status()
+    status = g.notice_status  # one Status for every poll: making one each time cost more than the test
     if not g.notice_request.Test(status):
         return
     message = bytes(g.notice).rstrip(b"\0").decode("utf-8", "replace")
@@ -231,11 +239,21 @@ def check_failures() -> None:
     g.comm.Abort(1)
 
 
-def wait(request, first_sleep_seconds: float = 5e-5, longest_sleep_seconds: float = 2e-4) -> None:
+def wait(request, first_sleep_seconds: float = 5e-5, longest_sleep_seconds: float = 2e-4,
+         spin: bool = False) -> None:
     """Wait for a non-blocking MPI request, watching for other ranks' failure notices meanwhile.
 
     Polls with growing sleeps instead of MPI's blocking wait, which spins: ranks sharing a node's cores
-    would take them from the devices (PoCL's threads) that the late rank still computes on."""
+    would take them from the devices (PoCL's threads) that the late rank still computes on. With ``spin``
+    (for a rank on cores of its own whose device has nothing to do meanwhile) it tests without sleeping,
+    and looks for failure notices every millisecond."""
+    if spin:
+        next_check = time.monotonic() + 1e-3
+        while not request.Test():
+            if time.monotonic() > next_check:
+                check_failures()
+                next_check = time.monotonic() + 1e-3
+        return
     delay = 0.0
     while not request.Test():
         check_failures()

@@ -52,6 +52,8 @@ class _Bucket:
         self.request = None  # the Iallreduce once started
 
     def download(self, collectives) -> None:
+        """Queue the gradients' copies into the host buffer. Their events are kept: pyopencl waits for a
+        copy into host memory when its event is dropped."""
         self.events = []
         for p, start, stop in zip(self.params, self.offsets, self.offsets[1:]):
             view = self.host[start:stop]
@@ -60,6 +62,10 @@ class _Bucket:
                 continue
             grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
             self.events.append(collectives.download_async(grad, view))
+
+    def landed(self, done) -> bool:
+        """Whether every copy has landed: the last one has (one in-order queue)."""
+        return not self.events or done(self.events[-1])
 
 
 class DistributedDataParallel(Module):
@@ -184,7 +190,7 @@ class DistributedDataParallel(Module):
                 if not block:
                     break
                 bucket.download(self._collectives)  # parameters this pass never reached
-            if not all(done(e) for e in bucket.events):
+            if not bucket.landed(done):
                 if not block:
                     break
                 if not self._test_running():  # nothing to progress: sleep in the driver until done
@@ -215,8 +221,11 @@ class DistributedDataParallel(Module):
             started = time.perf_counter()
             self._start_ready_buckets(block=True)
             device_done = time.perf_counter()
+            # Every gradient has landed, so this rank's device is idle until the averages come back: on
+            # cores of its own the wait spins on MPI_Test, which is where MPI moves a non-blocking
+            # allreduce on (sleeps between tests stretched LeNet's 0.4 ms allreduce to 1.3 ms).
             for bucket in self._buckets:
-                process_group.wait(bucket.request)
+                process_group.wait(bucket.request, spin=self._group.owns_cores)
             self.stats["passes"] += 1
             self.stats["device_wait_s"] += device_done - started
             self.stats["mpi_wait_s"] += time.perf_counter() - device_done
