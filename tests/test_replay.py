@@ -10,7 +10,7 @@ import pytest
 import netcl as nc
 from netcl.autograd import function as autograd_engine
 from netcl.runtime import memory
-from netcl.runtime.recording import Recording, Replay
+from netcl.runtime.recording import Recording, Replay, host_call
 
 
 @pytest.fixture(autouse=True)
@@ -170,3 +170,18 @@ def test_recordings_compare_by_what_they_do_and_replay_on_new_data(device):
     assert "reads" in reading.unusable
     with pytest.raises(ValueError, match="cannot be replayed"):
         Replay(reading)
+
+
+def test_host_calls_compare_lists_by_their_items(device):
+    a = nc.tensor(np.ones(7, np.float32))
+    calls = []
+    signatures = []
+    for _ in range(2):
+        with Recording(device) as recording:
+            host_call(lambda tensors, scale=None: calls.append(len(tensors)), [a], scale=1.0)
+            (a * 2.0).exp()
+        signatures.append(recording.signature())
+    assert calls == [1, 1]
+    assert signatures[0][1:] == signatures[1][1:] and signatures[0][0][3] == signatures[1][0][3]
+    Replay(recording).replay()
+    assert calls == [1, 1, 1]

@@ -138,12 +138,18 @@ class Recording:
             else:
                 _, fn, args, kwargs = entry
                 out.append((kind, getattr(fn, "__func__", fn), id(getattr(fn, "__self__", None)),
-                            tuple(map(id, args)), tuple((k, id(v)) for k, v in sorted(kwargs.items()))))
+                            _identities(args), _identities(sorted(kwargs.items()))))
         return out
 
     @property
     def launches(self) -> int:
         return sum(entry[0] == "kernel" for entry in self.entries)
+
+
+def _identities(values) -> tuple:
+    """The objects a host call was given, by identity; lists and tuples by their items' (a list of
+    tensors made anew for every call is the same argument)."""
+    return tuple(_identities(v) if isinstance(v, (list, tuple)) else id(v) for v in values)
 
 
 def host_call(fn, *args, **kwargs):
