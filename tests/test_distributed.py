@@ -40,8 +40,8 @@ sys.path.insert(0, str(WORKER.parent))
 import worker  # noqa: E402  (the worker's model, data and recipe, shared with the reference run)
 
 
-def run_job(scenario: str, out: Path, seed: int, timeout: float = 120):
-    env = dict(os.environ, POCL_MAX_PTHREAD_COUNT="1", PYTHONUNBUFFERED="1")
+def run_job(scenario: str, out: Path, seed: int, timeout: float = 120, **env_vars):
+    env = dict(os.environ, POCL_MAX_PTHREAD_COUNT="1", PYTHONUNBUFFERED="1", **env_vars)
     started = time.monotonic()
     proc = subprocess.run([MPIEXEC, "-n", str(RANKS), sys.executable, str(WORKER), scenario, str(out), str(seed)],
                           env=env, capture_output=True, text=True, timeout=timeout)
@@ -90,11 +90,13 @@ def test_all_reduce_ops_and_broadcast(tmp_path, seed):
 
 
 @needs_mpi
-def test_ddp_equals_one_process_with_the_global_batch(tmp_path, seed):
-    proc, _ = run_job("equivalence", tmp_path, seed)
+@pytest.mark.parametrize("transport", ["shared memory", "mpi"])
+def test_ddp_equals_one_process_with_the_global_batch(tmp_path, seed, transport):
+    proc, _ = run_job("equivalence", tmp_path, seed, NETCL_DDP_TRANSPORT="mpi" if transport == "mpi" else "auto")
     assert proc.returncode == 0, proc.stderr[-3000:]
     meta = json.loads((tmp_path / "equivalence-rank0.json").read_text())
     assert meta["world_size"] == RANKS, "mpiexec started singletons: its MPI is not the one mpi4py loads"
+    assert meta["transport"] == transport  # the ranks share this machine: shared memory unless told
     caps = [str(c) for c in worker.BUCKET_CAPS]
     assert len(meta["buckets"][caps[0]]) == 1 and len(meta["buckets"][caps[1]]) == 6  # one, and one per tensor
     # by default a small model's gradients go in buckets of a quarter of them, the first ready first:
@@ -179,6 +181,23 @@ def test_missing_mpi_is_a_one_line_error_naming_the_install(monkeypatch):
     assert "pip install mpi4py mpich" in message and "\n" not in message
     with pytest.raises(nc.NetclError, match="init_process_group"):
         nc.distributed.get_rank()
+
+
+def test_ddp_transport_choice(monkeypatch):
+    from types import SimpleNamespace
+
+    import netcl as nc
+    from netcl.distributed import bucket_reduce
+    spread = SimpleNamespace(local_size=1, size=2, mpi=None)  # two ranks on two nodes
+    monkeypatch.setenv("NETCL_DDP_TRANSPORT", "carrier-pigeon")
+    with pytest.raises(nc.NetclError, match="auto, mpi or shared"):
+        bucket_reduce.for_group(spread, None, [])
+    monkeypatch.setenv("NETCL_DDP_TRANSPORT", "shared")
+    with pytest.raises(nc.NetclError, match="every rank on one node"):
+        bucket_reduce.for_group(spread, None, [])
+    monkeypatch.setenv("NETCL_DDP_TRANSPORT", "auto")
+    comm = SimpleNamespace(Get_size=lambda: 2)
+    assert bucket_reduce.for_group(spread, comm, [(5, np.float32)]).name == "mpi"
 
 
 def test_bad_arguments_raise_typed_errors(monkeypatch):

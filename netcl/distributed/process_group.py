@@ -247,15 +247,21 @@ def wait(request, first_sleep_seconds: float = 5e-5, longest_sleep_seconds: floa
     would take them from the devices (PoCL's threads) that the late rank still computes on. With ``spin``
     (for a rank on cores of its own whose device has nothing to do meanwhile) it tests without sleeping,
     and looks for failure notices every millisecond."""
+    wait_until(request.Test, first_sleep_seconds, longest_sleep_seconds, spin)
+
+
+def wait_until(done, first_sleep_seconds: float = 5e-5, longest_sleep_seconds: float = 2e-4,
+               spin: bool = False) -> None:
+    """``wait`` for any progress test: ``done()`` is called until it returns True."""
     if spin:
         next_check = time.monotonic() + 1e-3
-        while not request.Test():
+        while not done():
             if time.monotonic() > next_check:
                 check_failures()
                 next_check = time.monotonic() + 1e-3
         return
     delay = 0.0
-    while not request.Test():
+    while not done():
         check_failures()
         time.sleep(delay)
         delay = min(first_sleep_seconds if delay == 0.0 else delay * 2, longest_sleep_seconds)

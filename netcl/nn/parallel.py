@@ -19,6 +19,7 @@ statistics among them, are broadcast at every training forward, so all ranks eva
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -40,24 +41,20 @@ class _Bucket:
         self.params = params
         self.dtype = params[0].dtype
         self.offsets = np.cumsum([0] + [p.size for p in params]).tolist()
-        self.host = np.empty(self.offsets[-1], dtype=self.dtype)
+        self.size = self.offsets[-1]
         self.reset()
-
-    @property
-    def nbytes(self) -> int:
-        return self.host.nbytes
 
     def reset(self) -> None:
         self.waiting = {id(p) for p in self.params}
         self.events = None  # the downloads' events once the bucket is complete
-        self.request = None  # the Iallreduce once started
+        self.started = False  # its reduction
 
-    def download(self, collectives) -> None:
-        """Queue the gradients' copies into the host buffer. Their events are kept: pyopencl waits for a
-        copy into host memory when its event is dropped."""
+    def download(self, collectives, host: np.ndarray) -> None:
+        """Queue the gradients' copies into ``host``. Their events are kept: pyopencl waits for a copy
+        into host memory when its event is dropped."""
         self.events = []
         for p, start, stop in zip(self.params, self.offsets, self.offsets[1:]):
-            view = self.host[start:stop]
+            view = host[start:stop]
             if p.grad is None:
                 view.fill(0)  # unused on this rank this pass: it adds nothing to the sum
                 continue
@@ -93,7 +90,7 @@ class DistributedDataParallel(Module):
                  min_buckets: int = 4):
         super().__init__()
         from .. import distributed
-        from ..distributed import collectives, process_group
+        from ..distributed import bucket_reduce, collectives, process_group
         if not isinstance(module, Module):
             raise ShapeError(f"DistributedDataParallel wraps an nc.nn.Module, got {type(module).__name__}")
         if not isinstance(bucket_cap_mb, (int, float)) or not 0 < bucket_cap_mb < float("inf"):
@@ -115,6 +112,8 @@ class DistributedDataParallel(Module):
         cap_bytes = min(bucket_cap_mb * MEBIBYTE, gradient_bytes / min_buckets)
         object.__setattr__(self, "_buckets", self._make_buckets(module.parameters(), cap_bytes))
         object.__setattr__(self, "_bucket_of", {id(p): b for b in self._buckets for p in b.params})
+        object.__setattr__(self, "_reduce", bucket_reduce.for_group(
+            self._group, self._comm, [(b.size, b.dtype) for b in self._buckets]))
         object.__setattr__(self, "_hooks", [])
         object.__setattr__(self, "_pass_open", False)
         object.__setattr__(self, "_next_to_start", 0)
@@ -142,7 +141,12 @@ class DistributedDataParallel(Module):
     @property
     def bucket_sizes(self) -> list[int]:
         """Elements per bucket, in the order their allreduces start."""
-        return [b.host.size for b in self._buckets]
+        return [b.size for b in self._buckets]
+
+    @property
+    def transport(self) -> str:
+        """How buckets are averaged: "shared memory" (every rank on this node) or "mpi"."""
+        return self._reduce.name
 
     # ---- forward -----------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -186,7 +190,7 @@ class DistributedDataParallel(Module):
         bucket = self._bucket_of[id(param)]
         bucket.waiting.discard(id(param))
         if not bucket.waiting and bucket.events is None:
-            bucket.download(self._collectives)
+            bucket.download(self._collectives, self._reduce.contribution(bucket.index))
         self._start_ready_buckets(block=False)
 
     def _start_ready_buckets(self, block: bool) -> None:
@@ -201,7 +205,7 @@ class DistributedDataParallel(Module):
             if bucket.events is None:
                 if not block:
                     break
-                bucket.download(self._collectives)  # parameters this pass never reached
+                bucket.download(self._collectives, self._reduce.contribution(bucket.index))  # never reached
             if not bucket.landed(done):
                 if not block:
                     break
@@ -213,7 +217,8 @@ class DistributedDataParallel(Module):
                 time.sleep(delay)
                 delay = min(2 * delay or 5e-5, 2e-4)
                 continue
-            bucket.request = self._comm.Iallreduce(self._group.mpi.IN_PLACE, bucket.host, op=self._group.mpi.SUM)
+            self._reduce.start(bucket.index)
+            bucket.started = True
             object.__setattr__(self, "_next_to_start", self._next_to_start + 1)
             self.stats["buckets_started_early"] += not block
         self._test_running()
@@ -223,7 +228,7 @@ class DistributedDataParallel(Module):
         whether any is still running."""
         running = False
         for bucket in self._buckets[:self._next_to_start]:
-            if bucket.request is not None and not bucket.request.Test():
+            if bucket.started and not self._reduce.test(bucket.index):
                 running = True
         return running
 
@@ -237,14 +242,13 @@ class DistributedDataParallel(Module):
             # cores of its own the wait spins on MPI_Test, which is where MPI moves a non-blocking
             # allreduce on (sleeps between tests stretched LeNet's 0.4 ms allreduce to 1.3 ms).
             for bucket in self._buckets:
-                process_group.wait(bucket.request, spin=self._group.owns_cores)
+                process_group.wait_until(functools.partial(self._reduce.test, bucket.index),
+                                         spin=self._group.owns_cores)
             self.stats["passes"] += 1
             self.stats["device_wait_s"] += device_done - started
             self.stats["mpi_wait_s"] += time.perf_counter() - device_done
-            scale = 1.0 / self._group.size
             for bucket in self._buckets:
-                bucket.host *= bucket.dtype.type(scale)
-                self._write_back(bucket)
+                self._write_back(bucket, self._reduce.result(bucket.index))
         finally:
             for bucket in self._buckets:
                 bucket.reset()
@@ -252,10 +256,10 @@ class DistributedDataParallel(Module):
             object.__setattr__(self, "_next_to_start", 0)
 
     @staticmethod
-    def _write_back(bucket: _Bucket) -> None:
+    def _write_back(bucket: _Bucket, result: np.ndarray) -> None:
         from ..runtime import memory
         for p, start, stop in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
-            averaged = bucket.host[start:stop]
+            averaged = result[start:stop]
             if p.grad is None or not p.grad.is_contiguous():
                 p.grad = Tensor.from_host(averaged.reshape(p.shape), p.device)
                 continue
