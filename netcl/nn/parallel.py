@@ -209,7 +209,9 @@ class DistributedDataParallel(Module):
             if not bucket.landed(done):
                 if not block:
                     break
-                if not self._test_running():  # nothing to progress: sleep in the driver until done
+                # Sleep in the driver until the copies land, unless MPI needs tests to move the
+                # allreduces already started (shared memory does not: a rank's sum waits for flags only).
+                if not self._reduce.needs_tests or not self._test_running():
                     for event in bucket.events:
                         event.wait()
                     continue
