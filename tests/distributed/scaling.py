@@ -29,14 +29,14 @@ def build(model_name: str):
 
 
 def measure(model_name: str, batch: int, steps: int, warmup: int, bucket_cap_mb: float = 25,
-            replay: bool = True) -> dict | None:
+            replay: bool = True, min_buckets: int = 4) -> dict | None:
     import netcl as nc
     from netcl.training.replay import CapturedStep
     nc.distributed.init_process_group(backend="mpi")
     rank, world = nc.distributed.get_rank(), nc.distributed.get_world_size()
     model, image = build(model_name)
     if world > 1:
-        model = nc.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+        model = nc.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, min_buckets=min_buckets)
     optimizer = nc.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     step_once = CapturedStep(model, optimizer, nc.nn.CrossEntropyLoss(), enabled=replay)
     rng = np.random.default_rng(rank)
@@ -76,6 +76,7 @@ def alternate(args) -> dict:
             out = subprocess.run(["mpiexec", *binding, "-n", str(n), sys.executable, __file__, args.model,
                                   "--batch", str(args.batch), "--steps", str(args.steps), "--warmup",
                                   str(args.warmup), "--bucket-cap-mb", str(args.bucket_cap_mb),
+                                  "--min-buckets", str(args.min_buckets),
                                   *([] if args.replay else ["--no-replay"])],
                                  env=env, capture_output=True, text=True, check=True).stdout
             runs[n].append(json.loads(out.strip().splitlines()[-1]))
@@ -104,6 +105,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=0, help="alternate this many 1-rank / N-rank runs")
     parser.add_argument("--ranks", type=int, default=2, help="N for --rounds")
     parser.add_argument("--bucket-cap-mb", type=float, default=25)
+    parser.add_argument("--min-buckets", type=int, default=4)
     parser.add_argument("--bind-to-core", action="store_true",
                         help="mpiexec -bind-to core for both runs: each rank, the single one included, on a core "
                              "of its own (its host thread shares it with its PoCL thread)")
@@ -112,6 +114,6 @@ if __name__ == "__main__":
                              "(netcl.training.CapturedStep)")
     cli = parser.parse_args()
     result = (alternate(cli) if cli.rounds else
-              measure(cli.model, cli.batch, cli.steps, cli.warmup, cli.bucket_cap_mb, cli.replay))
+              measure(cli.model, cli.batch, cli.steps, cli.warmup, cli.bucket_cap_mb, cli.replay, cli.min_buckets))
     if result is not None:
         print(json.dumps(result))
