@@ -185,3 +185,17 @@ def test_host_calls_compare_lists_by_their_items(device):
     assert signatures[0][1:] == signatures[1][1:] and signatures[0][0][3] == signatures[1][0][3]
     Replay(recording).replay()
     assert calls == [1, 1, 1]
+
+
+def test_launches_with_untyped_python_numbers_are_not_replayable(device):
+    from netcl.runtime.kernels import get_kernel, launch
+
+    t = nc.tensor(np.zeros(13, np.float64)) if device.has_fp64 else nc.tensor(np.zeros(13, np.float32))
+    kernel = get_kernel(device, "random.cl", "fill_random", T="double" if device.has_fp64 else "float",
+                        DIST="uniform")
+    with Recording(device) as typed:
+        launch(device, kernel, (13,), None, t.buffer, np.int64(0), np.uint64(5), np.int64(13), t.dtype.type(0.5))
+    assert typed.unusable is None  # NumPy scalars, np.float64 (a Python float subclass) included
+    with Recording(device) as untyped:
+        untyped.kernel(device, kernel, (13,), None, (t.buffer, 0, np.uint64(5), np.int64(13), t.dtype.type(0)))
+    assert "Python number" in untyped.unusable

@@ -64,8 +64,13 @@ class Recording:
 
     # ---- what the runtime reports ------------------------------------------------------------------
     def kernel(self, device, kernel: cl.Kernel, global_size, local_size, args, dynamic=None) -> None:
-        if self._check_device(device):
-            self.entries.append(("kernel", kernel, global_size, local_size, tuple(args), dict(dynamic or {})))
+        if not self._check_device(device):
+            return
+        if any(isinstance(a, (int, float, complex)) and not isinstance(a, np.generic) for a in args):
+            self.refuse(f"{kernel.function_name} is launched with a Python number, whose type a replay "
+                        f"cannot know")
+            return
+        self.entries.append(("kernel", kernel, global_size, local_size, tuple(args), dict(dynamic or {})))
 
     def upload(self, device, buffer, array: np.ndarray, offset_bytes: int) -> None:
         if self._check_device(device):
