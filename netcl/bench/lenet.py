@@ -1,7 +1,8 @@
 """`netcl bench lenet [--json] [--quick]`: LeNet speed in the layout of Hao Zhang's report.
 
   Table 3 layout: training iterations/s (forward + backward + SGD step, data already on the device) at
-                  batch 32, 64, 128 and 256, and inference images/s at batch 256;
+                  batch 32, 64, 128 and 256, as written and replayed (nc.training.CapturedStep, what
+                  `netcl train` runs), and inference images/s at batch 256;
   Table 4 layout: forward and backward milliseconds of every layer at batch 128;
   first step:     seconds from `import netcl` to the first finished training step in a fresh process,
                   with a cold kernel cache (empty NETCL_CACHE_DIR, POCL_KERNEL_CACHE=0) and a warm one.
@@ -69,7 +70,9 @@ def _timed(fn, device, min_seconds: float, min_reps: int, max_reps: int):
     return (time.perf_counter() - start) / reps
 
 
-def _netcl_train_step(batch: int, device):
+def _netcl_train_step(batch: int, device, replay: bool = False):
+    """The step PyTorch's reference times; with ``replay``, through nc.training.CapturedStep (what
+    ``netcl train`` runs), which replays a recorded step from the fifth call on."""
     import netcl as nc
     model = nc.models.lenet(seed=0, device=device)
     opt = nc.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -77,6 +80,9 @@ def _netcl_train_step(batch: int, device):
     rng = np.random.default_rng(0)
     x = nc.tensor(rng.standard_normal((batch, 1, 28, 28)).astype(np.float32), device=device)
     y = nc.tensor(rng.integers(0, 10, batch), device=device)
+    if replay:
+        captured = nc.training.CapturedStep(model, opt, loss_fn)
+        return (lambda: captured(x, y)), model, x
 
     def step():
         opt.zero_grad()
@@ -142,6 +148,7 @@ def run(args):
     rounds = 3 if quick else 5
     min_reps = getattr(args, "repeat", None) or 3
     result = {"device": device.describe(), "rounds": rounds, "train_iterations_per_second": {},
+              "train_replayed_iterations_per_second": {},
               "torch_iterations_per_second": {}, "ratio_to_torch": {}}
     with ReferenceProcess() as ref:
         result["torch_version"] = ref.torch_version
@@ -157,6 +164,12 @@ def run(args):
                 result["torch_iterations_per_second"][batch] = 1.0 / r["reference_seconds"]
                 result["ratio_to_torch"][batch] = r["ratio"]
             del step, model, x
+            replayed, _, _ = _netcl_train_step(batch, device, replay=True)
+            for _ in range(4):  # two steps as written, two recorded: later calls replay
+                replayed()
+            result["train_replayed_iterations_per_second"][batch] = 1.0 / _timed(
+                replayed, device, seconds, min_reps, 10_000)
+            del replayed
 
         _, model, x = _netcl_train_step(INFER_BATCH, device)
         model.eval()
@@ -193,6 +206,8 @@ def _print(r) -> None:
     print("training iterations/s (forward + backward + SGD step)", file=out)
     print(f"  {'implementation':<16}" + "".join(f"{b:>11}" for b in BATCHES), file=out)
     print(f"  {'netcl':<16}" + "".join(f"{r['train_iterations_per_second'][b]:>11.1f}" for b in BATCHES), file=out)
+    print(f"  {'netcl replayed':<16}" + "".join(f"{r['train_replayed_iterations_per_second'][b]:>11.1f}"
+                                               for b in BATCHES), file=out)
     if r["torch_iterations_per_second"]:
         print(f"  {'PyTorch':<16}" + "".join(f"{r['torch_iterations_per_second'][b]:>11.1f}" for b in BATCHES),
               file=out)
