@@ -199,3 +199,33 @@ def test_launches_with_untyped_python_numbers_are_not_replayable(device):
     with Recording(device) as untyped:
         untyped.kernel(device, kernel, (13,), None, (t.buffer, 0, np.uint64(5), np.int64(13), t.dtype.type(0)))
     assert "Python number" in untyped.unusable
+
+
+def test_sgd_steps_are_recorded_and_read_their_settings_at_every_replay():
+    """OneCycleLR changes lr and momentum every step; switching momentum off changes SGD's kernel, and
+    the step is recorded again."""
+    data = batches(7, [7] * 12, image=(13,))
+
+    def schedule(opt):
+        return nc.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=12)
+
+    def switching(replay):
+        nc.manual_seed(2)
+        model = FreshDropoutNet()
+        opt = nc.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        step = nc.training.CapturedStep(model, opt, enabled=replay)
+        for k, (x, y) in enumerate(data):
+            if k == 7:
+                opt.param_groups[0]["momentum"] = 0.0
+            step(nc.tensor(x), nc.tensor(y))
+        return [p.to_host() for p in model.parameters()], step
+
+    args = (FreshDropoutNet, lambda p: nc.optim.SGD(p, lr=0.05, momentum=0.9), data)
+    written = run(*args, replay=False, seed=2, schedule=schedule)
+    replayed = run(*args, replay=True, seed=2, schedule=schedule)
+    assert replayed[2].replays == 8 and replayed[2].optimizer.replay_key() is not None
+    assert_same(written, replayed)
+    (want, _), (got, step) = switching(False), switching(True)
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(b, a)
+    assert step.replays >= 5, step.status

@@ -127,19 +127,39 @@ def _run_leaf_hooks(t) -> None:
         recording.host_call(hook, t)
 
 
+def _open_callbacks() -> None:
+    _state.__dict__.setdefault("outer_callbacks", []).append(getattr(_state, "backward_callbacks", None))
+    _state.backward_callbacks = []
+
+
+def _close_callbacks(run: bool = True) -> None:
+    try:
+        if run:
+            with recording.not_recorded():
+                while _state.backward_callbacks:  # a callback may queue another
+                    _state.backward_callbacks.pop(0)()
+    finally:
+        _state.backward_callbacks = _state.outer_callbacks.pop()
+
+
 @contextlib.contextmanager
 def backward_callbacks_scope():
     """A backward pass's scope for ``queue_backward_callback``: the callbacks queued within run when it
-    ends without an error (not recorded: the hooks that queued them are, and queue them again)."""
-    outer = getattr(_state, "backward_callbacks", None)
-    _state.backward_callbacks = []
+    ends without an error. Inside a recording, its opening and its end are recorded as host work, so a
+    replay runs the callbacks that the replayed hooks queue where the pass ended (the callbacks' own
+    commands are not recorded)."""
+    being_made = recording.active()
+    _open_callbacks()
+    if being_made is not None:
+        being_made.host(_open_callbacks, (), {})
+    finished = False
     try:
         yield
-        with recording.not_recorded():
-            while _state.backward_callbacks:  # a callback may queue another
-                _state.backward_callbacks.pop(0)()
+        finished = True
     finally:
-        _state.backward_callbacks = outer
+        _close_callbacks(run=finished)
+    if being_made is not None:
+        being_made.host(_close_callbacks, (), {})
 
 
 def backward(root, gradient) -> None:

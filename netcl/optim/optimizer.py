@@ -105,9 +105,16 @@ class Optimizer:
         class defines its own update; the base class only groups and batches the parameters)."""
         raise NotImplementedError(f"{type(self).__name__} does not define its parameter update")
 
-    def _launch(self, items, name: str, args, **params) -> None:
+    def replay_key(self):
+        """What a recorded ``step()`` relies on beyond its launches' arguments (netcl.training.replay records
+        the step with the backward pass when this is not None, and records again when it changes); None:
+        this optimizer's step is not recorded (its host-side state changes each step, as Adam's count)."""
+        return None
+
+    def _launch(self, items, name: str, args, dynamic=None, **params) -> None:
         """Update ``items`` with kernel ``name``: ``args`` is the per-tensor arguments followed by one
-        tuple of scalars; the work-group ends of each tensor go between them."""
+        tuple of scalars; the work-group ends of each tensor go between them. ``dynamic``: one callable
+        per scalar giving its value at a replay of a recorded step (the group's settings then)."""
         # with sizes and dtype: a parameter the groups no longer hold may leave its id to a new tensor
         key = (name, items[0][0].dtype, tuple((id(q), q.size) for q, _, _ in items), tuple(params.items()))
         prepared = self._launches.get(key)
@@ -122,7 +129,9 @@ class Optimizer:
             prepared = self._launches[key] = PreparedLaunch(
                 p.device, kernel, (group_ends[-1] * local,), (local,),
                 [VARYING] * (len(args) - 1) + [np.int64(end) for end in group_ends] + [VARYING] * len(args[-1]))
-        prepared(*args[:-1], *args[-1])
+        first_scalar = len(args) - 1
+        prepared(*args[:-1], *args[-1],
+                 dynamic={first_scalar + k: refresh for k, refresh in enumerate(dynamic)} if dynamic else None)
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:

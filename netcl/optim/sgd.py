@@ -43,5 +43,16 @@ class SGD(Optimizer):
                            np.int64(buf.offset), np.int64(p.size), np.int32(first)]
         T = items[0][0].dtype.type
         scalars = (T(group["lr"]), T(momentum), T(1.0 - group["dampening"]), T(group["weight_decay"]))
-        self._launch(items, "sgd_step", per_tensor + [scalars], WD=group["weight_decay"] != 0,
+        # A replayed step reads the group's settings as they are then (a schedule changes lr, OneCycleLR
+        # momentum); what picks the kernel is in replay_key.
+        refresh = (lambda: T(group["lr"]), lambda: T(group["momentum"]), lambda: T(1.0 - group["dampening"]),
+                   lambda: T(group["weight_decay"]))
+        self._launch(items, "sgd_step", per_tensor + [scalars], dynamic=refresh, WD=group["weight_decay"] != 0,
                      MOMENTUM=momentum != 0, NESTEROV=bool(group["nesterov"]))
+
+    def replay_key(self):
+        """The kernel variants, the parameters and their momentum buffers: a recorded step stays right
+        while these stay (the settings' values are read at every replay)."""
+        return tuple((g["momentum"] != 0, g["weight_decay"] != 0, bool(g["nesterov"]),
+                      tuple((id(p), id(self.state.get(id(p), {}).get("momentum_buffer"))) for p in g["params"]))
+                     for g in self.param_groups)

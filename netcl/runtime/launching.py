@@ -167,14 +167,16 @@ class PreparedLaunch:
         self._private = None  # made at the first call, which goes through launch()
         self._last: list = []
 
-    def __call__(self, *values) -> cl.Event:
+    def __call__(self, *values, dynamic=None) -> cl.Event:
+        """Launch with ``values`` for the varying arguments; ``dynamic`` ({index into values: callable})
+        as for :func:`launch`."""
         if _dry_threads:
             skipped = _skipped(self.device)
             if skipped is not None:
                 return skipped
         private = self._private
         if private is None:
-            return self._first_call(values)
+            return self._first_call(values, dynamic)
         last = self._last
         if len(values) != len(last):
             raise TypeError(f"{self.kernel.function_name}: {len(last)} varying arguments, got {len(values)}")
@@ -200,16 +202,18 @@ class PreparedLaunch:
             args = list(self._args)
             for i, value in zip(self._slots, values):
                 args[i] = value
-            _record(self.device, self.kernel, self.global_size, self.local_size, args)
+            _record(self.device, self.kernel, self.global_size, self.local_size, args,
+                    {self._slots[j]: refresh for j, refresh in dynamic.items()} if dynamic else None)
         return event
 
-    def _first_call(self, values) -> cl.Event:
+    def _first_call(self, values, dynamic=None) -> cl.Event:
         if len(values) != len(self._slots):
             raise TypeError(f"{self.kernel.function_name}: {len(self._slots)} varying arguments, got {len(values)}")
         args = list(self._args)
         for i, value in zip(self._slots, values):
             args[i] = value
-        event = launch(self.device, self.kernel, self.global_size, self.local_size, *args)
+        event = launch(self.device, self.kernel, self.global_size, self.local_size, *args,
+                       dynamic={self._slots[j]: refresh for j, refresh in dynamic.items()} if dynamic else None)
         private = cl.Kernel(self.kernel.program, self.kernel.function_name)
         for i, value in enumerate(self._args):
             if value is not VARYING:

@@ -4,10 +4,11 @@
 forward, loss, backward, optimizer.step() — and returns the loss. Its first ``warmup`` calls run that
 step as written (the planner's trials and the first builds happen there). Then it records two steps
 (netcl.runtime.recording) and, when both enqueued the same commands on the same buffers, replays the
-second from then on: the batch is copied into the recorded input tensors, the recorded forward and
-backward are enqueued again (hooks such as DistributedDataParallel's allreduce run where they ran, each
-Dropout draws its next seed), and ``optimizer.step()`` runs as usual, so a learning-rate schedule, Adam's
-step count and every optimizer setting still apply. The step's host CPU falls from ~2 ms to a few tenths
+second from then on: the batch is copied into the recorded input tensors and the recorded forward,
+backward and optimizer step are enqueued again (hooks such as DistributedDataParallel's allreduce run
+where they ran, each Dropout draws its next seed, SGD reads its group's settings anew, so a learning-rate
+schedule still applies). An optimizer whose host-side state changes every step (Adam's step count:
+``Optimizer.replay_key()`` is None) runs its ``step()`` as written after each replayed backward pass. The step's host CPU falls from ~2 ms to a few tenths
 of a millisecond for LeNet on PoCL; on a CPU device that is core time given back to the kernels.
 
 It replays only what it verified: when the two recordings differ (a step that reads a result on the
@@ -21,7 +22,6 @@ from __future__ import annotations
 import collections
 
 from .. import autograd
-from ..autograd import function as autograd_engine
 from ..nn import CrossEntropyLoss
 from ..runtime import memory
 from ..runtime.recording import Recording, Replay
@@ -33,7 +33,8 @@ class CapturedStep:
 
     Args:
         model: the module trained (a DistributedDataParallel wrapper too).
-        optimizer: its optimizer; ``step()`` runs eagerly after every replayed backward pass.
+        optimizer: its optimizer: SGD's step is recorded and replayed, any other's runs as written
+            after every replayed backward pass.
         loss_fn: ``loss_fn(model(x), y)``, CrossEntropyLoss() when None.
         warmup: steps run as written before the first recording.
         attempts: recordings tried (two make one comparison) before replay is given up.
@@ -70,6 +71,8 @@ class CapturedStep:
                 return self._replayed(x, y)
             if not self._parameters_kept():
                 self._forget("recording again: a parameter's storage was replaced")
+            elif not self._optimizer_kept():
+                self._forget("recording again: the optimizer's kernels or buffers changed")
             else:  # a step the recording does not fit; the replay serves the next ones
                 self.eager_steps += 1
                 return self._eager(x, y)
@@ -90,12 +93,17 @@ class CapturedStep:
         self._load_inputs(x, y)
         static_x, static_y = self._inputs
         self.optimizer.zero_grad()
+        optimizer_key = self.optimizer.replay_key()  # None: its step runs as written after each replay
         with Recording(x.device) as recording:
             loss = self.loss_fn(self.model(static_x), static_y)
             loss.backward()
+            captured = self._state(loss)
+            if optimizer_key is not None:
+                self.optimizer.step()
+        if optimizer_key is None:
+            self.optimizer.step()
         self.recordings += 1
-        captured = self._state(loss)
-        self.optimizer.step()
+        captured["optimizer_key"] = optimizer_key
         signature = recording.signature() if recording.unusable is None else None
         previous = self._previous
         if recording.unusable is not None:
@@ -118,11 +126,11 @@ class CapturedStep:
             p.grad = grad
         while len(self._in_flight) > 1:  # at most two steps queued: the host need not run further ahead
             self._in_flight.popleft().wait()
-        with autograd_engine.backward_callbacks_scope():
-            event = self._replay.replay()
+        event = self._replay.replay()  # the backward pass's callbacks run where the pass ended
         if event is not None:
             self._in_flight.append(event)
-        self.optimizer.step()
+        if self._captured["optimizer_key"] is None:
+            self.optimizer.step()
         self.replays += 1
         return self._captured["loss"].clone()
 
@@ -154,10 +162,16 @@ class CapturedStep:
             return "gradients are disabled"
         if not self._parameters_kept():
             return "a parameter's storage was replaced"
+        if not self._optimizer_kept():
+            return "the optimizer's kernels or buffers changed"
         return None
 
     def _parameters_kept(self) -> bool:
         return all(p.buffer is buffer for p, buffer in self._captured["buffers"])
+
+    def _optimizer_kept(self) -> bool:
+        key = self._captured["optimizer_key"]
+        return key is None or key == self.optimizer.replay_key()
 
     def _forget(self, why: str) -> None:
         self._replay, self._captured, self._previous = None, {}, None
