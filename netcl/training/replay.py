@@ -118,7 +118,7 @@ class CapturedStep:
                 self.status = "not replayed yet: two consecutive steps enqueued different commands"
         if self.recordings >= self.attempts and self._replay is None:
             self.status += f"; gave up after {self.recordings} recordings, every step runs as written"
-        return loss.detach().clone()  # its own storage: replays overwrite the recorded loss
+        return _copy(loss)  # its own storage: replays overwrite the recorded loss
 
     def _replayed(self, x, y) -> Tensor:
         self._load_inputs(x, y)
@@ -132,7 +132,7 @@ class CapturedStep:
         if self._captured["optimizer_key"] is None:
             self.optimizer.step()
         self.replays += 1
-        return self._captured["loss"].clone()
+        return _copy(self._captured["loss"])
 
     # ---- what a replay relies on -----------------------------------------------------------------------
     def _load_inputs(self, x, y) -> None:
@@ -177,6 +177,13 @@ class CapturedStep:
         self._replay, self._captured, self._previous = None, {}, None
         self.recordings = 0
         self.status = why
+
+
+def _copy(loss: Tensor) -> Tensor:
+    """A detached copy in storage of its own (the driver's buffer copy: cheaper than a kernel)."""
+    out = Tensor.empty(loss.shape, loss.dtype, loss.device)
+    memory.copy(out.device, out.buffer, loss.buffer, out.nbytes, 0, loss.offset * loss.dtype.itemsize)
+    return out
 
 
 def _same_layout(static: Tensor, batch) -> bool:
