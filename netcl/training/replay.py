@@ -104,6 +104,7 @@ class CapturedStep:
             self.optimizer.step()
         self.recordings += 1
         captured["optimizer_key"] = optimizer_key
+        captured["key"] = (captured["key"], optimizer_key)
         signature = recording.signature() if recording.unusable is None else None
         previous = self._previous
         if recording.unusable is not None:
