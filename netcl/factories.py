@@ -60,13 +60,8 @@ def random_fill(t: Tensor, dist: str, seed=None, p: float = 0.0) -> Tensor:
     dtypes.require_float(t.dtype, "random numbers")
     if t.size:
         kernel = get_kernel(t.device, "random.cl", "fill_random", T=dtypes.c_type(t.dtype), DIST=dist)
-        if callable(seed):
-            draw = seed
-        elif seed is None:
-            draw = next_seed
-        else:
-            draw = None
-        value = np.uint64(next_seed(seed) if draw is None else next_seed(draw()))
+        draw = seed if callable(seed) else (_random.next_seed if seed is None else None)  # None: fixed
+        value = np.uint64(next_seed(seed if draw is None else draw()))
         launch(t.device, kernel, (t.size,), local_size_1d(t.device, t.size), t.buffer, np.int64(t.offset),
                value, np.int64(t.size), t.dtype.type(p),
                dynamic=None if draw is None else {2: lambda: np.uint64(next_seed(draw()))})

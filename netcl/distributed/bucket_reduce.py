@@ -83,7 +83,7 @@ class SharedMemoryBuckets:
         flags_at, total = total, total + _aligned(len(specs) * 2 * self._size * 8)
         self._win = mpi.Win.Allocate_shared(total if self._rank == 0 else 0, 1, comm=comm)
         self._win.Lock_all(mpi.MODE_NOCHECK)  # one passive epoch: Sync() is then the memory barrier
-        weakref.finalize(self, _free, self._win)
+        weakref.finalize(self, _free, mpi, self._win)
         memory = np.frombuffer(self._win.Shared_query(0)[0], np.uint8)
         self._contributions, self._results, self._slices = [], [], []
         for n, dtype, contributions, result in layout:
@@ -138,12 +138,11 @@ def _aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
-def _free(win) -> None:
-    try:
-        win.Unlock_all()
-        win.Free()
-    except Exception:  # MPI already finalized at interpreter exit: nothing left to free
-        pass
+def _free(mpi, win) -> None:
+    if mpi.Is_finalized():  # MPI_Finalize has freed the window already
+        return
+    win.Unlock_all()
+    win.Free()
 
 
 def for_group(group, comm, specs):

@@ -6,7 +6,8 @@ which backward produces their gradients), are packed into buckets of about ``buc
 ``min_buckets``-th of a small model's gradients). During
 ``loss.backward()`` a gradient hook (autograd's ``register_post_accumulate_grad_hook``) marks a parameter
 ready; once a bucket is complete its gradients are copied to a host buffer by non-blocking downloads
-queued behind the kernels that compute them, and the bucket's ``MPI_Iallreduce`` starts as soon as the
+queued behind the kernels that compute them, and the bucket's reduction (over shared memory on one node,
+else ``MPI_Iallreduce``: netcl.distributed.bucket_reduce) starts as soon as the
 copies have landed, while the host goes on queueing the rest of the backward pass. When the pass ends (a
 backward callback), the remaining buckets are reduced, divided by the world size and uploaded into each
 ``.grad``; so after ``backward()`` every rank holds the averaged gradients and the optimizer step is the
@@ -47,7 +48,6 @@ class _Bucket:
     def reset(self) -> None:
         self.waiting = {id(p) for p in self.params}
         self.events = None  # the downloads' events once the bucket is complete
-        self.started = False  # its reduction
 
     def download(self, collectives, host: np.ndarray) -> None:
         """Queue the gradients' copies into ``host``. Their events are kept: pyopencl waits for a copy
@@ -213,15 +213,13 @@ class DistributedDataParallel(Module):
                 # Sleep in the driver until the copies land, unless MPI needs tests to move the
                 # allreduces already started (shared memory does not: a rank's sum waits for flags only).
                 if not self._reduce.needs_tests or not self._test_running():
-                    for event in bucket.events:
-                        event.wait()
+                    bucket.events[-1].wait()  # the others have landed by then (one in-order queue)
                     continue
                 process_group.check_failures()
                 time.sleep(delay)
                 delay = min(2 * delay or 5e-5, 2e-4)
                 continue
             self._reduce.start(bucket.index)
-            bucket.started = True
             object.__setattr__(self, "_next_to_start", self._next_to_start + 1)
             self.stats["buckets_started_early"] += not block
         self._test_running()
@@ -230,8 +228,8 @@ class DistributedDataParallel(Module):
         """Test the started allreduces (MPI progresses non-blocking collectives only inside MPI calls);
         whether any is still running."""
         running = False
-        for bucket in self._buckets[:self._next_to_start]:
-            if bucket.started and not self._reduce.test(bucket.index):
+        for bucket in self._buckets[:self._next_to_start]:  # the started ones
+            if not self._reduce.test(bucket.index):
                 running = True
         return running
 
@@ -242,8 +240,8 @@ class DistributedDataParallel(Module):
             self._start_ready_buckets(block=True)
             device_done = time.perf_counter()
             # Every gradient has landed, so this rank's device is idle until the averages come back: on
-            # cores of its own the wait spins on MPI_Test, which is where MPI moves a non-blocking
-            # allreduce on (sleeps between tests stretched LeNet's 0.4 ms allreduce to 1.3 ms).
+            # cores of its own the wait tests without sleeping (MPI moves a non-blocking allreduce only
+            # inside MPI_Test: sleeps between tests stretched LeNet's 0.4 ms allreduce to 1.3 ms).
             for bucket in self._buckets:
                 process_group.wait_until(functools.partial(self._reduce.test, bucket.index),
                                          spin=self._group.owns_cores)

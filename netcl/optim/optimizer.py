@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import CheckpointError, DTypeError, ShapeError
-from ..runtime import first_step, memory
+from ..runtime import first_step, memory, recording
 from ..ops.elementwise import fill
 from ..runtime.kernels import VARYING, PreparedLaunch, get_kernel, local_size_1d
 from ..tensor import Tensor
@@ -129,9 +129,11 @@ class Optimizer:
             prepared = self._launches[key] = PreparedLaunch(
                 p.device, kernel, (group_ends[-1] * local,), (local,),
                 [VARYING] * (len(args) - 1) + [np.int64(end) for end in group_ends] + [VARYING] * len(args[-1]))
-        first_scalar = len(args) - 1
-        prepared(*args[:-1], *args[-1],
-                 dynamic={first_scalar + k: refresh for k, refresh in enumerate(dynamic)} if dynamic else None)
+        if dynamic and recording._active is not None:  # only a recording reads them
+            first_scalar = len(args) - 1
+            prepared(*args[:-1], *args[-1], dynamic={first_scalar + k: refresh for k, refresh in enumerate(dynamic)})
+        else:
+            prepared(*args[:-1], *args[-1])
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:

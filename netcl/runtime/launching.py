@@ -98,16 +98,10 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
         if _launch_watcher is not None:
             _launch_watcher(kernel)
         if recording._active is not None:
-            _record(device, kernel, global_size, local_size, args, dynamic)
+            recording.report("kernel", device, kernel, global_size, local_size, args, dynamic)
         return event
     except cl.Error as exc:
         raise _launch_error(device, kernel, exc) from None
-
-
-def _record(device, kernel, global_size, local_size, args, dynamic=None) -> None:
-    being_made = recording.active()
-    if being_made is not None:
-        being_made.kernel(device, kernel, global_size, local_size, args, dynamic)
 
 
 def _geometry(global_size, local_size):
@@ -199,21 +193,25 @@ class PreparedLaunch:
         if _launch_watcher is not None:
             _launch_watcher(self.kernel)
         if recording._active is not None:
-            args = list(self._args)
-            for i, value in zip(self._slots, values):
-                args[i] = value
-            _record(self.device, self.kernel, self.global_size, self.local_size, args,
-                    {self._slots[j]: refresh for j, refresh in dynamic.items()} if dynamic else None)
+            recording.report("kernel", self.device, self.kernel, self.global_size, self.local_size,
+                             self._all_args(values), self._argument_indices(dynamic))
         return event
+
+    def _all_args(self, values) -> list:
+        args = list(self._args)
+        for i, value in zip(self._slots, values):
+            args[i] = value
+        return args
+
+    def _argument_indices(self, dynamic):
+        """``dynamic`` keyed by indices into the varying values, re-keyed by the kernel's argument index."""
+        return {self._slots[j]: refresh for j, refresh in dynamic.items()} if dynamic else None
 
     def _first_call(self, values, dynamic=None) -> cl.Event:
         if len(values) != len(self._slots):
             raise TypeError(f"{self.kernel.function_name}: {len(self._slots)} varying arguments, got {len(values)}")
-        args = list(self._args)
-        for i, value in zip(self._slots, values):
-            args[i] = value
-        event = launch(self.device, self.kernel, self.global_size, self.local_size, *args,
-                       dynamic={self._slots[j]: refresh for j, refresh in dynamic.items()} if dynamic else None)
+        event = launch(self.device, self.kernel, self.global_size, self.local_size, *self._all_args(values),
+                       dynamic=self._argument_indices(dynamic))
         private = cl.Kernel(self.kernel.program, self.kernel.function_name)
         for i, value in enumerate(self._args):
             if value is not VARYING:

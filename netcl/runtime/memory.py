@@ -73,12 +73,6 @@ def allocate(device: Device, nbytes: int):
                                     requested_bytes=nbytes, available_bytes=device.max_alloc_bytes) from None
 
 
-def _record(kind: str, device: Device, *args) -> None:
-    being_made = recording.active()
-    if being_made is not None:
-        getattr(being_made, kind)(device, *args)
-
-
 def release_cached(device: Device) -> int:
     """Hand the buffers the pool holds for reuse back to the driver; returns how many there were."""
     pool = device._memory_pool
@@ -102,7 +96,7 @@ def upload(device: Device, buffer: cl.Buffer, array: np.ndarray, offset_bytes: i
     if array.nbytes == 0:
         return None
     if recording._active is not None:
-        _record("upload", device, buffer, array, offset_bytes)
+        recording.report("upload", device, buffer, array, offset_bytes)
     try:
         return cl.enqueue_copy(device.queue, buffer, array, dst_offset=offset_bytes, is_blocking=wait)
     except cl.Error as exc:
@@ -128,7 +122,7 @@ def fill(device: Device, buffer: cl.Buffer, value: np.generic, nbytes: int, offs
     if nbytes == 0:
         return None
     if recording._active is not None:
-        _record("fill", device, buffer, value, nbytes, offset_bytes)
+        recording.report("fill", device, buffer, value, nbytes, offset_bytes)
     try:
         return cl.enqueue_fill_buffer(device.queue, buffer, value, offset_bytes, nbytes)
     except cl.Error as exc:
@@ -142,7 +136,7 @@ def copy(device: Device, dst: cl.Buffer, src: cl.Buffer, nbytes: int, dst_offset
     if nbytes == 0:
         return None
     if recording._active is not None:
-        _record("copy", device, dst, src, nbytes, dst_offset_bytes, src_offset_bytes)
+        recording.report("copy", device, dst, src, nbytes, dst_offset_bytes, src_offset_bytes)
     try:
         return cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes, dst_offset=dst_offset_bytes,
                                src_offset=src_offset_bytes)

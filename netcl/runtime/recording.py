@@ -151,6 +151,15 @@ class Recording:
         return sum(entry[0] == "kernel" for entry in self.entries)
 
 
+def report(kind: str, device, *args) -> None:
+    """Hand an enqueued command (``kind``: "kernel", "upload", "fill" or "copy") to the recording the
+    calling thread is making, if any. The runtime's enqueue points call it behind a check of ``_active``,
+    so that outside recordings they pay one global read."""
+    being_made = active()
+    if being_made is not None:
+        getattr(being_made, kind)(device, *args)
+
+
 def _identities(values) -> tuple:
     """The objects a host call was given, by identity; lists and tuples by their items' (a list of
     tensors made anew for every call is the same argument)."""

@@ -1,8 +1,9 @@
 """Training and evaluation loops over DataLoaders, usable from Python and behind `netcl train` / `netcl eval`.
 
 ``train_epoch`` is the loop a PyTorch user writes — zero_grad, forward, loss, backward, optimizer.step(),
-then scheduler.step() for a per-batch schedule (replayed from a recording after the first steps) — with the loss summed on the device and read back only when
-the progress bar refreshes, so the host never waits for the device inside a step.
+then scheduler.step() for a per-batch schedule (replayed from a recording after the first steps:
+netcl.training.replay) — with the loss summed on the device and read back only when the progress bar
+refreshes, so the host never waits for the device inside a step.
 """
 from __future__ import annotations
 

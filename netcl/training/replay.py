@@ -97,14 +97,12 @@ class CapturedStep:
         with Recording(x.device) as recording:
             loss = self.loss_fn(self.model(static_x), static_y)
             loss.backward()
-            captured = self._state(loss)
+            captured = self._state(loss, optimizer_key)
             if optimizer_key is not None:
                 self.optimizer.step()
         if optimizer_key is None:
             self.optimizer.step()
         self.recordings += 1
-        captured["optimizer_key"] = optimizer_key
-        captured["key"] = (captured["key"], optimizer_key)
         signature = recording.signature() if recording.unusable is None else None
         previous = self._previous
         if recording.unusable is not None:
@@ -145,13 +143,14 @@ class CapturedStep:
             memory.copy(static.device, static.buffer, batch.buffer, static.nbytes, static.offset * static.dtype.itemsize,
                         batch.offset * batch.dtype.itemsize)
 
-    def _state(self, loss) -> dict:
-        """What the recorded commands refer to: the gradients they write, the loss, the parameters' buffers."""
+    def _state(self, loss, optimizer_key) -> dict:
+        """What the recorded commands refer to: the gradients they write, the loss, the parameters' buffers,
+        the optimizer's key; ``key`` must be equal for two recordings to be interchangeable."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         return {"grads": [(p, p.grad) for p in params], "loss": loss.detach(),
-                "buffers": [(p, p.buffer) for p in params],
+                "buffers": [(p, p.buffer) for p in params], "optimizer_key": optimizer_key,
                 "key": (self.model.training, tuple(id(p.buffer) for p in params),
-                        tuple(p.grad is None for p in params))}
+                        tuple(p.grad is None for p in params), optimizer_key)}
 
     def _why_not_replay(self, x, y) -> str | None:
         static_x, static_y = self._inputs
