@@ -90,16 +90,21 @@ def test_all_reduce_ops_and_broadcast(tmp_path, seed):
 
 
 @needs_mpi
-@pytest.mark.parametrize("transport", ["shared memory", "mpi"])
-def test_ddp_equals_one_process_with_the_global_batch(tmp_path, seed, transport):
+@pytest.mark.parametrize("choice, transport, averaging", [
+    ("auto", "shared memory", "device"), ("shared-host", "shared memory", "host"), ("mpi", "mpi", "host")])
+def test_ddp_equals_one_process_with_the_global_batch(tmp_path, seed, choice, transport, averaging):
     # One convolution strategy: the planner's online trials pick by timing, and a pick that changed
     # between the runs compared bit for bit below would change their rounding.
-    proc, _ = run_job("equivalence", tmp_path, seed, NETCL_DDP_TRANSPORT="mpi" if transport == "mpi" else "auto",
-                      NETCL_CONV_STRATEGY="im2col")
+    proc, _ = run_job("equivalence", tmp_path, seed, NETCL_DDP_TRANSPORT=choice, NETCL_CONV_STRATEGY="im2col")
     assert proc.returncode == 0, proc.stderr[-3000:]
     meta = json.loads((tmp_path / "equivalence-rank0.json").read_text())
     assert meta["world_size"] == RANKS, "mpiexec started singletons: its MPI is not the one mpi4py loads"
     assert meta["transport"] == transport  # the ranks share this machine: shared memory unless told
+    import netcl as nc
+    from netcl.distributed import bucket_reduce
+    if averaging == "device" and not bucket_reduce.kernels_read_host_memory(nc.tensor([0.0]).device):
+        averaging = "host"  # this driver's kernels do not work in host memory (a GPU's)
+    assert meta["averaging"] == averaging
     caps = [str(c) for c in worker.BUCKET_CAPS]
     assert len(meta["buckets"][caps[0]]) == 1 and len(meta["buckets"][caps[1]]) == 6  # one, and one per tensor
     # by default a small model's gradients go in buckets of a quarter of them, the first ready first:
@@ -193,9 +198,12 @@ def test_ddp_transport_choice(monkeypatch):
     from netcl.distributed import bucket_reduce
     spread = SimpleNamespace(local_size=1, size=2, mpi=None)  # two ranks on two nodes
     monkeypatch.setenv("NETCL_DDP_TRANSPORT", "carrier-pigeon")
-    with pytest.raises(nc.NetclError, match="auto, mpi or shared"):
+    with pytest.raises(nc.NetclError, match="auto, mpi, shared or shared-host"):
         bucket_reduce.for_group(spread, None, [])
     monkeypatch.setenv("NETCL_DDP_TRANSPORT", "shared")
+    with pytest.raises(nc.NetclError, match="every rank on one node"):
+        bucket_reduce.for_group(spread, None, [])
+    monkeypatch.setenv("NETCL_DDP_TRANSPORT", "shared-host")
     with pytest.raises(nc.NetclError, match="every rank on one node"):
         bucket_reduce.for_group(spread, None, [])
     monkeypatch.setenv("NETCL_DDP_TRANSPORT", "auto")

@@ -1,9 +1,10 @@
 """Averaging DistributedDataParallel's gradient buckets over the ranks: MPI's allreduce, or shared memory
 when every rank runs on one node.
 
-Both keep, per bucket, a host array that the rank's gradients are downloaded into (``contribution``),
-``start`` it once they have landed, make progress in ``test`` (True once ``result`` holds the average)
-and are reused pass after pass. Buckets start in the same order on every rank.
+All keep, per bucket, a host array that the rank's gradients are downloaded into (``contribution``),
+``start`` it once they have landed, make progress in ``test`` (True once the average is ready: in
+``result`` on the host, or for ``average_into`` to write on the device) and are reused pass after pass.
+Buckets start in the same order on every rank.
 
 Why shared memory: on one node MPI's non-blocking allreduce moves a bucket through its shared-memory
 cells in about five handshakes, each made only when the host calls MPI_Test, and copies every byte in
@@ -12,10 +13,13 @@ loop, and 1.9 ms of wall time (0.67 ms of CPU) when tested between short sleeps,
 wait while its device computes. Here the ranks download straight into one window of shared memory
 (``MPI_Win_allocate_shared``), each rank sums its own slice of every rank's contribution into the result
 and all read the result: two flags to look at instead of handshakes, one pass over the data. On a CPU
-device the host CPU it saves is the device's.
+device the host CPU it saves is the device's. Better still, on a device whose kernels work in host memory
+the window is also a device buffer: each device averages every rank's contribution straight into its
+gradients, and the host only raises and watches one flag per bucket.
 """
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 
@@ -32,6 +36,7 @@ class MpiBuckets:
     """Each bucket reduced in place by ``MPI_Iallreduce`` on the host array, then divided."""
 
     name = "mpi"
+    averages_on_device = False
     needs_tests = True  # MPI moves a non-blocking allreduce only inside MPI calls
 
     def __init__(self, comm, mpi, specs):
@@ -60,8 +65,41 @@ class MpiBuckets:
         return self._hosts[i]
 
 
+class _SharedWindow:
+    """One shared-memory window of the node's ranks (``MPI_Win_allocate_shared``, allocated by rank 0),
+    carved into byte blocks, each on its own cache line, and an int64 flag array that starts at zero."""
+
+    def __init__(self, comm, mpi, block_bytes: list[int], flags_shape: tuple, device=None):
+        self.size, self.rank = comm.Get_size(), comm.Get_rank()
+        starts, total = [], 0
+        for nbytes in block_bytes:
+            starts.append(total)
+            total += _aligned(nbytes)
+        flags_at, total = total, total + _aligned(int(np.prod(flags_shape)) * 8)
+        self._win = mpi.Win.Allocate_shared(total if self.rank == 0 else 0, 1, comm=comm)
+        self._win.Lock_all(mpi.MODE_NOCHECK)  # one passive epoch: Sync() is then the memory barrier
+        weakref.finalize(self, _free, mpi, self._win, device)
+        memory = np.frombuffer(self._win.Shared_query(0)[0], np.uint8)
+        self.blocks = [memory[at:at + nbytes] for at, nbytes in zip(starts, block_bytes)]
+        self.flags = memory[flags_at:flags_at + int(np.prod(flags_shape)) * 8].view(np.int64).reshape(flags_shape)
+        if self.rank == 0:
+            self.flags[:] = 0
+        self._win.Sync()
+        comm.Barrier()  # the flags are zero before any rank raises one
+
+    def raise_flag(self, index: tuple, value: int) -> None:
+        self._win.Sync()  # what this rank wrote is visible before the flag that announces it
+        self.flags[index] = value
+        self._win.Sync()
+
+    def all_raised(self, index: tuple, count: int) -> bool:
+        self._win.Sync()  # and what the others wrote is read after their flags
+        return bool((self.flags[index] >= count).all())
+
+
 class SharedMemoryBuckets:
-    """The buckets in one shared-memory window of the node's ranks (all of the job's ranks).
+    """The buckets in one shared-memory window of the node's ranks (all of the job's ranks), summed on
+    the host.
 
     Bucket i holds N contributions of n_i elements, the result, and per rank two pass counters: "my
     contribution has landed" and "my slice of the result is written". A rank sums its slice once every
@@ -71,32 +109,21 @@ class SharedMemoryBuckets:
     contribution has landed, so after every upload of this one."""
 
     name = "shared memory"
+    averages_on_device = False
     needs_tests = False  # every rank sums its slice as soon as it sees the flags
 
     def __init__(self, comm, mpi, specs):
-        self._size, self._rank = comm.Get_size(), comm.Get_rank()
-        layout, total = [], 0
+        size, rank = comm.Get_size(), comm.Get_rank()
+        blocks = []
         for n, dtype in specs:
-            contributions, total = total, total + _aligned(self._size * n * np.dtype(dtype).itemsize)
-            result, total = total, total + _aligned(n * np.dtype(dtype).itemsize)
-            layout.append((n, np.dtype(dtype), contributions, result))
-        flags_at, total = total, total + _aligned(len(specs) * 2 * self._size * 8)
-        self._win = mpi.Win.Allocate_shared(total if self._rank == 0 else 0, 1, comm=comm)
-        self._win.Lock_all(mpi.MODE_NOCHECK)  # one passive epoch: Sync() is then the memory barrier
-        weakref.finalize(self, _free, mpi, self._win)
-        memory = np.frombuffer(self._win.Shared_query(0)[0], np.uint8)
+            blocks += [size * n * np.dtype(dtype).itemsize, n * np.dtype(dtype).itemsize]
+        self._window = _SharedWindow(comm, mpi, blocks, (len(specs), 2, size))
+        self._rank = rank
         self._contributions, self._results, self._slices = [], [], []
-        for n, dtype, contributions, result in layout:
-            block = memory[contributions:contributions + self._size * n * dtype.itemsize]
-            self._contributions.append(block.view(dtype).reshape(self._size, n))
-            self._results.append(memory[result:result + n * dtype.itemsize].view(dtype))
-            self._slices.append(slice(n * self._rank // self._size, n * (self._rank + 1) // self._size))
-        self._flags = memory[flags_at:flags_at + len(specs) * 2 * self._size * 8].view(np.int64).reshape(
-            len(specs), 2, self._size)
-        if self._rank == 0:
-            self._flags[:] = 0
-        self._win.Sync()
-        comm.Barrier()  # the flags are zero before any rank raises one
+        for i, (n, dtype) in enumerate(specs):
+            self._contributions.append(self._window.blocks[2 * i].view(dtype).reshape(size, n))
+            self._results.append(self._window.blocks[2 * i + 1].view(dtype))
+            self._slices.append(slice(n * rank // size, n * (rank + 1) // size))
         self._passes = [0] * len(specs)
         self._state = [None] * len(specs)
 
@@ -109,14 +136,14 @@ class SharedMemoryBuckets:
 
     def test(self, i: int) -> bool:
         state, count = self._state[i], self._passes[i]
-        if state == _ARRIVED and self._all_raised(i, _ARRIVED, count):
+        if state == _ARRIVED and self._window.all_raised((i, _ARRIVED), count):
             mine = self._slices[i]
             result = self._results[i][mine]
             np.sum(self._contributions[i][:, mine], axis=0, out=result)
-            result *= result.dtype.type(1.0 / self._size)
+            result *= result.dtype.type(1.0 / self._window.size)
             self._raise(i, _REDUCED)
             state = _REDUCED
-        if state == _REDUCED and self._all_raised(i, _REDUCED, count):
+        if state == _REDUCED and self._window.all_raised((i, _REDUCED), count):
             self._state[i] = _DONE
         return self._state[i] == _DONE
 
@@ -124,37 +151,120 @@ class SharedMemoryBuckets:
         return self._results[i]
 
     def _raise(self, i: int, which: int) -> None:
-        self._win.Sync()  # what this rank wrote is visible before the flag that announces it
-        self._flags[i, which, self._rank] = self._passes[i]
-        self._win.Sync()
+        self._window.raise_flag((i, which, self._rank), self._passes[i])
         self._state[i] = which
 
-    def _all_raised(self, i: int, which: int, count: int) -> bool:
-        self._win.Sync()  # and what the others wrote is read after their flags
-        return bool((self._flags[i, which] >= count).all())
+
+class DeviceAveragedBuckets:
+    """The buckets in one shared-memory window of the node's ranks, averaged by each rank's device.
+
+    For a device that works in host memory (a CPU driver): the window's contributions are also device
+    buffers (``memory.over_host_array``), so once every rank's contribution has landed each rank's device
+    averages all of them straight into its parameters' ``.grad`` (``average_into``). Against summing on
+    the host (:class:`SharedMemoryBuckets`) this saves the host's sum, the flag round that announces it
+    and the uploads: work that on a CPU device takes the cores the kernels run on.
+
+    One flag per rank and bucket ("my contribution has landed"), and two sets of contributions used in
+    alternate passes. A rank downloads into set p % 2 in pass p only after it has seen every rank's flag
+    for pass p - 1; a rank raises that flag once its downloads of pass p - 1 have landed, and its
+    in-order queue ran its averaging of pass p - 2 (which read set p % 2) before them. So no rank
+    overwrites a contribution another still has to read."""
+
+    name = "shared memory"
+    averages_on_device = True
+    needs_tests = False  # nothing to move: a rank only waits for the others' flags
+
+    def __init__(self, comm, mpi, specs, device):
+        from ..ops.reduce import MeanOfRows
+        from ..runtime import memory
+        from ..tensor import Tensor
+        self._size, self._rank = comm.Get_size(), comm.Get_rank()
+        self._window = _SharedWindow(comm, mpi, [2 * self._size * n * np.dtype(dtype).itemsize for n, dtype in specs],
+                                     (len(specs), self._size), device)
+        self._contributions, self._on_device = [], []
+        for block, (n, dtype) in zip(self._window.blocks, specs):
+            self._contributions.append(block.view(dtype).reshape(2, self._size, n))
+            self._on_device.append(Tensor(memory.over_host_array(device, block), (2, self._size, n), dtype, device))
+        self._mean_of_rows = MeanOfRows
+        self._averages = {}  # (bucket, set, start) -> MeanOfRows over that slice of the set
+        self._passes = [0] * len(specs)
+
+    def contribution(self, i: int) -> np.ndarray:
+        return self._contributions[i][(self._passes[i] + 1) % 2, self._rank]
+
+    def start(self, i: int) -> None:
+        self._passes[i] += 1
+        self._window.raise_flag((i, self._rank), self._passes[i])
+
+    def test(self, i: int) -> bool:
+        return self._window.all_raised(i, self._passes[i])
+
+    def average_into(self, i: int, start: int, stop: int, out) -> None:
+        """Enqueue ``out <- mean over ranks of elements [start, stop) of bucket i`` (after ``test(i)``)."""
+        key = (i, self._passes[i] % 2, start)
+        average = self._averages.get(key)
+        if average is None:
+            contributions = self._on_device[i]
+            n = contributions.shape[2]
+            rows = contributions._view((self._size, stop - start), (n, 1),
+                                       contributions.offset + key[1] * self._size * n + start)
+            average = self._averages[key] = self._mean_of_rows(rows)
+        average(out)
 
 
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
-def _free(mpi, win) -> None:
+def _free(mpi, win, device) -> None:
     if mpi.Is_finalized():  # MPI_Finalize has freed the window already
         return
+    if device is not None:
+        device.queue.finish()  # kernels may still read the window through its device buffers
     win.Unlock_all()
     win.Free()
 
 
-def for_group(group, comm, specs):
-    """The transport for a DDP over ``comm``: shared memory when all ranks share this node (unless
-    ``NETCL_DDP_TRANSPORT=mpi``), else MPI."""
+def for_group(group, comm, specs, device=None):
+    """The transport for a DDP over ``comm`` on ``device``. ``NETCL_DDP_TRANSPORT``: ``auto`` (or
+    ``shared``): shared memory when all ranks share this node, averaged by the device where its kernels
+    work in host memory, else on the host; ``shared-host``: shared memory, averaged on the host; ``mpi``:
+    MPI's allreduce."""
     choice = os.environ.get("NETCL_DDP_TRANSPORT", "auto").strip().lower() or "auto"
-    if choice not in ("auto", "mpi", "shared"):
-        raise DistributedError(f"NETCL_DDP_TRANSPORT must be auto, mpi or shared, got {choice!r}")
+    if choice not in TRANSPORT_CHOICES:
+        raise DistributedError(f"NETCL_DDP_TRANSPORT must be {', '.join(TRANSPORT_CHOICES[:-1])} or "
+                               f"{TRANSPORT_CHOICES[-1]}, got {choice!r}")
     on_one_node = group.local_size == group.size
-    if choice == "shared" and not on_one_node:
-        raise DistributedError(f"NETCL_DDP_TRANSPORT=shared needs every rank on one node; {group.local_size} "
+    if choice.startswith("shared") and not on_one_node:
+        raise DistributedError(f"NETCL_DDP_TRANSPORT={choice} needs every rank on one node; {group.local_size} "
                                f"of the {group.size} ranks share this one")
-    if choice != "mpi" and on_one_node and group.size > 1:
-        return SharedMemoryBuckets(comm, group.mpi, specs)
-    return MpiBuckets(comm, group.mpi, specs)
+    if choice == "mpi" or not on_one_node or group.size == 1:
+        return MpiBuckets(comm, group.mpi, specs)
+    if choice != "shared-host" and device is not None and kernels_read_host_memory(device):
+        return DeviceAveragedBuckets(comm, group.mpi, specs, device)
+    return SharedMemoryBuckets(comm, group.mpi, specs)
+
+
+TRANSPORT_CHOICES = ("auto", "mpi", "shared", "shared-host")
+
+
+@functools.lru_cache(maxsize=None)
+def kernels_read_host_memory(device) -> bool:
+    """Whether ``device``'s kernels see what the host last wrote into memory that a buffer wraps
+    (``memory.over_host_array``), with no map in between, as device averaging needs (the host writes
+    come from other processes, which no map could cover). True of CPU drivers, which run kernels in host
+    memory (PoCL, Intel's runtime); a GPU driver may keep a copy made at the buffer's creation or first
+    use. Tried here with the averaging kernel itself, twice, on fresh host data."""
+    from ..ops.reduce import MeanOfRows
+    from ..runtime import memory
+    from ..tensor import Tensor
+    rng = np.random.default_rng()
+    rows = np.zeros((2, 37), np.float32)
+    average = MeanOfRows(Tensor(memory.over_host_array(device, rows), rows.shape, rows.dtype, device))
+    out = Tensor.empty((rows.shape[1],), rows.dtype, device)
+    for _ in range(2):
+        rows[:] = rng.standard_normal(rows.shape)
+        average(out)
+        if not np.array_equal(out.to_host(), (rows[0] + rows[1]) * np.float32(0.5)):
+            return False
+    return True

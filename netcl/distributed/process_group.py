@@ -256,6 +256,7 @@ def wait_until(done, first_sleep_seconds: float = 5e-5, longest_sleep_seconds: f
     if spin:
         next_check = time.monotonic() + 1e-3
         while not done():
+            os.sched_yield()
             if time.monotonic() > next_check:
                 check_failures()
                 next_check = time.monotonic() + 1e-3

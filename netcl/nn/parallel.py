@@ -9,9 +9,12 @@ ready; once a bucket is complete its gradients are copied to a host buffer by no
 queued behind the kernels that compute them, and the bucket's reduction (over shared memory on one node,
 else ``MPI_Iallreduce``: netcl.distributed.bucket_reduce) starts as soon as the
 copies have landed, while the host goes on queueing the rest of the backward pass. When the pass ends (a
-backward callback), the remaining buckets are reduced, divided by the world size and uploaded into each
-``.grad``; so after ``backward()`` every rank holds the averaged gradients and the optimizer step is the
-one a single process takes with the whole global batch.
+backward callback), the remaining buckets are reduced and divided by the world size, and the averages
+written into each ``.grad``: uploaded from the host, or, on a device whose kernels work in host memory
+(CPU drivers) with every rank on one node, averaged by the device itself from the shared-memory
+window that all ranks' gradients were downloaded into (``ddp.averaging``). So after ``backward()``
+every rank holds the averaged gradients and the optimizer step is the one a single process takes with
+the whole global batch.
 
 Buckets start strictly in their order, the same on every rank, as MPI requires of collectives on one
 communicator. BatchNorm normalizes each rank's batch with that batch's own statistics (PyTorch's default,
@@ -113,8 +116,10 @@ class DistributedDataParallel(Module):
         cap_bytes = min(bucket_cap_mb * MEBIBYTE, gradient_bytes / min_buckets)
         object.__setattr__(self, "_buckets", self._make_buckets(module.parameters(), cap_bytes))
         object.__setattr__(self, "_bucket_of", {id(p): b for b in self._buckets for p in b.params})
+        devices = {p.device for b in self._buckets for p in b.params}
         object.__setattr__(self, "_reduce", bucket_reduce.for_group(
-            self._group, self._comm, [(b.size, b.dtype) for b in self._buckets]))
+            self._group, self._comm, [(b.size, b.dtype) for b in self._buckets],
+            next(iter(devices)) if len(devices) == 1 else None))
         object.__setattr__(self, "_hooks", [])
         object.__setattr__(self, "_pass_open", False)
         object.__setattr__(self, "_next_to_start", 0)
@@ -148,6 +153,12 @@ class DistributedDataParallel(Module):
     def transport(self) -> str:
         """How buckets are averaged: "shared memory" (every rank on this node) or "mpi"."""
         return self._reduce.name
+
+    @property
+    def averaging(self) -> str:
+        """Where the buckets' averages are computed: "device" (shared memory that the device's kernels
+        read in place: CPU drivers) or "host"."""
+        return "device" if self._reduce.averages_on_device else "host"
 
     # ---- forward -----------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -249,23 +260,25 @@ class DistributedDataParallel(Module):
             self.stats["device_wait_s"] += device_done - started
             self.stats["mpi_wait_s"] += time.perf_counter() - device_done
             for bucket in self._buckets:
-                self._write_back(bucket, self._reduce.result(bucket.index))
+                self._write_back(bucket)
         finally:
             for bucket in self._buckets:
                 bucket.reset()
             object.__setattr__(self, "_pass_open", False)
             object.__setattr__(self, "_next_to_start", 0)
 
-    @staticmethod
-    def _write_back(bucket: _Bucket, result: np.ndarray) -> None:
+    def _write_back(self, bucket: _Bucket) -> None:
         from ..runtime import memory
+        on_device = self._reduce.averages_on_device
+        result = None if on_device else self._reduce.result(bucket.index)
         for p, start, stop in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
-            averaged = result[start:stop]
             if p.grad is None or not p.grad.is_contiguous():
-                p.grad = Tensor.from_host(averaged.reshape(p.shape), p.device)
-                continue
-            # Asynchronous: the next pass downloads into this host buffer only behind this upload.
-            memory.upload(p.device, p.grad.buffer, averaged, p.grad.offset * p.dtype.itemsize, wait=False)
+                p.grad = Tensor.empty(p.shape, p.dtype, p.device)
+            if on_device:
+                self._reduce.average_into(bucket.index, start, stop, p.grad)
+            else:  # asynchronous: the next pass downloads into this host buffer only behind this upload
+                memory.upload(p.device, p.grad.buffer, result[start:stop], p.grad.offset * p.dtype.itemsize,
+                              wait=False)
 
     def extra_repr(self) -> str:
         return (f"world_size={self._group.size}, buckets={len(self._buckets)}, "

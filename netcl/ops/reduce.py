@@ -7,8 +7,8 @@ import numbers
 import numpy as np
 
 from .. import dtypes
-from ..errors import ShapeError
-from ..runtime.kernels import get_kernel, launch
+from ..errors import DTypeError, ShapeError
+from ..runtime.kernels import VARYING, PreparedLaunch, get_kernel, launch, local_size_1d
 from ..tensor import Tensor
 
 CHUNK = 2048
@@ -127,3 +127,41 @@ def argmax(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
 
 def argmin(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
     return arg_reduce(x, "argmin", axis, keepdims)
+
+
+class MeanOfRows:
+    """``out <- rows.mean(axis=0)``, launched again and again over the same ``rows`` (kernels/mean_rows.cl).
+
+    ``rows`` is a 2-D view whose rows are contiguous (any row stride, e.g. one parameter's slice of
+    every rank's gradient bucket); each call names the ``out`` it writes, a contiguous tensor of
+    ``rows.shape[1]`` elements of the same dtype on the same device (a parameter's ``.grad``, which
+    autograd may replace between calls). The rows are summed in order and the sum scaled by
+    ``1 / rows.shape[0]``, as ``np.sum(rows, axis=0) * (1 / R)`` computes it. Data-parallel training
+    calls it once per parameter and backward pass, so the kernel's arguments are set once
+    (:class:`~netcl.runtime.launching.PreparedLaunch`)."""
+
+    def __init__(self, rows: Tensor):
+        if rows.ndim != 2 or (rows.shape[1] > 1 and rows.strides[1] != 1):
+            raise ShapeError(f"MeanOfRows needs a 2-D view with contiguous rows, got shape {rows.shape} "
+                             f"and strides {rows.strides}")
+        if not dtypes.is_float(rows.dtype):
+            raise DTypeError(f"MeanOfRows averages float32 or float64 rows, got {rows.dtype}")
+        if rows.shape[0] < 1:
+            raise ShapeError(f"MeanOfRows needs at least one row, got shape {rows.shape}")
+        self.rows = rows
+        count, n = rows.shape
+        kernel = get_kernel(rows.device, "mean_rows.cl", "mean_of_rows", T=dtypes.c_type(rows.dtype), ROWS=count)
+        self._launch = PreparedLaunch(rows.device, kernel, (max(n, 1),), local_size_1d(rows.device, n), (
+            VARYING, VARYING, rows.buffer, np.int64(rows.offset), np.int64(rows.strides[0]), np.int64(n),
+            rows.dtype.type(1.0 / count)))
+
+    def __call__(self, out: Tensor):
+        """Enqueue the average into ``out``; returns the launch's event."""
+        rows = self.rows
+        if out.size != rows.shape[1] or not out.is_contiguous():
+            raise ShapeError(f"MeanOfRows of rows {rows.shape} writes a contiguous tensor of {rows.shape[1]} "
+                             f"elements, got shape {out.shape} with strides {out.strides}")
+        if out.dtype != rows.dtype or out.device is not rows.device:
+            raise DTypeError(f"MeanOfRows of {rows.dtype} rows on {rows.device.describe()} writes the same dtype "
+                             f"on the same device, got {out.dtype} on {out.device.describe()}")
+        return self._launch(out.buffer, np.int64(out.offset))

@@ -73,6 +73,19 @@ def allocate(device: Device, nbytes: int):
                                     requested_bytes=nbytes, available_bytes=device.max_alloc_bytes) from None
 
 
+def over_host_array(device: Device, array: np.ndarray) -> cl.Buffer:
+    """A buffer whose storage is ``array``'s memory (CL_MEM_USE_HOST_PTR); the buffer keeps the array
+    alive. On a device that works in host memory (CPU drivers), kernels read what the host last wrote
+    there and the host reads what kernels wrote, without copies; elsewhere the driver may keep a copy
+    that only maps synchronize (``netcl.distributed.bucket_reduce`` checks which before relying on it)."""
+    if not array.flags.c_contiguous or array.nbytes == 0:
+        raise ValueError(f"a buffer over host memory needs a non-empty contiguous array, got shape {array.shape}")
+    try:
+        return cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=array)
+    except cl.Error as exc:
+        raise _translate(device, exc, "wrapping host memory of", array.nbytes) from None
+
+
 def release_cached(device: Device) -> int:
     """Hand the buffers the pool holds for reuse back to the driver; returns how many there were."""
     pool = device._memory_pool

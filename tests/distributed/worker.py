@@ -69,7 +69,7 @@ def equivalence(out: Path, seed: int) -> None:
         # Every rank but 0 starts from other weights: the wrap's broadcast must make them equal.
         ddp = nc.nn.parallel.DistributedDataParallel(small_convnet(seed + rank), bucket_cap_mb=cap, min_buckets=1)
         buckets[cap] = ddp.bucket_sizes
-        transport = ddp.transport
+        transport, averaging = ddp.transport, ddp.averaging
         for name, value in train(ddp, batches, rank, world).items():
             results[f"cap{cap}/{name}"] = value
     buckets["default"] = nc.nn.parallel.DistributedDataParallel(small_convnet(seed)).bucket_sizes
@@ -81,7 +81,8 @@ def equivalence(out: Path, seed: int) -> None:
         statuses[str(replay)] = train.status
     np.savez(out / f"equivalence-rank{rank}.npz", **results)
     (out / f"equivalence-rank{rank}.json").write_text(json.dumps({"world_size": world, "buckets": {
-        str(k): v for k, v in buckets.items()}, "replay": statuses, "transport": transport}))
+        str(k): v for k, v in buckets.items()}, "replay": statuses, "transport": transport,
+        "averaging": averaging}))
 
 
 def collectives(out: Path, seed: int) -> None:
