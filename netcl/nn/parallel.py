@@ -52,17 +52,18 @@ class _Bucket:
         self.waiting = {id(p) for p in self.params}
         self.events = None  # the downloads' events once the bucket is complete
 
-    def download(self, collectives, host: np.ndarray) -> None:
-        """Queue the gradients' copies into ``host``. Their events are kept: pyopencl waits for a copy
-        into host memory when its event is dropped."""
+    def download(self, reduce) -> None:
+        """Queue the gradients' copies into the transport's contribution (``reduce``: netcl.distributed.
+        bucket_reduce). Their events are kept: pyopencl waits for a copy into host memory when its event
+        is dropped."""
         self.events = []
+        host = reduce.contribution(self.index)
         for p, start, stop in zip(self.params, self.offsets, self.offsets[1:]):
-            view = host[start:stop]
             if p.grad is None:
-                view.fill(0)  # unused on this rank this pass: it adds nothing to the sum
+                host[start:stop].fill(0)  # unused on this rank this pass: it adds nothing to the sum
                 continue
             grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
-            self.events.append(collectives.download_async(grad, view))
+            self.events.append(reduce.copy_in(self.index, start, grad))
 
     def landed(self, done) -> bool:
         """Whether every copy has landed: the last one has (one in-order queue)."""
@@ -202,7 +203,7 @@ class DistributedDataParallel(Module):
         bucket = self._bucket_of[id(param)]
         bucket.waiting.discard(id(param))
         if not bucket.waiting and bucket.events is None:
-            bucket.download(self._collectives, self._reduce.contribution(bucket.index))
+            bucket.download(self._reduce)
         self._start_ready_buckets(block=False)
 
     def _start_ready_buckets(self, block: bool) -> None:
@@ -217,7 +218,7 @@ class DistributedDataParallel(Module):
             if bucket.events is None:
                 if not block:
                     break
-                bucket.download(self._collectives, self._reduce.contribution(bucket.index))  # never reached
+                bucket.download(self._reduce)  # never reached
             if not bucket.landed(done):
                 if not block:
                     break
@@ -233,7 +234,8 @@ class DistributedDataParallel(Module):
             self._reduce.start(bucket.index)
             object.__setattr__(self, "_next_to_start", self._next_to_start + 1)
             self.stats["buckets_started_early"] += not block
-        self._test_running()
+        if self._reduce.needs_tests:
+            self._test_running()
 
     def _test_running(self) -> bool:
         """Test the started allreduces (MPI progresses non-blocking collectives only inside MPI calls);
