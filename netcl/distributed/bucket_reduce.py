@@ -196,7 +196,7 @@ class DeviceAveragedBuckets:
             self._contributions.append(block.view(dtype).reshape(2, self._size, n))
             self._on_device.append(Tensor(memory.over_host_array(device, block), (2, self._size, n), dtype, device))
         self._mean_of_rows = MeanOfRows
-        self._averages = {}  # (bucket, set, start) -> MeanOfRows over that slice of the set
+        self._averages = {}  # (bucket, set) -> a MeanOfRows per parameter, over its slice of the set
         self._passes = [0] * len(specs)
 
     def contribution(self, i: int) -> np.ndarray:
@@ -221,17 +221,19 @@ class DeviceAveragedBuckets:
     def test(self, i: int) -> bool:
         return self._window.all_raised(i, self._passes[i])
 
-    def average_into(self, i: int, start: int, stop: int, out) -> None:
-        """Enqueue ``out <- mean over ranks of elements [start, stop) of bucket i`` (after ``test(i)``)."""
-        key = (i, self._passes[i] % 2, start)
-        average = self._averages.get(key)
-        if average is None:
+    def average_into(self, i: int, offsets: list[int], outs: list) -> None:
+        """Enqueue ``outs[j] <- mean over ranks of elements [offsets[j], offsets[j + 1]) of bucket i``
+        (after ``test(i)``): one launch per output, prepared at the first pass of each set."""
+        key = (i, self._passes[i] % 2)
+        averages = self._averages.get(key)
+        if averages is None:
             contributions = self._on_device[i]
-            n = contributions.shape[2]
-            rows = contributions._view((self._size, stop - start), (n, 1),
-                                       contributions.offset + key[1] * self._size * n + start)
-            average = self._averages[key] = self._mean_of_rows(rows)
-        average(out)
+            n, first = contributions.shape[2], contributions.offset + key[1] * self._size * contributions.shape[2]
+            averages = self._averages[key] = [
+                self._mean_of_rows(contributions._view((self._size, stop - start), (n, 1), first + start))
+                for start, stop in zip(offsets, offsets[1:])]
+        for average, out in zip(averages, outs):
+            average(out)
 
 
 def _aligned(nbytes: int) -> int:

@@ -204,13 +204,17 @@ class DistributedDataParallel(Module):
         bucket.waiting.discard(id(param))
         if not bucket.waiting and bucket.events is None:
             bucket.download(self._reduce)
-        self._start_ready_buckets(block=False)
+        if self._reduce.needs_tests:  # MPI: start what has landed while backward still runs
+            self._start_ready_buckets(block=False)
 
     def _start_ready_buckets(self, block: bool) -> None:
         """Start, in bucket order, the allreduces whose host copies have landed; with ``block``, all of
         them, waiting for the device meanwhile while testing the running ones, so that a bucket's
         allreduce proceeds while the device still computes the gradients of the next."""
         from ..distributed import process_group
+        if block and not self._reduce.needs_tests:
+            self._start_all_when_landed()
+            return
         done = self._collectives.event_done
         delay = 0.0
         while self._next_to_start < len(self._buckets):
@@ -236,6 +240,20 @@ class DistributedDataParallel(Module):
             self.stats["buckets_started_early"] += not block
         if self._reduce.needs_tests:
             self._test_running()
+
+    def _start_all_when_landed(self) -> None:
+        """Shared memory: nothing moves before every contribution is in, so sleep in the driver until this
+        rank's last copy lands (one in-order queue: all have then), and start every bucket."""
+        remaining = self._buckets[self._next_to_start:]
+        for bucket in remaining:
+            if bucket.events is None:  # a parameter that got no gradient this pass kept it waiting
+                bucket.download(self._reduce)
+        last = next((b.events[-1] for b in reversed(remaining) if b.events), None)
+        if last is not None:
+            last.wait()
+        for bucket in remaining:
+            self._reduce.start(bucket.index)
+        object.__setattr__(self, "_next_to_start", len(self._buckets))
 
     def _test_running(self) -> bool:
         """Test the started allreduces (MPI progresses non-blocking collectives only inside MPI calls);
@@ -271,16 +289,16 @@ class DistributedDataParallel(Module):
 
     def _write_back(self, bucket: _Bucket) -> None:
         from ..runtime import memory
-        on_device = self._reduce.averages_on_device
-        result = None if on_device else self._reduce.result(bucket.index)
-        for p, start, stop in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
+        for p in bucket.params:
             if p.grad is None or not p.grad.is_contiguous():
                 p.grad = Tensor.empty(p.shape, p.dtype, p.device)
-            if on_device:
-                self._reduce.average_into(bucket.index, start, stop, p.grad)
-            else:  # asynchronous: the next pass downloads into this host buffer only behind this upload
-                memory.upload(p.device, p.grad.buffer, result[start:stop], p.grad.offset * p.dtype.itemsize,
-                              wait=False)
+        if self._reduce.averages_on_device:
+            self._reduce.average_into(bucket.index, bucket.offsets, [p.grad for p in bucket.params])
+            return
+        result = self._reduce.result(bucket.index)
+        for p, start, stop in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
+            # asynchronous: the next pass downloads into this host buffer only behind this upload
+            memory.upload(p.device, p.grad.buffer, result[start:stop], p.grad.offset * p.dtype.itemsize, wait=False)
 
     def extra_repr(self) -> str:
         return (f"world_size={self._group.size}, buckets={len(self._buckets)}, "
