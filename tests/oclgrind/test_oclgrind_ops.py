@@ -1,5 +1,6 @@
 """Everything that is not convolution or GEMM, under the simulator: elementwise maps (contiguous and
-strided, broadcasting, every unary op, casts), strided copies, reductions (one and several chunks, argmax),
+strided, broadcasting, every unary op, casts), strided copies, reductions (one and several chunks, argmax,
+the mean of rows that averages data-parallel gradients),
 random fills, cross-entropy, the optimizers' fused updates, pooling in all its kernel variants, a small
 network through autograd, the dense (pixelwise) conversion, and the benchmark-only kernels. Each result is
 checked against NumPy, so the tests mean something on any device."""
@@ -72,6 +73,20 @@ def test_reductions(device, rng):
         assert np.array_equal(L.argmax(1).to_host(), long.argmax(1))
     ints = _t(np.arange(2 * 3000, dtype=np.int64).reshape(2, 3000), device)
     assert np.array_equal(ints.sum(axis=1).to_host(), np.arange(6000).reshape(2, 3000).sum(axis=1))
+
+
+def test_mean_of_rows(device, rng):
+    """DistributedDataParallel's device averaging: a parameter's slice of every rank's bucket row."""
+    from netcl.ops.reduce import MeanOfRows
+    for dt in _dtypes(device):
+        for rows, count, start in ((1, 1, 0), (2, 13, 3), (3, 70, 1)):
+            width = start + count + 2
+            a = rng.uniform(-1, 1, (rows, width)).astype(dt)
+            A = _t(a, device)
+            out = nc.Tensor.empty((count,), dt, device)
+            MeanOfRows(A._view((rows, count), (width, 1), A.offset + start))(out)
+            assert_close(out.to_host(), np.sum(a[:, start:start + count], axis=0) * a.dtype.type(1.0 / rows), 0,
+                         f"mean of {rows} rows")
 
 
 def test_random_fills(device):
