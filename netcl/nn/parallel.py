@@ -200,12 +200,13 @@ class DistributedDataParallel(Module):
         if not self._pass_open:
             object.__setattr__(self, "_pass_open", True)
             autograd_engine.queue_backward_callback(self._finish_pass)
+        if not self._reduce.needs_tests:
+            return  # shared memory: nothing moves before every contribution is in; the pass's end copies all
         bucket = self._bucket_of[id(param)]
         bucket.waiting.discard(id(param))
         if not bucket.waiting and bucket.events is None:
             bucket.download(self._reduce)
-        if self._reduce.needs_tests:  # MPI: start what has landed while backward still runs
-            self._start_ready_buckets(block=False)
+        self._start_ready_buckets(block=False)  # MPI: start what has landed while backward still runs
 
     def _start_ready_buckets(self, block: bool) -> None:
         """Start, in bucket order, the allreduces whose host copies have landed; with ``block``, all of
@@ -242,8 +243,9 @@ class DistributedDataParallel(Module):
             self._test_running()
 
     def _start_all_when_landed(self) -> None:
-        """Shared memory: nothing moves before every contribution is in, so sleep in the driver until this
-        rank's last copy lands (one in-order queue: all have then), and start every bucket."""
+        """Shared memory: nothing moves before every contribution is in, so queue every bucket's copies
+        at the end of the pass, sleep in the driver until the last lands (one in-order queue: all have
+        then), and start every bucket."""
         remaining = self._buckets[self._next_to_start:]
         for bucket in remaining:
             if bucket.events is None:  # a parameter that got no gradient this pass kept it waiting
