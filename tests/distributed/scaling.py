@@ -63,7 +63,8 @@ def measure(model_name: str, batch: int, steps: int, warmup: int, bucket_cap_mb:
             # CPU per step: the Python thread (launches, autograd, DDP, MPI) and the whole process (with
             # the driver's threads); rank 0's
             "host_cpu_ms": 1e3 * host_cpu / steps, "process_cpu_ms": 1e3 * process_cpu / steps,
-            "replay": step_once.status, **waits}
+            "replay": step_once.status, "transport": getattr(model, "transport", None),
+            "averaging": getattr(model, "averaging", None), **waits}
 
 
 def alternate(args) -> dict:
