@@ -1,8 +1,8 @@
 """Averaging DistributedDataParallel's gradient buckets over the ranks: MPI's allreduce, or shared memory
 when every rank runs on one node.
 
-All keep, per bucket, a host array that the rank's gradients are downloaded into (``contribution``),
-``start`` it once they have landed, make progress in ``test`` (True once the average is ready: in
+All keep, per bucket, host memory that the rank's gradients are copied into (``contribution``,
+``copy_in``), ``start`` it once they have landed, make progress in ``test`` (True once the average is ready: in
 ``result`` on the host, or for ``average_into`` to write on the device) and are reused pass after pass.
 Buckets start in the same order on every rank.
 
@@ -175,8 +175,8 @@ class DeviceAveragedBuckets:
     and the uploads: work that on a CPU device takes the cores the kernels run on.
 
     One flag per rank and bucket ("my contribution has landed"), and two sets of contributions used in
-    alternate passes. A rank downloads into set p % 2 in pass p only after it has seen every rank's flag
-    for pass p - 1; a rank raises that flag once its downloads of pass p - 1 have landed, and its
+    alternate passes. A rank copies into set p % 2 in pass p only after it has seen every rank's flag
+    for pass p - 1; a rank raises that flag once its copies of pass p - 1 have landed, and its
     in-order queue ran its averaging of pass p - 2 (which read set p % 2) before them. So no rank
     overwrites a contribution another still has to read."""
 
@@ -208,8 +208,8 @@ class DeviceAveragedBuckets:
 
     def copy_in(self, i: int, start: int, grad):
         """Queue the device-side copy of contiguous ``grad`` into bucket i's contribution from element
-        ``start``; returns its event. (A copy between buffers costs the host 2-4 µs on PoCL, a download
-        into host memory 35-40 µs.)"""
+        ``start`` (the window is a buffer too); returns its event. On PoCL a copy between buffers cost the
+        host 2-4 µs a call, a download into host memory 5-40 µs."""
         from ..runtime import memory
         contributions = self._on_device[i]
         _, size, n = contributions.shape
