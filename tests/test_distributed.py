@@ -162,6 +162,12 @@ def test_ddp_buffers_no_sync_and_unused_parameters(tmp_path, seed):
             np.testing.assert_allclose(r[f"heads/head{head}.weight"], np.tile(x.sum(0), (3, 1)) / RANKS,
                                        rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(r[f"heads/head{head}.bias"], np.full(3, worker.BATCH / RANKS), rtol=1e-6)
+    # one rank's device cannot average in place: every rank sums on the host, and the averages are right
+    inputs = [r["heads/input"].astype(np.float64) for r in ranks]
+    for r in ranks:
+        assert r["mixed/averaging_on_host"], "the ranks did not agree on the host's sums"
+        np.testing.assert_allclose(r["mixed/weight_grad"], np.tile(np.mean([x.sum(0) for x in inputs], 0), (3, 1)),
+                                   rtol=1e-5, atol=1e-5)
 
 
 @needs_mpi

@@ -264,7 +264,9 @@ def for_group(group, comm, specs, device=None):
                                f"of the {group.size} ranks share this one")
     if choice == "mpi" or not on_one_node or group.size == 1:
         return MpiBuckets(comm, group.mpi, specs)
-    if choice != "shared-host" and device is not None and kernels_read_host_memory(device):
+    on_device = choice != "shared-host" and device is not None and kernels_read_host_memory(device)
+    # every rank must take the same protocol: a rank on a GPU beside ranks on a CPU makes all sum on the host
+    if comm.allreduce(int(on_device), op=group.mpi.MIN):
         return DeviceAveragedBuckets(comm, group.mpi, specs, device)
     return SharedMemoryBuckets(comm, group.mpi, specs)
 

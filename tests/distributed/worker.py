@@ -157,6 +157,15 @@ def semantics(out: Path, seed: int) -> None:
     results["heads/input"] = x
     for name, p in heads.module.named_parameters():
         results[f"heads/{name}"] = p.grad.to_host()
+    # A rank whose device cannot average the window in place (a GPU's) makes every rank sum on the host.
+    from netcl.distributed import bucket_reduce
+    real_probe = bucket_reduce.kernels_read_host_memory
+    bucket_reduce.kernels_read_host_memory = lambda device: rank != 1 and real_probe(device)
+    mixed = nc.nn.parallel.DistributedDataParallel(nc.nn.Linear(5, 3))
+    bucket_reduce.kernels_read_host_memory = real_probe
+    mixed(nc.tensor(x)).sum().backward()
+    results["mixed/averaging_on_host"] = np.array(mixed.averaging == "host")
+    results["mixed/weight_grad"] = mixed.module.weight.grad.to_host()
     np.savez(out / f"semantics-rank{rank}.npz", **results)
 
 
