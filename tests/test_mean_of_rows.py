@@ -79,3 +79,12 @@ def test_over_host_array_needs_contiguous_memory():
         memory.over_host_array(device, np.zeros((4, 4), np.float32)[:, 1])
     with pytest.raises(ValueError, match="non-empty"):
         memory.over_host_array(device, np.zeros(0, np.float32))
+
+
+def test_a_driver_that_refuses_host_memory_buffers_averages_on_the_host(monkeypatch):
+    device = nc.tensor([0.0]).device
+
+    def refuse(device, array):
+        raise nc.DeviceError("clCreateBuffer(CL_MEM_USE_HOST_PTR) failed: INVALID_VALUE")
+    monkeypatch.setattr(memory, "over_host_array", refuse)
+    assert bucket_reduce.kernels_read_host_memory.__wrapped__(device) is False  # the probe, uncached

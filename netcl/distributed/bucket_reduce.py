@@ -281,13 +281,24 @@ def kernels_read_host_memory(device) -> bool:
     as device averaging needs (the other side of each is another process, which no map could cover).
     True of CPU drivers, which run kernels in host memory (PoCL, Intel's runtime); a GPU driver may
     keep a copy made at the buffer's creation or first use. Tried here with the averaging kernel and
-    the copy the transport uses, twice, on fresh data."""
+    the copy the transport uses, twice, on fresh data; a driver that refuses such a buffer, or the
+    kernel, has the host average instead."""
+    from ..errors import DeviceError, DeviceMemoryError, KernelBuildError
     from ..ops.reduce import MeanOfRows
     from ..runtime import memory
     from ..tensor import Tensor
     rng = np.random.default_rng()
     rows = np.zeros((2, 37), np.float32)
-    average = MeanOfRows(Tensor(memory.over_host_array(device, rows), rows.shape, rows.dtype, device))
+    try:
+        average = MeanOfRows(Tensor(memory.over_host_array(device, rows), rows.shape, rows.dtype, device))
+        return _averages_host_memory(device, average, rows, rng)
+    except (DeviceError, DeviceMemoryError, KernelBuildError):
+        return False
+
+
+def _averages_host_memory(device, average, rows: np.ndarray, rng) -> bool:
+    from ..runtime import memory
+    from ..tensor import Tensor
     out = Tensor.empty((rows.shape[1],), rows.dtype, device)
     for _ in range(2):
         rows[:] = rng.standard_normal(rows.shape)
