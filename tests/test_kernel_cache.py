@@ -292,3 +292,29 @@ def test_build_options_are_quiet_unless_debugging(monkeypatch):
     assert kernels.build_options(("-DX=1",))[-2:] == ("-w", "-DX=1")
     monkeypatch.setenv("NETCL_DEBUG", "1")
     assert "-w" not in kernels.build_options(("-DX=1",))
+
+
+def test_only_templates_a_convolution_launches_invalidate_its_measurements(tmp_path, monkeypatch, request):
+    """The conv planner's plans and calibration carry a digest of the templates a convolution may launch:
+    a new loss or optimizer kernel must not send every device back to the uncalibrated fallback."""
+    folder = tmp_path / "templates"
+    folder.mkdir()
+    for name in ("gemm.cl", "im2col.cl", "optim.cl"):
+        (folder / name).write_text(f"// {name}")
+    monkeypatch.setattr(kernels, "kernels_dir", lambda: folder)
+    request.addfinalizer(kernels.templates_digest.cache_clear)
+
+    def digests():
+        kernels.templates_digest.cache_clear()
+        return kernels.templates_digest(), kernels.convolution_templates_digest()
+
+    everything, convolution = digests()
+    (folder / "optim.cl").write_text("// optim.cl, edited")
+    (folder / "mean_rows.cl").write_text("// a new kernel no convolution launches")
+    edited_everything, edited_convolution = digests()
+    assert edited_everything != everything and edited_convolution == convolution
+    (folder / "im2col.cl").write_text("// im2col.cl, edited")
+    after_im2col = digests()[1]
+    assert after_im2col != convolution
+    (folder / "new_strategy.cl").write_text("// a template not known to stay out of convolutions")
+    assert digests()[1] != after_im2col

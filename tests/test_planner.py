@@ -275,7 +275,7 @@ def test_plan_context_includes_version_kernels_tuning_and_strategy_set(device, m
     assert planner.plan_context(device, names) != base
     monkeypatch.undo()
     # an edited kernel template is measured again, not ranked by its predecessor's times
-    monkeypatch.setattr("netcl.runtime.kernels.templates_digest", lambda: "edited")
+    monkeypatch.setattr("netcl.runtime.kernels.convolution_templates_digest", lambda: "edited")
     assert planner.plan_context(device, names) != base
 
 

@@ -86,11 +86,11 @@ def env_mode(default: str = "heuristic") -> str:
 # the plan store
 
 def plan_context(device, names: tuple) -> str:
-    """What a stored plan is valid for: netcl's version, the kernel templates' sources, the device's kernel
-    tuning, the strategy set."""
+    """What a stored plan is valid for: netcl's version, the sources of the templates a convolution may
+    launch, the device's kernel tuning, the strategy set."""
     from .. import __version__
-    from ..runtime.kernels import templates_digest
-    blob = "|".join((__version__, templates_digest(), db.identity(device), ",".join(names)))
+    from ..runtime.kernels import convolution_templates_digest
+    blob = "|".join((__version__, convolution_templates_digest(), db.identity(device), ",".join(names)))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -42,11 +42,12 @@ _lock = threading.RLock()
 
 
 def context(device) -> str:
-    """What a stored calibration is valid for: netcl's version, the kernel templates' sources (the GEMM's and
-    every strategy's: the calibration is their measured times) and the device's kernel tuning."""
+    """What a stored calibration is valid for: netcl's version, the sources of the kernel templates a
+    convolution may launch (the GEMM's and every strategy's: the calibration is their measured times)
+    and the device's kernel tuning."""
     from .. import __version__
-    from ..runtime.kernels import templates_digest
-    blob = "|".join((__version__, str(CALIBRATION_VERSION), db.identity(device), templates_digest()))
+    from ..runtime.kernels import convolution_templates_digest
+    blob = "|".join((__version__, str(CALIBRATION_VERSION), db.identity(device), convolution_templates_digest()))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -57,18 +57,35 @@ def kernels_dir() -> Path:
                       f"{here.parent / 'kernels'}); reinstall netcl")
 
 
-@functools.lru_cache(maxsize=1)
-def templates_digest() -> str:
-    """A hash of every kernel template as this process first read them. Measurements of kernels (the conv
-    planner's plans and calibration) carry it, so an edited kernel is measured again instead of being
-    ranked by its predecessor's times; read once, so an edit during a long run orphans nothing."""
+# Templates that no convolution pass launches (the optimizers, losses, pooling, normalization, random
+# fills, data-parallel averaging): editing or adding one leaves the conv planner's measured plans and
+# calibration valid. A template missing here only costs a needless recalibration.
+NOT_IN_CONVOLUTION = frozenset({"adaptive_pool.cl", "batchnorm.cl", "loss.cl", "mean_rows.cl", "optim.cl",
+                                "pool.cl", "random.cl"})
+
+
+@functools.lru_cache(maxsize=4)
+def templates_digest(skip: frozenset = frozenset()) -> str:
+    """A hash of every kernel template (but those named in ``skip``) as this process first read them.
+    Measurements of kernels carry it, so an edited kernel is measured again instead of being ranked by
+    its predecessor's times; read once, so an edit during a long run orphans nothing."""
     digest = hashlib.sha256()
     try:
         for path in sorted(kernels_dir().glob("*.cl")):
+            if path.name in skip:
+                continue
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     except (OSError, DeviceError):
         return ""
     return digest.hexdigest()[:16]
+
+
+def convolution_templates_digest() -> str:
+    """The digest the conv planner's plans and calibration carry: the templates a convolution pass may
+    launch (GEMM, every strategy's kernels, the copies and maps around them). Adding an optimizer or a
+    loss kernel used to send every device back to the uncalibrated fallback, whose plans ran LeNet 20 %
+    slower on PoCL until `netcl tune conv` ran again."""
+    return templates_digest(NOT_IN_CONVOLUTION)
 
 
 _lookup: TemplateLookup | None = None
