@@ -217,6 +217,27 @@ def test_ddp_transport_choice(monkeypatch):
     assert bucket_reduce.for_group(spread, comm, [(5, np.float32)]).name == "mpi"
 
 
+def test_a_shared_window_too_large_for_dev_shm_falls_back_to_mpi(monkeypatch):
+    """A window larger than /dev/shm would fail with SIGBUS when first written, mid-training."""
+    from types import SimpleNamespace
+
+    import netcl as nc
+    from netcl.distributed import bucket_reduce
+    node = SimpleNamespace(local_size=2, size=2, mpi=SimpleNamespace(MIN="min"))  # two ranks on this node
+    comm = SimpleNamespace(Get_size=lambda: 2, allreduce=lambda value, op: value)  # the other rank agrees
+    specs = [(1 << 20, np.float32)]  # 4 MiB of gradients: a window of 12 MiB at least
+    monkeypatch.setattr(bucket_reduce, "shared_memory_room", lambda: 5 << 20)
+    monkeypatch.setenv("NETCL_DDP_TRANSPORT", "auto")
+    with pytest.warns(UserWarning, match=r"through MPI instead.*5,242,880 bytes free.*12,582,912.*shm-size"):
+        assert bucket_reduce.for_group(node, comm, specs).name == "mpi"
+    for forced in ("shared", "shared-host"):
+        monkeypatch.setenv("NETCL_DDP_TRANSPORT", forced)
+        with pytest.raises(nc.NetclError, match=f"NETCL_DDP_TRANSPORT={forced}: .*/dev/shm"):
+            bucket_reduce.for_group(node, comm, specs)
+    room = bucket_reduce.shared_memory_room()
+    assert room is None or room > 0
+
+
 def test_bad_arguments_raise_typed_errors(monkeypatch):
     import netcl as nc
     from netcl.distributed import process_group

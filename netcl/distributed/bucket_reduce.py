@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 import weakref
 
 import numpy as np
@@ -264,12 +265,41 @@ def for_group(group, comm, specs, device=None):
                                f"of the {group.size} ranks share this one")
     if choice == "mpi" or not on_one_node or group.size == 1:
         return MpiBuckets(comm, group.mpi, specs)
+    gradient_bytes = sum(n * np.dtype(dtype).itemsize for n, dtype in specs)
+    room = shared_memory_room()
+    fits_host = room is None or room >= (group.size + 1) * gradient_bytes + WINDOW_MARGIN
+    fits_device = room is None or room >= 2 * group.size * gradient_bytes + WINDOW_MARGIN
     on_device = choice != "shared-host" and device is not None and kernels_read_host_memory(device)
-    # every rank must take the same protocol: a rank on a GPU beside ranks on a CPU makes all sum on the host
-    if comm.allreduce(int(on_device), op=group.mpi.MIN):
+    # Every rank must take the same protocol (a rank on a GPU beside ranks on a CPU makes all sum on the
+    # host): 2 device averaging, 1 host sums, 0 MPI, the least any rank can take.
+    level = comm.allreduce(2 if on_device and fits_device else 1 if fits_host else 0, op=group.mpi.MIN)
+    if level == 0:
+        free = f"{room:,} bytes" if room is not None else "too little"
+        message = (f"the node's shared memory (/dev/shm) has {free} free; a shared window for "
+                   f"{group.size} ranks' {gradient_bytes:,} bytes of gradients needs "
+                   f"{(group.size + 1) * gradient_bytes:,} (a container's default /dev/shm is 64 MiB: "
+                   f"docker run --shm-size)")
+        if choice.startswith("shared"):
+            raise DistributedError(f"NETCL_DDP_TRANSPORT={choice}: {message}")
+        warnings.warn(f"DistributedDataParallel averages through MPI instead of shared memory: {message}",
+                      stacklevel=3)
+        return MpiBuckets(comm, group.mpi, specs)
+    if level == 2:
         return DeviceAveragedBuckets(comm, group.mpi, specs, device)
     return SharedMemoryBuckets(comm, group.mpi, specs)
 
+
+WINDOW_MARGIN = 1 << 20  # bytes left over for the flags, the alignment and MPI's own shared memory
+
+
+def shared_memory_room() -> int | None:
+    """Bytes free in /dev/shm, where MPICH keeps shared windows; None where there is none to ask. A window larger than that is not refused when it is made: its pages fail (SIGBUS) when first
+    written, mid-training."""
+    try:
+        stats = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
 
 TRANSPORT_CHOICES = ("auto", "mpi", "shared", "shared-host")
 
