@@ -229,3 +229,27 @@ def test_sgd_steps_are_recorded_and_read_their_settings_at_every_replay():
     for a, b in zip(want, got):
         np.testing.assert_array_equal(b, a)
     assert step.replays >= 5, step.status
+
+
+def test_no_recording_while_the_conv_planner_measures(monkeypatch):
+    """A replay calls no conv op, so the planner's trials would never end and a fresh device would keep
+    its uncalibrated choices: CapturedStep runs steps as written until no layer is being measured."""
+    from netcl.ops import conv_online
+    pending = {"steps": 4}
+
+    def measuring(device):
+        return 2 if pending["steps"] > 0 else 0
+    monkeypatch.setattr(conv_online, "measuring", measuring)
+    data = batches(5, [6] * 10)
+    model = nc.models.lenet(seed=1)
+    step = nc.training.CapturedStep(model, nc.optim.SGD(model.parameters(), lr=0.05), warmup=2)
+    statuses = []
+    for x, y in data:
+        step(nc.tensor(x), nc.tensor(y))
+        statuses.append(step.status)
+        if step.calls > step.warmup:
+            pending["steps"] -= 1
+    # steps 3-6 ran as written while two layer-passes were measured; 7 and 8 were recorded, 9 replayed
+    assert all("convolution planner measures 2 layer-passes" in s for s in statuses[2:6]), statuses
+    assert step.recordings == 2 and step.replays == 2, (step.recordings, step.replays, statuses)
+    assert statuses[-1].startswith("replaying") and "recorded at step 8" in statuses[-1], statuses[-1]
