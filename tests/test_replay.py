@@ -233,23 +233,27 @@ def test_sgd_steps_are_recorded_and_read_their_settings_at_every_replay():
 
 def test_no_recording_while_the_conv_planner_measures(monkeypatch):
     """A replay calls no conv op, so the planner's trials would never end and a fresh device would keep
-    its uncalibrated choices: CapturedStep runs steps as written until no layer is being measured."""
+    its uncalibrated choices: CapturedStep runs steps as written while they run layers being measured,
+    and only those: a trial of another batch size (an epoch's last batch) does not hold the replay up."""
     from netcl.ops import conv_online
-    pending = {"steps": 4}
-
-    def measuring(device):
-        return 2 if pending["steps"] > 0 else 0
-    monkeypatch.setattr(conv_online, "measuring", measuring)
-    data = batches(5, [6] * 10)
+    state = {"calls": 0, "measured_steps": 5}
+    monkeypatch.setattr(conv_online, "calls_measuring", lambda: state["calls"])
+    monkeypatch.setattr(conv_online, "measuring", lambda device: 1)  # a trial of other layers stays open
     model = nc.models.lenet(seed=1)
+    forward = model.forward
+
+    def measured_forward(x):  # the first steps' convolutions go to layers under measurement
+        if state["measured_steps"] > 0:
+            state["calls"] += 2
+        return forward(x)
+    monkeypatch.setattr(model, "forward", measured_forward)
     step = nc.training.CapturedStep(model, nc.optim.SGD(model.parameters(), lr=0.05), warmup=2)
     statuses = []
-    for x, y in data:
+    for x, y in batches(5, [6] * 10):
         step(nc.tensor(x), nc.tensor(y))
         statuses.append(step.status)
-        if step.calls > step.warmup:
-            pending["steps"] -= 1
-    # steps 3-6 ran as written while two layer-passes were measured; 7 and 8 were recorded, 9 replayed
-    assert all("convolution planner measures 2 layer-passes" in s for s in statuses[2:6]), statuses
+        state["measured_steps"] -= 1
+    # steps 1-5 measured; 3-6 ran as written (each after a measured step); 7 and 8 recorded; 9, 10 replayed
+    assert all("convolution planner measures" in s for s in statuses[2:6]), statuses
     assert step.recordings == 2 and step.replays == 2, (step.recordings, step.replays, statuses)
     assert statuses[-1].startswith("replaying") and "recorded at step 8" in statuses[-1], statuses[-1]

@@ -27,7 +27,7 @@ RUNS = 3  # per candidate: one warm-up, then the samples
 
 _trials = DeviceMemo("conv training trials")
 _ran = DeviceMemo("conv strategies run untimed", scope="context")  # (pass, dtype) -> strategy names
-_totals = {"trials_done": 0, "cost_s": 0.0, "runs": 0}
+_totals = {"trials_done": 0, "cost_s": 0.0, "runs": 0, "calls_measuring": 0}
 _lock = threading.Lock()
 
 
@@ -165,6 +165,7 @@ def run(pass_: str, layer: ConvLayer, a, b, device, execute):
     if trial is None:
         return execute(plan.strategy)
     with _lock:
+        _totals["calls_measuring"] += 1
         name = trial.next_strategy()
     if name is None:
         return _losers.run(trial, _untimed_choice(trial, pass_, layer, device), execute)
@@ -218,6 +219,14 @@ def measuring(device) -> int:
     """How many layer-passes on ``device`` have begun measuring their candidates and not finished (a
     benchmark warms up until none has: trial runs in its timed rounds cost LeNet a third of its speed)."""
     return sum(1 for trial in _trials.values(device) if not trial.done and trial.calls > 0)
+
+
+def calls_measuring() -> int:
+    """How many conv calls of this process went to a layer-pass whose candidates were still being
+    measured (timed or not): a training step that made none has nothing left to measure for its layers,
+    so it can be recorded and replayed (netcl.training.CapturedStep)."""
+    with _lock:
+        return _totals["calls_measuring"]
 
 
 def stats() -> dict:

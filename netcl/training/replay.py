@@ -2,10 +2,10 @@
 
 ``CapturedStep(model, optimizer, loss_fn)`` is called like the step a PyTorch user writes — zero_grad,
 forward, loss, backward, optimizer.step() — and returns the loss. Its first ``warmup`` calls run that
-step as written (the first builds happen there), and so do the steps while the convolution planner
-still measures its candidates for a layer (netcl.ops.conv_online: a replay calls no conv op, so its
-trials would never end, and a fresh device would keep its uncalibrated model's choices for good: LeNet
-ran 2,300-2,400 images/s on one PoCL thread instead of 3,100). Then it records two steps
+step as written (the first builds happen there), and so does every step after one that ran a layer
+whose strategies the convolution planner was still measuring (netcl.ops.conv_online: a replay calls no
+conv op, so its trials would never end, and a fresh device would keep its uncalibrated model's choices
+for good: LeNet ran 2,300-2,400 images/s on one PoCL thread instead of 3,100). Then it records two steps
 (netcl.runtime.recording) and, when both enqueued the same commands on the same buffers, replays the
 second from then on: the batch is copied into the recorded input tensors and the recorded forward,
 backward and optimizer step are enqueued again (hooks such as DistributedDataParallel's allreduce run
@@ -57,6 +57,7 @@ class CapturedStep:
         self._inputs: tuple[Tensor, Tensor] | None = None
         self._captured: dict = {}
         self._in_flight: collections.deque = collections.deque()
+        self._measured_last_step = False  # whether the last step as written ran a layer still being measured
 
     @property
     def replaying(self) -> bool:
@@ -83,19 +84,22 @@ class CapturedStep:
         if (not self.enabled or self.calls <= self.warmup or self.recordings >= self.attempts
                 or not autograd.is_grad_enabled() or not self.model.training):
             return self._eager(x, y)
-        measuring = conv_online.measuring(x.device)
-        if measuring:  # a replay calls no conv op: the planner's trials would never end
-            self.status = (f"running as written while the convolution planner measures {measuring} "
-                           f"layer-passes (step {self.calls})")
+        if self._measured_last_step:  # a replay calls no conv op: the planner's trials would never end
+            self.status = (f"running as written while the convolution planner measures this model's layers "
+                           f"(step {self.calls})")
             return self._eager(x, y)
         return self._recorded(x, y)
 
     # ---- the three ways of taking a step --------------------------------------------------------------
     def _eager(self, x, y) -> Tensor:
+        calls_measuring = conv_online.calls_measuring()
         self.optimizer.zero_grad()
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
         self.optimizer.step()
+        # Only this step's layers count: a trial of another batch size (an epoch's last batch, an
+        # evaluation) advances in its own steps and must not hold up the replay of these.
+        self._measured_last_step = conv_online.calls_measuring() != calls_measuring
         return loss.detach()
 
     def _recorded(self, x, y) -> Tensor:
