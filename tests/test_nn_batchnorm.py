@@ -8,9 +8,9 @@ import pytest
 
 import netcl as nc
 from netcl.nn import functional as F
-from bn_reference import batch_norm_ref, running_update_ref
+from bn_reference import batch_norm_ref, grad_x_scale, running_update_ref
 from nn_reference import finite_difference
-from util import assert_close
+from util import assert_close, assert_close_to_scale
 
 SHAPES = [(7, 3, 5, 5), (13, 7), (5, 4, 9), (3, 1, 1, 1), (3, 13, 31, 1), (31, 2, 7, 3)]
 
@@ -36,7 +36,9 @@ def test_batch_norm_training_forward_backward(device, rng, canaries, shape, relu
     y.backward(_t(gy, device))
     gx, gw, gb, gr = grad(gy)
     tol = 1e-4
-    assert_close(x.grad.to_host(), gx, tol, "grad x")
+    # the input gradient's terms cancel (to 6e-5 of their size with 3 values a channel): bound its error
+    # by their magnitude, not by the result's
+    assert_close_to_scale(x.grad.to_host(), gx, grad_x_scale(x_h, w_h, gy), 1e-5, "grad x")
     assert_close(w.grad.to_host(), gw, tol, "grad weight")
     assert_close(b.grad.to_host(), gb, tol, "grad bias")
     if residual:
