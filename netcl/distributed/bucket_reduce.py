@@ -26,6 +26,11 @@ import weakref
 
 import numpy as np
 
+from ..errors import DeviceError, DeviceMemoryError, KernelBuildError
+from ..ops.reduce import MeanOfRows
+from ..runtime import memory
+from ..tensor import Tensor
+from . import collectives
 from .process_group import DistributedError
 
 ALIGN = 64  # bytes: each array in the window starts on its own cache line
@@ -39,7 +44,6 @@ class _HostContributions:
     def copy_in(self, i: int, start: int, grad):
         """Queue the copy of contiguous ``grad`` into bucket i's contribution from element ``start``;
         returns its event (the caller keeps it: pyopencl waits for a download whose event is dropped)."""
-        from . import collectives
         return collectives.download_async(grad, self.contribution(i)[start:start + grad.size])
 
 
@@ -186,9 +190,6 @@ class DeviceAveragedBuckets:
     needs_tests = False  # nothing to move: a rank only waits for the others' flags
 
     def __init__(self, comm, mpi, specs, device):
-        from ..ops.reduce import MeanOfRows
-        from ..runtime import memory
-        from ..tensor import Tensor
         self._size, self._rank = comm.Get_size(), comm.Get_rank()
         self._window = _SharedWindow(comm, mpi, [2 * self._size * n * np.dtype(dtype).itemsize for n, dtype in specs],
                                      (len(specs), self._size), device)
@@ -196,12 +197,15 @@ class DeviceAveragedBuckets:
         for block, (n, dtype) in zip(self._window.blocks, specs):
             self._contributions.append(block.view(dtype).reshape(2, self._size, n))
             self._on_device.append(Tensor(memory.over_host_array(device, block), (2, self._size, n), dtype, device))
-        self._mean_of_rows = MeanOfRows
         self._averages = {}  # (bucket, set) -> a MeanOfRows per parameter, over its slice of the set
         self._passes = [0] * len(specs)
 
+    def _filling(self, i: int) -> int:
+        """The set of bucket i's contributions this pass copies into (it starts with ``start``)."""
+        return (self._passes[i] + 1) % 2
+
     def contribution(self, i: int) -> np.ndarray:
-        return self._contributions[i][(self._passes[i] + 1) % 2, self._rank]
+        return self._contributions[i][self._filling(i), self._rank]
 
     def start(self, i: int) -> None:
         self._passes[i] += 1
@@ -211,10 +215,9 @@ class DeviceAveragedBuckets:
         """Queue the device-side copy of contiguous ``grad`` into bucket i's contribution from element
         ``start`` (the window is a buffer too); returns its event. On PoCL a copy between buffers cost the
         host 2-4 µs a call, a download into host memory 5-40 µs."""
-        from ..runtime import memory
         contributions = self._on_device[i]
         _, size, n = contributions.shape
-        first = contributions.offset + ((self._passes[i] + 1) % 2 * size + self._rank) * n + start
+        first = contributions.offset + (self._filling(i) * size + self._rank) * n + start
         itemsize = contributions.dtype.itemsize
         return memory.copy(contributions.device, contributions.buffer, grad.buffer, grad.size * itemsize,
                            first * itemsize, grad.offset * itemsize)
@@ -231,7 +234,7 @@ class DeviceAveragedBuckets:
             contributions = self._on_device[i]
             n, first = contributions.shape[2], contributions.offset + key[1] * self._size * contributions.shape[2]
             averages = self._averages[key] = [
-                self._mean_of_rows(contributions._view((self._size, stop - start), (n, 1), first + start))
+                MeanOfRows(contributions._view((self._size, stop - start), (n, 1), first + start))
                 for start, stop in zip(offsets, offsets[1:])]
         for average, out in zip(averages, outs):
             average(out)
@@ -293,13 +296,15 @@ WINDOW_MARGIN = 1 << 20  # bytes left over for the flags, the alignment and MPI'
 
 
 def shared_memory_room() -> int | None:
-    """Bytes free in /dev/shm, where MPICH keeps shared windows; None where there is none to ask. A window larger than that is not refused when it is made: its pages fail (SIGBUS) when first
-    written, mid-training."""
+    """Bytes free in /dev/shm, where MPICH keeps shared windows; None where there is none to ask. A window
+    larger than that is not refused when it is made: its pages fail (SIGBUS) when first written,
+    mid-training."""
     try:
         stats = os.statvfs("/dev/shm")
     except OSError:
         return None
     return stats.f_bavail * stats.f_frsize
+
 
 TRANSPORT_CHOICES = ("auto", "mpi", "shared", "shared-host")
 
@@ -313,10 +318,6 @@ def kernels_read_host_memory(device) -> bool:
     keep a copy made at the buffer's creation or first use. Tried here with the averaging kernel and
     the copy the transport uses, twice, on fresh data; a driver that refuses such a buffer, or the
     kernel, has the host average instead."""
-    from ..errors import DeviceError, DeviceMemoryError, KernelBuildError
-    from ..ops.reduce import MeanOfRows
-    from ..runtime import memory
-    from ..tensor import Tensor
     rng = np.random.default_rng()
     rows = np.zeros((2, 37), np.float32)
     try:
@@ -327,8 +328,6 @@ def kernels_read_host_memory(device) -> bool:
 
 
 def _averages_host_memory(device, average, rows: np.ndarray, rng) -> bool:
-    from ..runtime import memory
-    from ..tensor import Tensor
     out = Tensor.empty((rows.shape[1],), rows.dtype, device)
     for _ in range(2):
         rows[:] = rng.standard_normal(rows.shape)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import weakref
 
 import numpy as np
 
@@ -130,10 +129,6 @@ def argmin(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
     return arg_reduce(x, "argmin", axis, keepdims)
 
 
-def _dead_reference():
-    return None
-
-
 class MeanOfRows:
     """``out <- rows.mean(axis=0)``, launched again and again over the same ``rows`` (kernels/mean_rows.cl).
 
@@ -159,13 +154,9 @@ class MeanOfRows:
         self._launch = PreparedLaunch(rows.device, kernel, (max(n, 1),), local_size_1d(rows.device, n), (
             VARYING, VARYING, rows.buffer, np.int64(rows.offset), np.int64(rows.strides[0]), np.int64(n),
             rows.dtype.type(1.0 / count)))
-        # the last output, which passed the checks (weakly: it must not hold a replaced .grad's buffer)
-        self._checked, self._checked_offset = _dead_reference, None
 
     def __call__(self, out: Tensor):
         """Enqueue the average into ``out``; returns the launch's event."""
-        if self._checked() is out:  # DDP hands the same .grad pass after pass
-            return self._launch(out.buffer, self._checked_offset)
         rows = self.rows
         if out.size != rows.shape[1] or not out.is_contiguous():
             raise ShapeError(f"MeanOfRows of rows {rows.shape} writes a contiguous tensor of {rows.shape[1]} "
@@ -173,5 +164,4 @@ class MeanOfRows:
         if out.dtype != rows.dtype or out.device is not rows.device:
             raise DTypeError(f"MeanOfRows of {rows.dtype} rows on {rows.device.describe()} writes the same dtype "
                              f"on the same device, got {out.dtype} on {out.device.describe()}")
-        self._checked, self._checked_offset = weakref.ref(out), np.int64(out.offset)
-        return self._launch(out.buffer, self._checked_offset)
+        return self._launch(out.buffer, np.int64(out.offset))
