@@ -22,13 +22,14 @@ or :func:`compare`, which does the same and falls back to netcl alone when the r
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from .. import settings
 
 WORKER = Path(__file__).with_name("reference_worker.py")
 START_TIMEOUT_SECONDS = 120
@@ -44,9 +45,9 @@ class ReferenceProcess:
     """A child process that measures reference workloads on request (see reference_worker's protocol)."""
 
     def __init__(self, python: str | None = None):
-        self.python = python or os.environ.get("NETCL_REFERENCE_PYTHON") or sys.executable
+        self.python = python or settings.REFERENCE_PYTHON.get() or sys.executable
         self._stderr = tempfile.TemporaryFile(mode="w+")
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+        env = settings.child_environment(PYTHONPATH=None)
         try:
             self._proc = subprocess.Popen([self.python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=self._stderr, text=True, env=env)

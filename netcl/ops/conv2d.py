@@ -8,9 +8,7 @@ steps (netcl.ops.conv_online).
 """
 from __future__ import annotations
 
-import os
-
-from .. import dtypes
+from .. import dtypes, settings
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from .conv_common import ConvLayer
@@ -48,7 +46,7 @@ def check_conv2d(x: Tensor, w: Tensor, bias: Tensor | None, stride, padding, dil
 def resolve_strategy(strategy) -> str:
     """"auto" unless the caller or NETCL_CONV_STRATEGY names one."""
     if strategy in (None, CONV2D_AUTO):
-        return os.environ.get("NETCL_CONV_STRATEGY", CONV2D_AUTO).strip() or CONV2D_AUTO
+        return settings.CONV_STRATEGY.get() or CONV2D_AUTO
     return strategy
 
 
@@ -58,9 +56,8 @@ def strategy_for(layer: ConvLayer, pass_: str, strategy: str, device=None) -> ob
     from ..runtime.device import resolve_device
     device = resolve_device(device)
     if strategy in (None, CONV2D_AUTO):
-        from .conv2d_planner import env_mode, plan_conv2d_layer
-        mode = env_mode()
-        strategy = plan_conv2d_layer(layer, pass_, "heuristic" if mode == "online" else mode, device=device).strategy
+        from .conv2d_planner import plan_conv2d_layer
+        strategy = plan_conv2d_layer(layer, pass_, device=device).strategy
     impl = strategies().get(strategy)
     if impl is None:
         raise ShapeError(f"unknown conv2d strategy {strategy!r}; choose one of {', '.join(strategies())} or 'auto'")
@@ -87,11 +84,9 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, layer: ConvLayer, strategy: str, 
             return impl.forward(a, b, layer, bias=bias.contiguous())
         from .bias import add_bias_
         return add_bias_(impl.forward(a, b, layer), bias)
-    if strategy in (None, CONV2D_AUTO) and training:
-        from .conv2d_planner import env_mode
-        if env_mode("online") == "online":
-            from . import conv_online
-            return conv_online.run(pass_, layer, a, b, device, execute)
+    if strategy in (None, CONV2D_AUTO) and training and settings.CONV_PLAN_MODE.get() == "online":
+        from . import conv_online
+        return conv_online.run(pass_, layer, a, b, device, execute)
     return execute(strategy)
 
 

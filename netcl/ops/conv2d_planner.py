@@ -18,11 +18,11 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
-import os
 import time
 
 import numpy as np
 
+from .. import settings
 from ..errors import NetclError, ShapeError
 from ..runtime.memo import DeviceMemo
 from ..tuning import db
@@ -50,36 +50,18 @@ MEASURE_SESSIONS = 2
 _plans = DeviceMemo("conv plans")
 
 
-def _parse_bytes(text: str, what: str) -> int:
-    t = str(text).strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    digits = t[:-1] if scale > 1 else t
-    try:
-        value = float(digits) * scale
-    except ValueError:
-        raise NetclError(f"{what} must be a byte count such as 268435456 or 256M, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise NetclError(f"{what} must be ≥ 0, got {text!r}")
-    return int(value)
-
-
 def default_budget(device) -> int:
-    env = os.environ.get("NETCL_CONV_WORKSPACE_LIMIT", "").strip()
-    if env:
-        return _parse_bytes(env, "NETCL_CONV_WORKSPACE_LIMIT")
+    limit = settings.CONV_WORKSPACE_LIMIT.get()
+    if limit is not None:
+        return limit
     return int(min(device.max_alloc_bytes, device.global_mem_bytes // 2))
 
 
-def env_strategy() -> str | None:
-    value = os.environ.get("NETCL_CONV_STRATEGY", "").strip()
-    return None if value in ("", "auto") else value
-
-
-def env_mode(default: str = "heuristic") -> str:
-    mode = os.environ.get("NETCL_CONV_PLAN_MODE", default).strip() or default
-    if mode not in MODES + ("online",):
-        raise NetclError(f"NETCL_CONV_PLAN_MODE must be one of {', '.join(MODES + ('online',))}, got {mode!r}")
-    return mode
+def planning_mode() -> str:
+    """The mode of a plan made when the caller names none: NETCL_CONV_PLAN_MODE, whose "online" (the
+    default; training's trials, netcl.ops.conv_online) plans by the heuristic outside the trials."""
+    mode = settings.CONV_PLAN_MODE.get()
+    return "heuristic" if mode == "online" else mode
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -187,7 +169,7 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
     from ..runtime.device import resolve_device
     if pass_ not in PASSES:
         raise ShapeError(f"pass_ must be one of {', '.join(PASSES)}, got {pass_!r}")
-    mode = env_mode() if mode is None else mode
+    mode = planning_mode() if mode is None else mode
     if mode not in MODES:
         raise ShapeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     device = resolve_device(device)
@@ -198,8 +180,9 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
     names = tuple(registry)
     chosen = strategy if strategy not in (None, "auto") else None
     how = "the caller" if chosen else None
-    if chosen is None and env_strategy():
-        chosen, how = env_strategy(), f"NETCL_CONV_STRATEGY={env_strategy()}"
+    if chosen is None and settings.CONV_STRATEGY.get():
+        chosen = settings.CONV_STRATEGY.get()
+        how = f"{settings.CONV_STRATEGY.name}={chosen}"
     key = (layer.signature(), pass_, mode, budget, names, chosen)
     plan = _plans.get(device, key)
     if plan is not None:

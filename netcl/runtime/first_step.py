@@ -16,9 +16,7 @@ call builds its best kernel at once), and so does deterministic mode (``nc.use_d
 """
 from __future__ import annotations
 
-import os
-
-from ..config import deterministic_enabled
+from .. import settings
 
 PATIENCE = 8  # uses of a deferred choice before a process that never trains revisits it
 
@@ -26,9 +24,7 @@ _first_step_over = False
 
 
 def enabled() -> bool:
-    if deterministic_enabled():
-        return False
-    return os.environ.get("NETCL_DEFER_BUILDS", "1").strip().lower() not in ("0", "false", "no", "off")
+    return settings.DEFER_BUILDS.get() and not settings.DETERMINISTIC.get()
 
 
 def in_progress() -> bool:

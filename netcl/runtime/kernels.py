@@ -21,6 +21,7 @@ from pathlib import Path
 import pyopencl as cl
 from mako.lookup import TemplateLookup
 
+from .. import settings
 from ..errors import DeviceError, KernelBuildError
 from . import binaries
 from .binaries import save_binaries  # noqa: F401  (public: fill the disk cache now)
@@ -38,7 +39,7 @@ QUIET_BUILD_OPTIONS = ("-w",)
 
 
 def debug_enabled() -> bool:
-    return os.environ.get("NETCL_DEBUG", "0").strip().lower() not in ("", "0", "false", "no", "off")
+    return settings.DEBUG.get()
 
 
 def build_options(extra: tuple[str, ...] = ()) -> tuple[str, ...]:

@@ -28,6 +28,8 @@ import threading
 import time
 import warnings
 
+from .. import settings
+
 BINARY_SHARE = 0.25   # a binary must come back in under this share of its program's build time
 HELPER_GRACE_S = 60.0  # how long the helper may run on after this process has built its share
 
@@ -153,8 +155,7 @@ class _Helper:
         from ..runtime.cache import cache_root
         # the same cache and the same netcl as this process, however this one found them
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        path = os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))
-        env = dict(os.environ, PYTHONUNBUFFERED="1", NETCL_CACHE_DIR=str(cache_root()), PYTHONPATH=path)
+        env = settings.child_environment(package_root, PYTHONUNBUFFERED="1", NETCL_CACHE_DIR=str(cache_root()))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "netcl.tuning.conv_prebuild", "--device-identity", device.identity],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)

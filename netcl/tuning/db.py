@@ -29,6 +29,7 @@ import threading
 import time
 import warnings
 
+from .. import settings
 from ..runtime.cache import cache_enabled, cache_path, update_json
 
 FORMAT = 1
@@ -128,7 +129,7 @@ def generation() -> tuple:
     replaced or removed, or an entry stored), so callers can memoize lookups on it. An edit made to the
     file by another program is seen within GENERATION_RECHECK_SECONDS."""
     # The settings that decide where the file is (netcl.runtime.cache): cheaper to compare than the path.
-    where = (os.environ.get("NETCL_CACHE"), os.environ.get("NETCL_CACHE_DIR"), _overlay_edits[0])
+    where = (settings.CACHE.text(), settings.CACHE_DIR.text(), _overlay_edits[0])
     now = time.monotonic()
     memo = _generation_memo
     if memo["where"] == where and now - memo["at"] < GENERATION_RECHECK_SECONDS:
