@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
+from netcl import settings  # noqa: E402
 from netcl.cli.conv_layers import held_out_layers, lenet_layers, mec_layers, second_held_out_layers  # noqa: E402
 from netcl.ops import conv2d_planner as planner  # noqa: E402
 from netcl.ops import conv_profile  # noqa: E402
@@ -44,7 +45,7 @@ from netcl.runtime.kernels import kernels_dir  # noqa: F401,E402  (imported befo
 
 
 def _use_cache(path: Path) -> None:
-    os.environ["NETCL_CACHE_DIR"] = str(path)
+    settings.CACHE_DIR.choose(str(path))
     planner.clear_memory_cache()
 
 
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="write every timing and choice here")
     args = p.parse_args(argv)
     device = resolve_device(args.device)
-    calibrated = Path(os.environ.get("NETCL_CACHE_DIR") or tempfile.mkdtemp(prefix="netcl-planner-accuracy-"))
+    calibrated = settings.CACHE_DIR.get() or Path(tempfile.mkdtemp(prefix="netcl-planner-accuracy-"))
     _use_cache(calibrated)
     started = time.perf_counter()
     calibration = None

@@ -1,4 +1,5 @@
-"""Differentiable functions behind the layers; each goes through one rule of netcl.autograd."""
+"""Differentiable functions behind the layers; each goes through one rule of netcl.autograd (conv2d:
+netcl.ops.conv2d, whose forward and backward sit side by side)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +8,7 @@ from ..autograd import rules_nn
 from ..autograd.rules_activation import ActivationFunction, AddReLUFunction, SoftmaxFunction
 from ..autograd.rules_norm import BatchNormFunction
 from ..errors import DTypeError, ShapeError
+from ..ops.conv2d import conv2d as _conv2d
 from ..ops.loss import LossOptions
 from ..ops.pool import PoolGeometry
 from ..tensor import Tensor
@@ -14,8 +16,7 @@ from ..tensor import Tensor
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1,
            strategy: str = "auto") -> Tensor:
-    """2-D convolution, differentiable in x, weight and bias (netcl.autograd.rules_conv.conv2d)."""
-    from ..autograd.rules_conv import conv2d as _conv2d
+    """2-D convolution, differentiable in x, weight and bias (netcl.ops.conv2d.conv2d)."""
     return _conv2d(x, weight, bias, stride, padding, dilation, groups, strategy)
 
 
