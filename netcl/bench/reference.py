@@ -32,7 +32,6 @@ from pathlib import Path
 from .. import settings
 
 WORKER = Path(__file__).with_name("reference_worker.py")
-START_TIMEOUT_SECONDS = 120
 QUIET_SECONDS = 0.25  # between the two sides of a round (see interleave)
 WAKE_SECONDS = 0.02  # of untimed calls before each sample (see interleave)
 

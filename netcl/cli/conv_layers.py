@@ -10,7 +10,8 @@ def lenet_layers(batch: int) -> list:
             ("conv2", ConvLayer.from_shapes((batch, 20, 12, 12), (50, 20, 5, 5)))]
 
 
-# cv1–cv12 of the MEC paper (seeds/004, Table 2): input ih×iw×ic, kernel kh×kw×oc, stride; no padding.
+# cv1–cv12 of the MEC paper (Cho and Brand, "MEC: Memory-efficient Convolution for Deep Neural Network",
+# ICML 2017, Table 2): input ih×iw×ic, kernel kh×kw×oc, stride; no padding.
 MEC_LAYERS = (
     ("cv1", 227, 3, 11, 96, 4), ("cv2", 231, 3, 11, 96, 4), ("cv3", 227, 3, 7, 64, 2),
     ("cv4", 224, 64, 7, 64, 2), ("cv5", 24, 96, 5, 256, 1), ("cv6", 12, 256, 3, 512, 1),

@@ -154,16 +154,6 @@ def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | Non
     return gx
 
 
-def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, dilation=1):
-    """(y, argmax) of max pooling; see pool_forward."""
-    return pool_forward(x, PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation), "max")
-
-
-def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, count_include_pad=True):
-    g = PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation)
-    return pool_forward(x, g, "avg", count_include_pad)[0]
-
-
 def adaptive_output_size(input_shape, output_size) -> tuple[int, int]:
     """(Ho, Wo) from AdaptiveAvgPool2d's output_size: an int, or a pair whose None entries keep the input's size."""
     if len(input_shape) != 4 or any(d <= 0 for d in input_shape):
