@@ -41,7 +41,7 @@ def fresh_planner(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     # the timing rules' minimum span and second session are for real plans, not for these checks
     monkeypatch.setitem(planner.MEASURE_TIMING, "min_time_s", 0.05)
-    monkeypatch.setattr(planner, "MEASURE_SESSIONS", 1)
+    monkeypatch.setattr(planner, "MEASURE_SERIES", 1)
     planner.clear_memory_cache()
     yield
     planner.clear_memory_cache()

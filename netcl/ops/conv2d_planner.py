@@ -36,16 +36,16 @@ MODES = ("heuristic", "measure", "exhaustive")
 MEASURE_MARGIN = 10.0   # measure mode skips candidates predicted this many times slower than the best
 PLAN_FAMILY = "conv_plans"
 # Timing rules of measure mode (netcl.runtime.timing.compare): at least 7 interleaved runs, up to 40 for
-# candidates within 1.3× of the best while 3 s last, all of them for at least 1 s; two untimed runs first (PoCL finishes code generation
-# and GEMM's workspaces reach their size over the first runs, not only the first). The fastest sample
-# counts: under load from other processes (load average 9 on the 2-core machine) three sessions of the
-# same candidates gave medians of 0.56-1.81 ms for one and 0.78-2.42 ms for another, minimums of
-# 0.52-0.53 and 0.65-0.68 ms; what the planner ranks is the device's speed, which load only hides.
+# candidates within 1.3× of the best while 3 s last, all of them for at least 1 s; two untimed runs first
+# (PoCL finishes code generation and GEMM's workspaces reach their size over the first runs, not only the
+# first). The fastest sample counts: under load from other processes the medians of the same candidates
+# scatter widely while their minimums agree, and what the planner ranks is the device's speed, which load
+# only hides.
 MEASURE_TIMING = dict(warmup=2, min_runs=7, max_runs=40, time_budget_s=3.0, contention=1.3, settle_below_s=0.05,
                       statistic="min", min_time_s=1.0)
-# Sessions per measured plan, the lower result counting: the first session on a layer in a process still
-# disagreed with later ones on 4 of 15 passes (×1.10-1.69) under load 9; a stored plan is worth 2 s.
-MEASURE_SESSIONS = 2
+# Independent series of timings per measured plan, the lower result counting: under load the first series
+# on a layer in a process can still disagree with later ones, and a stored plan is worth a second series.
+MEASURE_SERIES = 2
 
 _plans = DeviceMemo("conv plans")
 
@@ -223,9 +223,9 @@ def _free_plan(layer, pass_, mode, budget, device, names, candidates) -> Plan:
     registry = strategies()
     started = time.perf_counter()
     impls = {c.strategy: registry[c.strategy] for c in chosen}
-    sessions = [time_strategies(impls, layer, pass_, device) for _ in range(MEASURE_SESSIONS)]
-    timed = {name: next((s[name] for s in sessions if isinstance(s[name], Exception)), None)
-             or min(s[name] for s in sessions) for name in impls}
+    series = [time_strategies(impls, layer, pass_, device) for _ in range(MEASURE_SERIES)]
+    timed = {name: next((s[name] for s in series if isinstance(s[name], Exception)), None)
+             or min(s[name] for s in series) for name in impls}
     for c in chosen:
         result = timed[c.strategy]
         if isinstance(result, Exception):

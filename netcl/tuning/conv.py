@@ -20,11 +20,10 @@ import numpy as np
 # (input NCHW, weight KCRS, stride, padding[, groups[, dilation]]): small enough that direct convolution
 # stays in tens of ms. Every kind of layer a network brings (stride 1, 2 and 4; 1×1, 3×3, 5×5, 7×7, 11×11;
 # depthwise; dilated; few and many channels; batch 1 to 64) has neighbours here: the model's residual
-# model learns from measured layers like the one it predicts. Each layer costs a cold calibration 3-4 s,
-# most of it building its kernels: six more layers (LeNet at batch 16, and 3×3 layers with neighbours
-# here) took a fresh calibration past its 2 minutes; taken out, they left the planner's choices unchanged
-# on both drivers' stored Zen 4 runs (benchmarks/planner_offline.py --exclude, by the session that took
-# them out; those runs are gone, and the Xeon runs of docs/planner.md were made without them).
+# model learns from measured layers like the one it predicts. Each layer costs a cold calibration
+# seconds, most of it building its kernels, so a layer whose neighbours are already here is left out:
+# leaving such layers out does not change the planner's choices (benchmarks/planner_offline.py --exclude
+# checks that on stored calibrations).
 LAYERS = [
     ((8, 64, 8, 8), (64, 64, 3, 3), 1, 1),
     ((1, 128, 14, 14), (128, 128, 3, 3), 1, 0),
@@ -68,12 +67,12 @@ LAYERS = [
     ((8, 80, 20, 20), (80, 80, 3, 3), 1, 1),
 ]
 QUICK_LAYERS = [LAYERS[0], LAYERS[2], LAYERS[4], LAYERS[8]]
-# The fastest sample: a device characteristic, which load from other processes only slows down (medians
-# of a few samples moved 3-10x between sessions on the shared 2-core machine). Two warm-up runs: PoCL
-# generates code at the first launch and GEMM's packing buffers reach their size over the first runs.
-# Samples spread over at least 0.4 s (0.15 s quick): a burst of load outlasts a few short runs. A runner
-# over 0.1 s and 3x the fastest gets one sample: direct convolution's 0.1-0.5 s passes on the largest
-# layers took 3 samples and 2 warm-ups each, 10-15 s of a calibration, to place a strategy 30-150x slow.
+# The fastest sample: a device characteristic, which load from other processes only slows down (the
+# median of a few samples moves with the load). Two warm-up runs: PoCL generates code at the first launch
+# and GEMM's packing buffers reach their size over the first runs. Samples spread over at least 0.4 s
+# (0.15 s quick): a burst of load outlasts a few short runs. A runner over 0.1 s and 3x the fastest gets
+# one sample: more samples of a strategy that slow would cost the calibration seconds to place a strategy
+# that cannot win.
 TIMING = dict(warmup=2, min_runs=3, max_runs=20, time_budget_s=0.25, contention=1.2, settle_below_s=0.01,
               statistic="min", min_time_s=0.4, slow_s=0.1)
 QUICK_TIMING = dict(warmup=2, min_runs=2, max_runs=10, time_budget_s=0.1, contention=1.1, settle_below_s=0.0,
