@@ -135,7 +135,7 @@ def _write_bytecode() -> None:
     """Python's own bytecode cache is not one of the caches meant: pip compiles every module at install
     time, so a user's first process has it. Compile netcl's the same way (compileall writes even where
     PYTHONDONTWRITEBYTECODE is set, under which every child would otherwise recompile the modules it
-    imports: 0.15-0.25 s of a 0.5 s warm start)."""
+    imports, a large part of a warm start)."""
     import compileall
     import netcl
     compileall.compile_dir(os.path.dirname(netcl.__file__), quiet=2)

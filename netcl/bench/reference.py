@@ -136,10 +136,10 @@ def interleave(netcl_runners: dict, device, ref: ReferenceProcess, reference_req
     time ``calls`` back-to-back calls and divide); ``reference_requests`` are :meth:`ReferenceProcess.seconds`
     requests. Within a round the netcl runners' order rotates, and the reference side goes first in odd
     rounds and last in even ones, so neither side always follows the other's load. Names must not clash.
-    Each side starts ``quiet_s`` after the other ended: OpenBLAS's threads spin on the cores for up to
-    ~0.1 s after a product, and in that time Intel's runtime ran netcl's 1024² GEMM at half its speed
-    (190 GFLOP/s median against 385 alone). Then, on both sides, untimed calls wake the threads that went
-    to sleep in the quiet time, so each sample is the runner's steady state.
+    Each side starts ``quiet_s`` after the other ended: OpenBLAS's threads spin on the cores for a while
+    after a product, and a netcl product run in that time competes with them for the cores. Then, on both
+    sides, untimed calls wake the threads that went to sleep in the quiet time, so each sample is the
+    runner's steady state.
     """
     from ..runtime.timing import timed_call
     runners = {name: (r if isinstance(r, tuple) else (r, 1)) for name, r in netcl_runners.items()}
@@ -173,8 +173,8 @@ def interleave(netcl_runners: dict, device, ref: ReferenceProcess, reference_req
 
 
 def _wake(fn, device, seconds: float) -> None:
-    """Untimed calls for about ``seconds``: one call of a 0.8 ms product left the 512² sample that followed
-    it at 190 GFLOP/s (median; 350 back to back) on Intel's runtime after a quiet gap."""
+    """Untimed calls for about ``seconds``: after a quiet gap a single call does not wake a driver's
+    threads, and the sample that follows it is slowed by their waking."""
     start = time.perf_counter()
     while True:
         fn()
