@@ -68,7 +68,7 @@ _kernels = DeviceMemo("im2col layer kernels", scope="context")  # compiled for o
 def _layer_kernel(device, template: str, name: str, layer: ConvLayer, dtype, transposed: bool, local: int,
                   runs: int = 0, chunks_per_item: int = 0):
     """get_kernel for one layer's geometry, memoized on the layer itself: rebuilding the parameter dict
-    and its sorted key costs ~30 µs a call, a sixth of a small layer's whole im2col."""
+    and its sorted key costs a noticeable share of a small layer's whole im2col."""
     key = (template, name, layer, np.dtype(dtype).str, bool(transposed), local, runs, chunks_per_item)
     kernel = _kernels.get(device, key)
     if kernel is None:
@@ -90,8 +90,8 @@ def run_length(device, layer: ConvLayer, transposed: bool, local: int, lanes: in
     for the chunk form (``lanes`` > 0).
 
     CPUs run a work-group's items one after another, so a work-item that walks a contiguous run of the
-    matrix (one closed-form decode, then vectorizable row copies) beats per-entry index arithmetic by 5–10×
-    there; GPUs want neighbouring work-items on neighbouring entries (the interleaved form). Runs are as
+    matrix (one closed-form decode, then vectorizable row copies) beats per-entry index arithmetic several
+    times over there; GPUs want neighbouring work-items on neighbouring entries (the interleaved form). Runs are as
     long as possible (up to about 2048 entries: longer ones measured no faster) while still leaving two
     work-groups per compute unit."""
     if device.kind != "cpu":

@@ -106,9 +106,8 @@ def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: b
 def _row_groups(device, rows: int):
     """Work-groups for the row kernels (dimension 0: output or input rows of a plane). A CPU driver
     vectorizes across dimension 0, and these items write different rows, so a wide group buys no
-    contiguous stores, only a longer compile: the PoCL wheel's own choice compiled
-    pool_backward_disjoint in 0.46 s at LeNet's first step, against 0.16 s for 4 rows a group, and ran
-    no faster. GPUs keep the driver's choice."""
+    contiguous stores, only a longer compile (the PoCL wheel's own choice compiles several times longer
+    than 4 rows a group and runs no faster). GPUs keep the driver's choice."""
     if device.kind != "cpu":
         return None
     return (min(ROWS_PER_CPU_GROUP, rows), 1)
