@@ -44,11 +44,11 @@ BUILTIN: dict[str, dict[str, dict[str, dict]]] = {
         "gemm": {
             "float32": {"MR": 6, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
                         "ORDER": "mn"},
-            # small K: a group of 8 work-items along N (cv9's Winograd product 16×64×23328×64: 121 GFLOP/s,
-            # against 100 for 8 along M; LeNet conv1's 20×36864×25: 58 against 48)
+            # small K: a group of 8 work-items along N, faster than 8 along M on products such as cv9's
+            # Winograd product (16×64×23328×64) and LeNet conv1's (20×36864×25)
             "float32/small_k": {"MR": 6, "VW": 8, "NV": 2, "WG_M": 1, "WG_N": 8, "KU": 1, "LOCAL": 0,
                                 "PACK_B": 1, "ORDER": "mn"},
-            # launch-bound products: a small grid of 8x8 tiles (64x10x500: 28 µs a call, pipelined)
+            # launch-bound products (64x10x500): a small grid of 8x8 tiles
             "float32/tiny": {"MR": 8, "VW": 8, "NV": 1, "WG_M": 1, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
                              "ORDER": "mn"},
             "float32/small_mn": {"MR": 4, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0,
