@@ -78,7 +78,6 @@ def _one_of(*choices: str) -> Callable[[str], str]:
         if word not in choices:
             raise ValueError(listed)
         return word
-    parse.choices = choices
     return parse
 
 
