@@ -192,7 +192,7 @@ REFERENCE_PYTHON = Setting(
     "the interpreter that runs PyTorch for the benchmarks' comparisons (unset: this one)")
 BENCH_CONV_MAX_S = Setting(
     "NETCL_BENCH_CONV_MAX_S", _positive_seconds, 60.0,
-    "seconds after which `netcl bench conv` skips a strategy on a layer and reports it as skipped")
+    "`netcl bench conv` skips (and reports) a case predicted to take longer than this many seconds a run")
 
 ALL = (DEVICE, OPENCL_CONTEXT, CONFIG_DIR, CACHE, CACHE_DIR, DEFER_BUILDS, DETERMINISTIC, DEBUG, DATA,
        CONV_STRATEGY, CONV_PLAN_MODE, CONV_WORKSPACE_LIMIT, DDP_TRANSPORT, BIND_CORES, REFERENCE_PYTHON,

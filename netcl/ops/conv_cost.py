@@ -42,7 +42,8 @@ HIT_RATIO = 1.25  # a choice within 25 % of the fastest measured counts as right
 # over the weights plus LOCAL_SHRINK (a case with no measured neighbour gets next to nothing, one measured
 # exactly gets two thirds of its leftover). Layers between measured ones keep the linear trend; a layer
 # next to a measured one inherits what the trend missed there. The width was chosen by leave-one-layer-out
-# on calibrations of both CPU drivers, where the local part improved on the linear trend alone.
+# on calibrations of both CPU drivers, where the local part improved on the linear trend alone;
+# docs/explanation/convolution.md describes the residual.
 LOCAL_WIDTH = 0.6
 LOCAL_SHRINK = 0.5
 

@@ -59,7 +59,7 @@ def _filter_local(cols: int) -> tuple[int, int]:
 def _channel_major(th: int, tw: int) -> int:
     """Whether the tile kernels walk planes channel-major (kernels/winograd.cl, CMAJOR): below 256 tiles
     per plane, where it makes neighbouring work-items share cache lines of the transformed rows (it
-    makes no difference on planes of hundreds of tiles; docs/ops/winograd.md)."""
+    makes no difference on planes of hundreds of tiles)."""
     return int(th * tw < 256)
 
 

@@ -5,7 +5,8 @@ A CPU driver runs a work-group as a loop over its work-items and vectorizes that
 load and store with it. Where the target has no mask registers (AVX2, which is what the PoCL wheel's
 LLVM 14 compiles for on an AVX-512 Zen 4, named ``znver3``) the masked stores are ``vmaskmovps``,
 microcoded on AMD CPUs, which makes a guarded ``y[i] -= a * x[i]`` several times slower than an unguarded
-one; Debian's PoCL (AVX-512 masks) loses too with small work-groups (docs/drivers.md).
+one; Debian's PoCL (AVX-512 masks) loses too with small work-groups (docs/explanation/gemm.md, "Tail
+guards uniform per work-group").
 
 So the guard is tested only in the one work-group that straddles the bound: ``whole && …`` is the same
 for every work-item of a group, LLVM unswitches the work-item loop on it, and every other group runs the

@@ -2,8 +2,8 @@
 
 A fresh process builds every kernel it launches, and on a CPU driver such as PoCL each program costs a
 build and each kernel more code generation at its first launch per work-group size (docs/architecture.md,
-"The first step"). Work that only makes later steps faster, such as a product's best
-tile when a kernel that computes the same product is already built, waits until the first step is over:
+"The first step"). Work that only makes later steps faster, such as a product's best tile when a kernel
+that computes the same product is already built, waits until the first step is over:
 
 - the first step ends at the first optimizer update (:func:`end`; `Optimizer.step` calls it), or when
   anything times kernels (netcl.runtime.timing), which must time the kernels the process will keep using;
