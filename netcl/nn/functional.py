@@ -36,34 +36,41 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return y if x.ndim == 2 else y.reshape(lead + (weight.shape[0],))
 
 
-def _pool(x: Tensor, op: str, kernel_size, stride, padding, dilation, count_include_pad=True, relu=False) -> Tensor:
+def _pool(x: Tensor, op: str, kernel_size, stride, padding, dilation, count_include_pad=True, relu=False,
+          ceil_mode=False, padding_end=None) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op}_pool2d: input must be a netcl Tensor, got {type(x).__name__}")
-    geometry = PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation)
+    geometry = PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation, padding_end, ceil_mode)
     return rules_nn.Pool2dFunction.apply(x, geometry, op, bool(count_include_pad), bool(relu))
 
 
 def _unsupported(what: str, **flags) -> None:
     for name, value in flags.items():
         if value:
-            raise ShapeError(f"{what}: {name}={value!r} is not supported by netcl (output sizes round down)")
+            raise ShapeError(f"{what}: {name}={value!r} is not supported by netcl")
 
 
 def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False,
-               *, fused_relu: bool = False) -> Tensor:
-    """Max pooling (PyTorch's signature; ceil_mode and return_indices are not supported). ``fused_relu``
-    computes max_pool2d(relu(x)) in one kernel (same values and gradients, without the ReLU's passes over
-    the larger input)."""
-    _unsupported("max_pool2d", ceil_mode=ceil_mode, return_indices=return_indices)
-    return _pool(x, "max", kernel_size, stride, padding, dilation, relu=fused_relu)
+               *, fused_relu: bool = False, padding_end=None) -> Tensor:
+    """Max pooling (PyTorch's signature, ceil_mode included; return_indices is not supported).
+    ``fused_relu`` computes max_pool2d(relu(x)) in one kernel (same values and gradients, without the
+    ReLU's passes over the larger input). ``padding_end`` (netcl's): the bottom and right padding where it
+    differs from ``padding`` (ONNX's asymmetric pads)."""
+    _unsupported("max_pool2d", return_indices=return_indices)
+    return _pool(x, "max", kernel_size, stride, padding, dilation, relu=fused_relu, ceil_mode=ceil_mode,
+                 padding_end=padding_end)
 
 
 def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None, *, dilation=1) -> Tensor:
-    """Average pooling (PyTorch's signature; ceil_mode and divisor_override are not supported); netcl's
-    keyword ``dilation`` spreads the taps (the d-regularly sparse kernels of netcl.dense)."""
-    _unsupported("avg_pool2d", ceil_mode=ceil_mode, divisor_override=divisor_override is not None)
-    return _pool(x, "avg", kernel_size, stride, padding, dilation, count_include_pad)
+               divisor_override=None, *, dilation=1, padding_end=None) -> Tensor:
+    """Average pooling (PyTorch's signature, ceil_mode included; divisor_override is not supported).
+    With ``count_include_pad`` the divisor counts the window's taps inside the padded input (all of them
+    unless ceil_mode lets a window reach past it), else those inside the input. netcl's keywords:
+    ``dilation`` spreads the taps (the d-regularly sparse kernels of netcl.dense), ``padding_end`` as in
+    max_pool2d."""
+    _unsupported("avg_pool2d", divisor_override=divisor_override is not None)
+    return _pool(x, "avg", kernel_size, stride, padding, dilation, count_include_pad, ceil_mode=ceil_mode,
+                 padding_end=padding_end)
 
 
 def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:

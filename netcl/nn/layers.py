@@ -117,49 +117,60 @@ class Linear(Module):
 class _Pool2d(Module):
     op = "max"
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, padding_end=None):
         super().__init__()
         self.kernel_size = pair(kernel_size, f"{type(self).__name__} kernel_size", 1)
         self.stride = self.kernel_size if stride is None else pair(stride, f"{type(self).__name__} stride", 1)
         self.padding = pair(padding, f"{type(self).__name__} padding", 0)
         self.dilation = pair(dilation, f"{type(self).__name__} dilation", 1)
+        self.ceil_mode = bool(ceil_mode)
+        self.padding_end = self.padding if padding_end is None else pair(padding_end,
+                                                                         f"{type(self).__name__} padding_end", 0)
 
     def extra_repr(self):
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
-                f"dilation={self.dilation}")
+        end = f", padding_end={self.padding_end}" if self.padding_end != self.padding else ""
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}{end}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
 class MaxPool2d(_Pool2d):
     """Max over kernel windows (taps ``dilation`` apart); the argmax is kept for backward.
 
-    Shape: (N, C, H, W) -> (N, C, Ho, Wo), Ho = (H + 2·padding − dilation·(kernel − 1) − 1) // stride + 1;
-    stride defaults to kernel_size.
+    Shape: (N, C, H, W) -> (N, C, Ho, Wo), Ho = (H + 2·padding − dilation·(kernel − 1) − 1) // stride + 1,
+    rounded up with ``ceil_mode`` (a last window starting in the bottom padding is dropped, as PyTorch does);
+    stride defaults to kernel_size. netcl's keyword ``padding_end``: the bottom and right padding where it
+    differs from ``padding`` (ONNX's asymmetric pads).
     """
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
-        F._unsupported("MaxPool2d", return_indices=return_indices, ceil_mode=ceil_mode)
-        super().__init__(kernel_size, stride, padding, dilation)
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False, *,
+                 padding_end=None):
+        F._unsupported("MaxPool2d", return_indices=return_indices)
+        super().__init__(kernel_size, stride, padding, dilation, ceil_mode, padding_end)
 
     def forward(self, x, fused_relu=False):
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, fused_relu=fused_relu)
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                            fused_relu=fused_relu, padding_end=self.padding_end)
 
 
 class AvgPool2d(_Pool2d):
     """Mean over kernel windows; padding counts as zeros in the mean unless ``count_include_pad=False``.
-    PyTorch's signature (ceil_mode and divisor_override are not supported); netcl's keyword ``dilation``
-    puts the taps apart. Shapes as MaxPool2d."""
+    PyTorch's signature (divisor_override is not supported); netcl's keywords ``dilation`` (puts the taps
+    apart) and ``padding_end`` (as MaxPool2d's). Shapes as MaxPool2d."""
 
     op = "avg"
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-                 divisor_override=None, *, dilation=1):
-        F._unsupported("AvgPool2d", ceil_mode=ceil_mode, divisor_override=divisor_override is not None)
-        super().__init__(kernel_size, stride, padding, dilation)
+                 divisor_override=None, *, dilation=1, padding_end=None):
+        F._unsupported("AvgPool2d", divisor_override=divisor_override is not None)
+        super().__init__(kernel_size, stride, padding, dilation, ceil_mode, padding_end)
         self.count_include_pad = bool(count_include_pad)
 
     def forward(self, x):
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, count_include_pad=self.count_include_pad,
-                            dilation=self.dilation)
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+                            dilation=self.dilation, padding_end=self.padding_end)
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, count_include_pad={self.count_include_pad}"
 
 
 class AdaptiveAvgPool2d(Module):
