@@ -211,3 +211,17 @@ def _cast(x: Tensor, dtype) -> Tensor:
 def add_relu(a: Tensor, b: Tensor) -> Tensor:
     """relu(a + b) in one kernel (a residual block's tail); same shapes."""
     return AddReLUFunction.apply(a, b)
+
+
+def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
+    """PyTorch's F.pad for mode "constant": ``pad`` lists (before, after) widths from the last dim backwards,
+    (left, right, top, bottom, ...); negative widths crop. Differentiable; the result is a new tensor."""
+    from ..autograd.rules_tensor import constant_pad
+    if mode != "constant":
+        raise ShapeError(f"pad: mode {mode!r} is not supported by netcl (only 'constant')")
+    pad = tuple(int(p) for p in pad)
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ShapeError(f"pad: {pad} must hold a (before, after) pair for at most {input.ndim} dims")
+    pairs = [(pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
+    widths = [(0, 0)] * (input.ndim - len(pairs)) + pairs[::-1]
+    return constant_pad(input, widths, 0.0 if value is None else float(value))
