@@ -50,6 +50,7 @@ class Step:
     inputs: list
     outputs: list
     release: list = field(default_factory=list)
+    takes_sizes: bool = False  # the module reads the symbolic sizes the inputs bind (sizes=...)
 
 
 @dataclass
@@ -198,9 +199,10 @@ class Builder:
         initializer = name in self.graph.initializers
         trainable = initializer and value.dtype in FLOAT_TYPES and "::" not in name and not name.startswith("/")
         segments = name.split(".") if initializer else []
-        if len(segments) >= 2 and self._free_holder(segments[:-1]) and segments[-1] not in self._holder(segments[:-1])._parameters:
-            holder, attr = self._holder(segments[:-1]), segments[-1]
-        else:
+        holder = self._holder(segments[:-1]) if len(segments) >= 2 else None
+        attr = segments[-1] if holder is not None else None
+        if holder is None or any(attr in registry for registry in (holder._parameters, holder._buffers,
+                                                                     holder._modules, holder.__dict__)):
             holder, attr = self._constants_namespace(), sanitize(name)
             while attr in holder._parameters or attr in holder._buffers:
                 attr += "_"
@@ -210,22 +212,15 @@ class Builder:
         if initializer:
             self.initializer_names[self._path_of(holder) + "." + attr] = name
 
-    def _free_holder(self, segments) -> bool:
+    def _holder(self, segments) -> Module | None:
+        """The module at ``segments`` (Namespaces made on the way), or None where a level above it is a layer
+        or a name the model itself uses."""
         here = self.root
         for k, segment in enumerate(segments):
             if not segment or (k == 0 and (segment.startswith("_") or segment in self.root.__dict__)):
-                return False
-            child = here._modules.get(segment)
-            if child is None:
-                return True
-            if not isinstance(child, Namespace):
-                return False
-            here = child
-        return True
-
-    def _holder(self, segments) -> Module:
-        here = self.root
-        for segment in segments:
+                return None
+            if here is not self.root and k > 0 and not isinstance(here, Namespace):
+                return None
             if segment not in here._modules:
                 here._modules[segment] = Namespace()
             here = here._modules[segment]
@@ -424,13 +419,19 @@ def convert_reshape(b: Builder, node: Node) -> None:
     shape = np.asarray(b.static(node, 1, "shape")).reshape(-1)
     allow_zero = bool(node.attrs.get("allowzero", 0))
     if has_dims(shape):
-        shape = _resolve_symbolic_shape(b, node, list(shape), allow_zero)
+        resolved = _resolve_symbolic_shape(b, node, list(shape), allow_zero)
+        if resolved is None:
+            b.simple(node, L.SymbolicReshape(shape.tolist()))
+            b.steps[-1].takes_sizes = True
+            return
+        shape = resolved
     b.simple(node, nn.Reshape([int(d) for d in shape], copy_zeros=not allow_zero))
 
 
-def _resolve_symbolic_shape(b: Builder, node: Node, shape: list, allow_zero: bool) -> list:
-    """A target shape holding symbolic sizes (the batch): a size equal to the input's at the same axis
-    becomes 0 (copy it), and a single other unknown becomes −1 (inferred)."""
+def _resolve_symbolic_shape(b: Builder, node: Node, shape: list, allow_zero: bool):
+    """A target shape holding symbolic sizes (the batch) as a fixed one where the graph's shapes allow: a
+    size equal to the input's at the same axis becomes 0 (copy it), and a single other unknown becomes −1
+    (inferred). None when it must be evaluated at each call."""
     source = b.shape_of(node.inputs[0]) or ()
     out = []
     for k, d in enumerate(shape):
@@ -442,8 +443,7 @@ def _resolve_symbolic_shape(b: Builder, node: Node, shape: list, allow_zero: boo
     if len(unknown) == 1 and -1 not in out:
         out[unknown[0]] = -1
     elif unknown:
-        raise b.graph.error(node, f"reshapes to {shape}, whose symbolic sizes netcl cannot resolve at load (the input "
-                            f"has the shape {list(source)})", shape=[str(d) for d in shape])
+        return None
     return out
 
 

@@ -30,12 +30,14 @@ def require_onnx():
 
 class Dim:
     """A dimension the graph leaves symbolic (an exporter's dynamic batch, "batch_size"), or an expression
-    of one; folded shape arithmetic carries it as an object in NumPy arrays. Equal names mean equal sizes."""
+    of such dimensions; folded shape arithmetic carries it as an object in NumPy arrays. Equal names mean
+    equal sizes; ``value(sizes)`` evaluates it once the graph's inputs have bound the names."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "parts")
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, parts=None):
         self.name = name
+        self.parts = parts  # (operator, left, right) for an expression
 
     def __repr__(self):
         return self.name
@@ -46,9 +48,20 @@ class Dim:
     def __hash__(self):
         return hash(self.name)
 
+    def value(self, sizes: dict) -> int:
+        if self.parts is None:
+            if self.name not in sizes:
+                raise KeyError(self.name)
+            return int(sizes[self.name])
+        op, a, b = self.parts
+        a, b = (v.value(sizes) if isinstance(v, Dim) else int(v) for v in (a, b))
+        return int(DIM_OPERATORS[op](a, b))
+
     def _op(self, other, symbol, reflected=False):
+        if not isinstance(other, (Dim, int, np.integer)):
+            return NotImplemented
         a, b = (other, self) if reflected else (self, other)
-        return Dim(f"({a!r}{symbol}{b!r})")
+        return Dim(f"({a!r}{symbol}{b!r})", (symbol, a, b))
 
     def __add__(self, o): return self._op(o, "+")
     def __radd__(self, o): return self._op(o, "+", True)
@@ -60,6 +73,10 @@ class Dim:
     def __rfloordiv__(self, o): return self._op(o, "//", True)
     __truediv__ = __floordiv__
     __rtruediv__ = __rfloordiv__
+
+
+DIM_OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+                 "//": lambda a, b: int(a / b)}  # ONNX's integer Div truncates
 
 
 def has_dims(value) -> bool:

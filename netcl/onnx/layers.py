@@ -278,3 +278,24 @@ class Cast(Module):
 
     def extra_repr(self):
         return str(self.dtype)
+
+
+class SymbolicReshape(Module):
+    """ONNX's Reshape to a shape that holds the graph's symbolic sizes (graph.Dim), evaluated at each call
+    from the sizes the model's inputs bind (OnnxModel passes them as ``sizes``); 0 copies the input's size."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.shape = list(shape)
+
+    def forward(self, x, sizes=None):
+        from .graph import Dim
+        try:
+            shape = [d.value(sizes or {}) if isinstance(d, Dim) else int(d) for d in self.shape]
+        except KeyError as exc:
+            raise ShapeError(f"Reshape to {self.shape}: the size {exc.args[0]} is not bound by the model's inputs") from None
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+        return x.reshape(tuple(shape))
+
+    def extra_repr(self):
+        return f"shape={self.shape}"

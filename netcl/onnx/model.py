@@ -113,15 +113,16 @@ class OnnxModel(Module):
                 shown = [str(d) for d in declared]
                 raise OnnxError(f"input {name!r} has the shape {value.shape}; the graph declares {shown}"
                                 + (f" with {sizes}" if sizes else ""), input=name, expected=shown, got=value.shape)
-        return values
+        return values, sizes
 
     def forward(self, *args, **kwargs):
-        env = self._bind(args, kwargs)
+        env, sizes = self._bind(args, kwargs)
         for name, (holder, attr) in self._constant_sources.items():
             env[name] = holder._parameters[attr] if attr in holder._parameters else holder._buffers[attr]
         for step in self._steps:
             try:
-                out = step.module(*[env[n] for n in step.inputs])
+                inputs = [env[n] for n in step.inputs]
+                out = step.module(*inputs, sizes=sizes) if step.takes_sizes else step.module(*inputs)
             except (ShapeError, DTypeError) as exc:
                 raise OnnxError(f"node {step.name!r} ({step.op_type}, opset {self.opset}): {exc}", node=step.name,
                                 op_type=step.op_type, opset=self.opset) from exc
