@@ -325,3 +325,46 @@ def test_fallback_names_for_generated_initializers(device, rng):
     model = check(device, data, {"x": f32(rng, 1, 3, 6, 5)})
     assert set(model.initializer_names.values()) == set(inits)
     assert set(model.initializer_names) == set(model.state_dict())
+
+
+def basic_block(rng, opset=17):
+    """ResNet's BasicBlock with a projection shortcut, as exported (initializer names PyTorch's)."""
+    inits, nodes = {}, []
+
+    def conv_bn(prefix, x, out, c_in, c_out, k, stride):
+        inits[f"{prefix}conv.weight"] = f32(rng, c_out, c_in, k, k, scale=0.3)
+        for name, value in (("weight", rng.uniform(0.5, 1.5, c_out)), ("bias", 0.1 * rng.standard_normal(c_out)),
+                            ("running_mean", 0.1 * rng.standard_normal(c_out)),
+                            ("running_var", rng.uniform(0.5, 1.5, c_out))):
+            inits[f"{prefix}bn.{name}"] = value.astype(np.float32)
+        nodes.append(helper.make_node("Conv", [x, f"{prefix}conv.weight"], [out + "_c"], pads=[k // 2] * 4,
+                                      strides=[stride, stride]))
+        nodes.append(helper.make_node("BatchNormalization", [out + "_c"] + [f"{prefix}bn.{n}" for n in
+                                      ("weight", "bias", "running_mean", "running_var")], [out]))
+
+    conv_bn("layer.0.", "x", "a", 4, 6, 3, 2)
+    nodes.append(helper.make_node("Relu", ["a"], ["ar"]))
+    conv_bn("layer.1.", "ar", "b", 6, 6, 3, 1)
+    conv_bn("layer.down.", "x", "d", 4, 6, 1, 2)
+    nodes += [helper.make_node("Add", ["b", "d"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    return make_model(nodes, {"x": ("N", 4, 9, 11)}, ["y"], inits, opset)
+
+
+def test_basic_block_fuses_like_netcls_models(device, rng, monkeypatch):
+    """Conv + BN + ReLU chains and the residual add run through netcl.nn.fusion: the same values as
+    onnxruntime in eval, and the same values and gradients as the unfused steps in training."""
+    data = basic_block(rng)
+    x = f32(rng, 3, 4, 9, 11)
+    model = check(device, data, {"x": x})
+    assert sorted(len(g.steps) for g in model._groups) == [2, 7]   # down: conv+bn; conv+bn+relu+conv+bn+add+relu
+    results = []
+    for fused in (True, False):
+        if not fused:
+            monkeypatch.setattr(nc.nn.fusion, "FUSIONS", ())
+        m = nc.onnx.load(data, device=device).train()
+        xt = nc.tensor(x, device=device, requires_grad=True)
+        y = m(xt)
+        y.backward(nc.tensor(np.linspace(-1, 1, y.size, dtype=np.float32).reshape(y.shape), device=device))
+        results.append([y.to_host(), xt.grad.to_host()] + [p.grad.to_host() for p in m.parameters()])
+    for a, b in zip(*results):
+        assert rel_l2(a, b) < 1e-5

@@ -33,6 +33,9 @@ OWNED_INPUTS = {
 FLOAT_TYPES = (np.float32, np.float64)
 
 
+_Missing = object()  # a path whose levels do not exist yet: free for a new layer
+
+
 class Namespace(Module):
     """A level of the module tree that only groups layers (as "layer1" groups ResNet's first stage)."""
 
@@ -131,29 +134,31 @@ class Builder:
         return self.graph.shapes.get(name)
 
     # ---- the module tree -------------------------------------------------------------------------------
-    def _free_path(self, segments) -> bool:
-        """Whether a module can sit at ``segments``: every level above it is a Namespace (or missing) and
-        the place itself is empty."""
-        here = self.root
-        for k, segment in enumerate(segments):
-            if not segment or (k == 0 and (segment.startswith("_") or segment in self.root.__dict__)):
-                return False
-            child = here._modules.get(segment)
-            last = k == len(segments) - 1
-            if child is None:
-                return True
-            if last or not isinstance(child, Namespace):
-                return False
-            here = child
-        return False
-
-    def _attach(self, segments, module: Module) -> None:
+    def _parent(self, segments, create: bool) -> Module | None:
+        """The module that holds (or would hold) ``segments[-1]``: every level above it a Namespace (made
+        when ``create``), and no top-level name the model itself uses. None where that cannot be."""
+        top = segments[0] if segments else ""
+        if not all(segments) or top.startswith("_") or top in self.root.__dict__:
+            return None
         here = self.root
         for segment in segments[:-1]:
-            if segment not in here._modules:
-                here._modules[segment] = Namespace()
-            here = here._modules[segment]
-        here._modules[segments[-1]] = module
+            child = here._modules.get(segment)
+            if child is None:
+                if not create:
+                    return _Missing
+                child = here._modules[segment] = Namespace()
+            if not isinstance(child, Namespace):
+                return None
+            here = child
+        return here
+
+    def _free_path(self, segments) -> bool:
+        """Whether a layer can be attached at ``segments`` (nothing there yet, only Namespaces above)."""
+        parent = self._parent(segments, create=False)
+        return parent is _Missing or (parent is not None and segments[-1] not in parent._modules)
+
+    def _attach(self, segments, module: Module) -> None:
+        self._parent(segments, create=True)._modules[segments[-1]] = module
 
     def _unique_top(self, base: str) -> str:
         name, k = base, 2
@@ -213,18 +218,13 @@ class Builder:
             self.initializer_names[self._path_of(holder) + "." + attr] = name
 
     def _holder(self, segments) -> Module | None:
-        """The module at ``segments`` (Namespaces made on the way), or None where a level above it is a layer
-        or a name the model itself uses."""
-        here = self.root
-        for k, segment in enumerate(segments):
-            if not segment or (k == 0 and (segment.startswith("_") or segment in self.root.__dict__)):
-                return None
-            if here is not self.root and k > 0 and not isinstance(here, Namespace):
-                return None
-            if segment not in here._modules:
-                here._modules[segment] = Namespace()
-            here = here._modules[segment]
-        return here
+        """The module at ``segments`` (Namespaces made on the way), or None where that cannot be."""
+        parent = self._parent(segments, create=True)
+        if parent is None:
+            return None
+        if segments[-1] not in parent._modules:
+            parent._modules[segments[-1]] = Namespace()
+        return parent._modules[segments[-1]]
 
     def _constants_namespace(self) -> Module:
         existing = self.root.__dict__.get("_constants_holder")

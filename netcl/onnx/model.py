@@ -63,17 +63,18 @@ class OnnxModel(Module):
         return None if shape is None else tuple(str(d) if isinstance(d, Dim) else d for d in shape)
 
     def _plan_releases(self) -> None:
-        """Each step forgets the values no later step reads, so inference holds only live activations."""
+        """Group the steps into chains that netcl.nn.fusion runs (see ``_chains``), then let each group forget
+        the values no later group reads, so inference holds only live activations."""
+        groups = _chains(self._steps, self._graph_outputs, self._shapes)
         last = {}
-        for k, step in enumerate(self._steps):
-            for name in step.inputs:
+        for k, group in enumerate(groups):
+            for name in group.reads:
                 last[name] = k
         keep = set(self._graph_outputs)
-        for step in self._steps:
-            step.release = []
         for name, k in last.items():
             if name not in keep:
-                self._steps[k].release.append(name)
+                groups[k].release.append(name)
+        object.__setattr__(self, "_groups", groups)
 
     # ---- running -------------------------------------------------------------------------------------
     def _bind(self, args, kwargs) -> dict:
@@ -119,20 +120,15 @@ class OnnxModel(Module):
         env, sizes = self._bind(args, kwargs)
         for name, (holder, attr) in self._constant_sources.items():
             env[name] = holder._parameters[attr] if attr in holder._parameters else holder._buffers[attr]
-        for step in self._steps:
+        for group in self._groups:
             try:
-                inputs = [env[n] for n in step.inputs]
-                out = step.module(*inputs, sizes=sizes) if step.takes_sizes else step.module(*inputs)
+                group.run(env, sizes)
             except (ShapeError, DTypeError) as exc:
-                raise OnnxError(f"node {step.name!r} ({step.op_type}, opset {self.opset}): {exc}", node=step.name,
-                                op_type=step.op_type, opset=self.opset) from exc
-            if len(step.outputs) == 1:
-                env[step.outputs[0]] = out
-            else:
-                for name, value in zip(step.outputs, out):
-                    if name:
-                        env[name] = value
-            for name in step.release:
+                step = group.steps[0]
+                raise OnnxError(f"node {step.name!r} ({step.op_type}, opset {self.opset}"
+                                + (f", run with the {len(group.steps) - 1} nodes after it" if len(group.steps) > 1 else "")
+                                + f"): {exc}", node=step.name, op_type=step.op_type, opset=self.opset) from exc
+            for name in group.release:
                 env.pop(name, None)
         outputs = tuple(env[n] for n in self._graph_outputs)
         return outputs[0] if len(outputs) == 1 else outputs
@@ -169,6 +165,91 @@ class OnnxModel(Module):
         """The first input's first dimension: an int, a Dim, or None for a scalar input."""
         shape = self._graph_inputs[0][1] if self._graph_inputs else None
         return shape[0] if shape else None
+
+
+class _Group:
+    """Steps run together: one step, or a chain whose values flow only from each step to the next, handed
+    to netcl.nn.fusion.run so that Conv2d + BatchNorm2d + ReLU, residual adds and ReLU + MaxPool2d fuse as in
+    netcl's own models. ``links`` holds each step's residual input (for an Add) or None."""
+
+    def __init__(self, step, source, shortcut=None):
+        self.steps, self.links, self.source = [step], [shortcut], source
+        self.release = []
+
+    @property
+    def reads(self) -> list:
+        head = list(self.steps[0].inputs) if self.source is None else [self.source]
+        return head + [s for s in self.links if s is not None]
+
+    @property
+    def output(self) -> str:
+        return self.steps[-1].outputs[0]
+
+    def run(self, env: dict, sizes: dict) -> None:
+        step = self.steps[0]
+        if self.source is None or (len(self.steps) == 1 and self.links[0] is None):
+            inputs = [env[n] for n in step.inputs]
+            out = step.module(*inputs, sizes=sizes) if step.takes_sizes else step.module(*inputs)
+            if len(self.steps) > 1:  # a head of several inputs, then the chain after it
+                env[self.output] = self._run_chain(1, out, env)
+            elif len(step.outputs) == 1:
+                env[step.outputs[0]] = out
+            else:
+                for name, value in zip(step.outputs, out):
+                    if name:
+                        env[name] = value
+            return
+        env[self.output] = self._run_chain(0, env[self.source], env)
+
+    def _run_chain(self, start: int, x, env: dict):
+        from ..nn import fusion
+        chain = [fusion.Residual(env[link]) if link is not None else s.module
+                 for s, link in zip(self.steps[start:], self.links[start:])]
+        return fusion.run(chain, x)
+
+
+def _chains(steps, graph_outputs, shapes) -> list:
+    """Steps grouped into chains: a step joins the chain ending in its input when that value is read by it
+    alone (and is no graph output). An Add of two values of the same declared shape joins as a residual.
+    A group runs where its last step stood, when every value it reads exists."""
+    from .layers import Elementwise
+    readers = {}
+    for step in steps:
+        for name in step.inputs:
+            readers[name] = readers.get(name, 0) + 1
+    for name in graph_outputs:
+        readers[name] = readers.get(name, 0) + 2
+    open_chains, done = {}, []
+    for k, step in enumerate(steps):
+        single = len(step.outputs) == 1 and not step.takes_sizes
+        is_residual = (single and isinstance(step.module, Elementwise) and step.module.op_type == "Add"
+                       and len(step.inputs) == 2 and step.inputs[0] != step.inputs[1]
+                       and shapes.get(step.inputs[0]) is not None
+                       and shapes.get(step.inputs[0]) == shapes.get(step.inputs[1]))
+        group = None
+        if single and (len(step.inputs) == 1 or is_residual):
+            for position, name in enumerate(step.inputs):
+                chain = open_chains.get(name)
+                if chain is not None and readers.get(name) == 1:
+                    del open_chains[name]
+                    chain.steps.append(step)
+                    chain.links.append(step.inputs[1 - position] if is_residual else None)
+                    group = chain
+                    break
+        if group is None:
+            if is_residual:
+                group = _Group(step, step.inputs[0], step.inputs[1])
+            elif single and len(step.inputs) == 1:
+                group = _Group(step, step.inputs[0])
+            else:
+                group = _Group(step, None)
+        done.append((k, group))
+        if single:
+            open_chains[step.outputs[0]] = group
+    last_index = {}
+    for k, group in done:
+        last_index[id(group)] = (k, group)
+    return [group for _, group in sorted(last_index.values(), key=lambda item: item[0])]
 
 
 def _np_type(elem_type):
