@@ -175,13 +175,24 @@ def test_channel_shuffle_reshape_with_symbolic_batch(device, rng):
         helper.make_node("Reshape", ["t", "shape4"], ["u"]),
         helper.make_node("Split", ["u", "halves"], ["a", "b"], axis=1),
         helper.make_node("Relu", ["b"], ["rb"]),
-        helper.make_node("Concat", ["a", "rb"], ["y"], axis=1),
+        helper.make_node("Concat", ["a", "rb"], ["v"], axis=1),
+        # x.chunk(2, dim=1) as exported: the channel count of the reshaped value, read through Shape
+        helper.make_node("Shape", ["u"], ["su"]),
+        helper.make_node("Gather", ["su", "i1"], ["channels"], axis=0),
+        helper.make_node("Add", ["channels", "one"], ["c1"]),
+        helper.make_node("Div", ["c1", "two"], ["half"]),
+        helper.make_node("Unsqueeze", ["half", "ax0"], ["half1"]),
+        helper.make_node("Slice", ["v", "zero1", "half1", "ax1"], ["lo"]),
+        helper.make_node("Slice", ["v", "half1", "end", "ax1"], ["hi"]),
+        helper.make_node("Sub", ["lo", "hi"], ["y"]),
     ]
     inits = {"i0": np.array(0, I64), "ax0": np.array([0], I64), "groups": np.array([2, 3, 5, 7], I64),
-             "flat": np.array([-1, 5, 7], I64), "halves": np.array([2, 4], I64)}
+             "flat": np.array([-1, 5, 7], I64), "halves": np.array([2, 4], I64), "i1": np.array(1, I64),
+             "one": np.array(1, I64), "two": np.array(2, I64), "zero1": np.array([0], I64),
+             "ax1": np.array([1], I64), "end": np.array([np.iinfo(np.int64).max], I64)}
     data = make_model(nodes, {"x": ("batch", 6, 5, 7)}, ["y"], inits, 13)
     model = check(device, data, {"x": f32(rng, 3, 6, 5, 7)})
-    assert model(f32(rng, 1, 6, 5, 7)).shape == (1, 6, 5, 7)   # the batch stays free
+    assert model(f32(rng, 1, 6, 5, 7)).shape == (1, 3, 5, 7)   # the batch stays free
     assert not any(type(m).__name__ in ("Shape", "Gather") for m in model.modules())
 
 
@@ -368,3 +379,17 @@ def test_basic_block_fuses_like_netcls_models(device, rng, monkeypatch):
         results.append([y.to_host(), xt.grad.to_host()] + [p.grad.to_host() for p in m.parameters()])
     for a, b in zip(*results):
         assert rel_l2(a, b) < 1e-5
+
+
+def test_identity_copies_of_initializers_become_weights(device, rng):
+    """torch.onnx.export stores equal weights once and writes each copy as an Identity node of it."""
+    bias = f32(rng, 4)
+    inits = {"a.weight": f32(rng, 4, 3, 1, 1), "a.bias": bias, "b.weight": f32(rng, 4, 4, 3, 3)}
+    nodes = [helper.make_node("Identity", ["a.bias"], ["b.bias"]),
+             helper.make_node("Conv", ["x", "a.weight", "a.bias"], ["h"]),
+             helper.make_node("Conv", ["h", "b.weight", "b.bias"], ["y"], pads=[1, 1, 1, 1])]
+    data = make_model(nodes, {"x": (2, 3, 5, 6)}, ["y"], inits, 17)
+    model = check(device, data, {"x": f32(rng, 2, 3, 5, 6)})
+    state = model.state_dict()
+    assert set(state) == set(inits) | {"b.bias"} and np.array_equal(state["b.bias"].to_host(), bias)
+    assert state["b.bias"] is not state["a.bias"]

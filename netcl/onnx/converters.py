@@ -21,7 +21,7 @@ from ..errors import OnnxError
 from ..nn.module import Module
 from ..tensor import Tensor
 from . import layers as L
-from .graph import Dim, Graph, Node, has_dims
+from .graph import Dim, Graph, Node, has_dims, resolve_reshape
 
 # Which inputs of an operator are weights its layer owns (position -> the layer's attribute).
 OWNED_INPUTS = {
@@ -309,10 +309,7 @@ def convert_conv(b: Builder, node: Node) -> None:
     top, left, bottom, right = b.pads(node, kernel, strides, dilations)
     ph, pw = min(top, bottom), min(left, right)
     module = nn.Conv2d(w.shape[1] * groups, w.shape[0], kernel, strides, (ph, pw), dilations, groups,
-                       bias=bias is not None, device=b.device, dtype=w.dtype)
-    module.weight = b.tensor(w, True)
-    if bias is not None:
-        module.bias = b.tensor(bias.astype(w.dtype), True)
+                       bias=bias is not None, device=b.device, dtype=w.dtype, initial_weight=w, initial_bias=bias)
     path = b.place(node, module, {"weight": w_name, "bias": b_name})
     source = node.inputs[0]
     extra = (left - pw, right - pw, top - ph, bottom - ph)
@@ -374,10 +371,8 @@ def convert_gemm(b: Builder, node: Node) -> None:
     runtime_c = len(node.inputs) > 2 and node.inputs[2] and bias is None
     if (weight is not None and weight.ndim == 2 and trans_b and not trans_a and alpha == 1.0 and not runtime_c
             and (bias is None or (beta == 1.0 and bias.shape == (weight.shape[0],)))):
-        module = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=b.device, dtype=weight.dtype)
-        module.weight = b.tensor(weight, True)
-        if bias is not None:
-            module.bias = b.tensor(bias.astype(weight.dtype), True)
+        module = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=b.device,
+                           dtype=weight.dtype, initial_weight=weight, initial_bias=bias)
     else:
         module = L.Gemm(alpha, beta, trans_a, trans_b, None if weight is None else b.tensor(weight, True),
                         None if bias is None else b.tensor(bias, True))
@@ -419,32 +414,13 @@ def convert_reshape(b: Builder, node: Node) -> None:
     shape = np.asarray(b.static(node, 1, "shape")).reshape(-1)
     allow_zero = bool(node.attrs.get("allowzero", 0))
     if has_dims(shape):
-        resolved = _resolve_symbolic_shape(b, node, list(shape), allow_zero)
+        resolved = resolve_reshape(list(shape), b.shape_of(node.inputs[0]), allow_zero)
         if resolved is None:
             b.simple(node, L.SymbolicReshape(shape.tolist()))
             b.steps[-1].takes_sizes = True
             return
         shape = resolved
     b.simple(node, nn.Reshape([int(d) for d in shape], copy_zeros=not allow_zero))
-
-
-def _resolve_symbolic_shape(b: Builder, node: Node, shape: list, allow_zero: bool):
-    """A target shape holding symbolic sizes (the batch) as a fixed one where the graph's shapes allow: a
-    size equal to the input's at the same axis becomes 0 (copy it), and a single other unknown becomes −1
-    (inferred). None when it must be evaluated at each call."""
-    source = b.shape_of(node.inputs[0]) or ()
-    out = []
-    for k, d in enumerate(shape):
-        if isinstance(d, Dim) and k < len(source) and source[k] == d and not allow_zero:
-            out.append(0)
-        else:
-            out.append(d)
-    unknown = [k for k, d in enumerate(out) if isinstance(d, Dim)]
-    if len(unknown) == 1 and -1 not in out:
-        out[unknown[0]] = -1
-    elif unknown:
-        return None
-    return out
 
 
 def convert_transpose(b: Builder, node: Node) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OnnxError
-from .graph import Dim, Graph, Node
+from .graph import Dim, Graph, Node, has_dims
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -213,7 +213,10 @@ def fold(graph: Graph, owned: set) -> tuple[dict, list]:
                 raise
             except Exception as exc:
                 raise graph.error(node, f"folding its constant inputs failed: {exc}") from None
-            constants[node.outputs[0]] = np.asarray(result) if not isinstance(result, np.ndarray) else result
+            result = np.asarray(result)
+            if result.dtype == object and not has_dims(result):  # symbolic sizes that cancelled out
+                result = np.array(result.tolist(), dtype=np.int64)
+            constants[node.outputs[0]] = result
             continue
         remaining.append(node)
     return constants, remaining

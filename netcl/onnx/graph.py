@@ -84,6 +84,23 @@ def has_dims(value) -> bool:
     return isinstance(value, np.ndarray) and value.dtype == object and any(isinstance(v, Dim) for v in value.flat)
 
 
+def resolve_reshape(target: list, source_shape, allow_zero: bool):
+    """A Reshape target holding symbolic sizes (the batch) as a fixed one where the input's shape allows:
+    a size equal to the input's at the same axis becomes 0 (copy it), and a single other unknown becomes
+    −1 (inferred). None when it must be evaluated at each call."""
+    source = source_shape or ()
+    out = []
+    for k, d in enumerate(target):
+        copy = isinstance(d, Dim) and k < len(source) and source[k] == d and not allow_zero
+        out.append(0 if copy else d)
+    unknown = [k for k, d in enumerate(out) if isinstance(d, Dim)]
+    if len(unknown) == 1 and -1 not in out:
+        out[unknown[0]] = -1
+    elif unknown:
+        return None
+    return out
+
+
 def read_model(source):
     """(ModelProto, folder for external data or None, description of the source)."""
     onnx = require_onnx()
@@ -143,6 +160,28 @@ def _load_external_data(model, folder, where) -> None:
         del tensor.external_data[:]
 
 
+# Initializers up to this many elements stay in the model shape inference reads (its data propagation
+# needs the values of shape constants); larger ones are passed as typed inputs, so the weights are not
+# serialized again for it.
+INFERENCE_CONSTANT_ELEMENTS = 64
+
+
+def _without_weights(model, onnx):
+    graph = model.graph
+    names = {v.name for v in graph.input}
+    small, typed = [], []
+    for t in graph.initializer:
+        if int(np.prod(t.dims, dtype=np.int64)) <= INFERENCE_CONSTANT_ELEMENTS:
+            small.append(t)
+        elif t.name not in names:
+            typed.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    light = onnx.helper.make_graph(list(graph.node), graph.name, list(graph.input) + typed, list(graph.output),
+                                   small, value_info=list(graph.value_info))
+    out = onnx.helper.make_model(light, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    out.functions.extend(model.functions)
+    return out
+
+
 @dataclass
 class Node:
     """One node, with its attributes decoded to Python values."""
@@ -173,7 +212,8 @@ class Graph:
         nodes = [Node(n.name or (n.output[0] if n.output else f"node{i}"), n.op_type, n.domain, list(n.input),
                       list(n.output), {a.name: self._attribute(a, n) for a in n.attribute}, i)
                  for i, n in enumerate(graph.node)]
-        self.nodes = self._sorted(nodes)
+        self.nodes = self._initializer_copies(self._sorted(nodes))
+        self.model = model
         self.shapes = self._infer_shapes(model, onnx)
         self.input_types = {v.name: v.type.tensor_type.elem_type for v in graph.input}
 
@@ -258,11 +298,25 @@ class Graph:
                             opset=self.opset, cycle=stuck)
         return ordered
 
+    def _initializer_copies(self, nodes: list) -> list:
+        """torch.onnx.export stores equal weights once and writes the others as Identity nodes of it: each
+        copy becomes an initializer of its own (under the copy's name, as in the exported model's
+        state_dict), so that every layer owns its weights."""
+        kept = []
+        for node in nodes:
+            if (node.op_type == "Identity" and node.domain in ("", "ai.onnx") and node.inputs
+                    and node.inputs[0] in self.initializers and node.outputs[0] not in self.outputs):
+                self.initializers[node.outputs[0]] = self.initializers[node.inputs[0]].copy()
+            else:
+                kept.append(node)
+        return kept
+
     # ---- shapes --------------------------------------------------------------------------------------
-    def _infer_shapes(self, model, onnx) -> dict:
+    def _infer_shapes(self, model, onnx, light=None) -> dict:
         """name -> tuple of int | Dim for every value whose rank onnx's inference knows."""
         try:
-            inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+            inferred = onnx.shape_inference.infer_shapes(light or _without_weights(model, onnx), check_type=False,
+                                                         strict_mode=False, data_prop=True)
             values = list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output)
         except Exception:  # inference is a help for folding Shape; a model it cannot handle may still import
             values = list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output)
@@ -281,6 +335,50 @@ class Graph:
         for name, array in self.initializers.items():
             shapes[name] = tuple(array.shape)
         return shapes
+
+    def refine_shapes(self, constants: dict, nodes: list) -> bool:
+        """Infer the shapes again over the folded graph: the nodes left, the folded values as initializers,
+        and Reshape targets with symbolic sizes resolved where the input's shape allows. Onnx's inference
+        cannot follow a target computed from Shape (ShuffleNet's channel shuffle), so the shapes after such
+        a Reshape, and the Shape nodes reading them, become known this way. True when a shape gained
+        static sizes."""
+        onnx = require_onnx()
+        from onnx import numpy_helper
+        proto_nodes, initializers, typed = [], {}, []
+        for node in nodes:
+            inputs = list(node.inputs)
+            if node.op_type == "Reshape" and len(inputs) > 1 and inputs[1] in constants:
+                target = constants[inputs[1]].reshape(-1)
+                if target.dtype == object:
+                    resolved = resolve_reshape(list(target), self.shapes.get(inputs[0]), bool(node.attrs.get("allowzero")))
+                    if resolved is None:
+                        continue
+                    inputs[1] = inputs[1] + "::resolved"
+                    initializers[inputs[1]] = np.asarray(resolved, np.int64)
+            for name in inputs:
+                if name in constants and name not in initializers and constants[name].dtype != object:
+                    initializers[name] = constants[name]
+            proto_nodes.append(onnx.helper.make_node(node.op_type, inputs, node.outputs, name=node.name,
+                                                     domain=node.domain,
+                                                     **{k: v for k, v in node.attrs.items() if not hasattr(v, "type")}))
+        graph_inputs = [v for v in self.model.graph.input if v.name not in self.initializers]
+        for name, array in self.initializers.items():
+            if name not in initializers and any(name in n.inputs for n in nodes):
+                typed.append(onnx.helper.make_tensor_value_info(
+                    name, onnx.helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)))
+        small = [numpy_helper.from_array(np.asarray(v), n) for n, v in initializers.items()]
+        light = onnx.helper.make_graph(proto_nodes, "refined", graph_inputs + typed, list(self.model.graph.output),
+                                       small)
+        model = onnx.helper.make_model(light, opset_imports=list(self.model.opset_import),
+                                       ir_version=self.model.ir_version)
+        changed = False
+        for name, shape in self._infer_shapes(self.model, onnx, model).items():
+            old = self.shapes.get(name)
+            if old is None or (len(old) == len(shape) and sum(isinstance(d, Dim) for d in shape)
+                               < sum(isinstance(d, Dim) for d in old)):
+                self.shapes[name] = shape
+                changed = True
+        return changed
 
     def error(self, node: Node, message: str, **details) -> OnnxError:
         return OnnxError(f"node {node.name!r} ({node.op_type}, opset {self.opset}): {message}", node=node.name,

@@ -13,6 +13,11 @@ from .graph import Graph, Node, read_model
 from .model import OnnxModel
 
 
+# Rounds of shape inference over the folded graph: each may fix the shapes after one more Reshape whose
+# target came from Shape (ShuffleNet's stages chain them).
+MAX_REFINEMENTS = 64
+
+
 def load(path_or_bytes, device=None) -> OnnxModel:
     """Import an ONNX model (a path, or the file's bytes) as an nc.nn.Module of netcl layers on ``device``.
 
@@ -26,6 +31,13 @@ def load(path_or_bytes, device=None) -> OnnxModel:
     device = resolve_device(device)
     owned = converters.owned_initializers(graph)
     constants, nodes = fold(graph, set(owned))
+    for _ in range(MAX_REFINEMENTS):
+        if not any(n.op_type in ("Shape", "Size") or any(constants.get(i) is not None and constants[i].dtype == object
+                                                         for i in n.inputs) for n in nodes):
+            break
+        if not graph.refine_shapes(constants, nodes):
+            break
+        constants, nodes = fold(graph, set(owned))
     root = OnnxModel(graph, device)
     builder = converters.Builder(graph, constants, owned, root, device)
     for node in nodes:
