@@ -358,9 +358,10 @@ class Graph:
             for name in inputs:
                 if name in constants and name not in initializers and constants[name].dtype != object:
                     initializers[name] = constants[name]
+            attrs = {k: numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v for k, v in node.attrs.items()
+                     if not hasattr(v, "type")}  # subgraph attributes stay out: no converter reads them
             proto_nodes.append(onnx.helper.make_node(node.op_type, inputs, node.outputs, name=node.name,
-                                                     domain=node.domain,
-                                                     **{k: v for k, v in node.attrs.items() if not hasattr(v, "type")}))
+                                                     domain=node.domain, **attrs))
         graph_inputs = [v for v in self.model.graph.input if v.name not in self.initializers]
         for name, array in self.initializers.items():
             if name not in initializers and any(name in n.inputs for n in nodes):

@@ -35,7 +35,11 @@ def load(path_or_bytes, device=None) -> OnnxModel:
         if not any(n.op_type in ("Shape", "Size") or any(constants.get(i) is not None and constants[i].dtype == object
                                                          for i in n.inputs) for n in nodes):
             break
-        if not graph.refine_shapes(constants, nodes):
+        try:
+            refined = graph.refine_shapes(constants, nodes)
+        except Exception:  # a node onnx cannot re-create: the shapes stay as the first inference gave them
+            refined = False
+        if not refined:
             break
         constants, nodes = fold(graph, set(owned))
     root = OnnxModel(graph, device)
