@@ -10,7 +10,7 @@ import netcl as nc
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
 
 from onnx_graphs import make_model, ort_run  # noqa: E402
 from util import rel_l2  # noqa: E402

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import nn
-from ..errors import OnnxError
 from ..nn.module import Module
 from ..tensor import Tensor
 from . import layers as L
@@ -97,6 +96,7 @@ class Builder:
         self.constant_sources: dict = {}   # value name -> (holder module, attribute)
         self.initializer_names: dict = {}  # state_dict key -> initializer name
         self.nodes_namespace = None
+        self.constants_path = None
 
     # ---- values ----------------------------------------------------------------------------------------
     def static(self, node: Node, position: int, what: str, default=None):
@@ -205,17 +205,17 @@ class Builder:
         trainable = initializer and value.dtype in FLOAT_TYPES and "::" not in name and not name.startswith("/")
         segments = name.split(".") if initializer else []
         holder = self._holder(segments[:-1]) if len(segments) >= 2 else None
-        attr = segments[-1] if holder is not None else None
+        path, attr = ".".join(segments[:-1]), segments[-1] if holder is not None else None
         if holder is None or any(attr in registry for registry in (holder._parameters, holder._buffers,
                                                                      holder._modules, holder.__dict__)):
-            holder, attr = self._constants_namespace(), sanitize(name)
+            holder, path, attr = self._constants_namespace(), self.constants_path, sanitize(name)
             while attr in holder._parameters or attr in holder._buffers:
                 attr += "_"
         tensor = self.tensor(value, trainable)
         (holder._parameters if trainable else holder._buffers)[attr] = tensor
         self.constant_sources[name] = (holder, attr)
         if initializer:
-            self.initializer_names[self._path_of(holder) + "." + attr] = name
+            self.initializer_names[f"{path}.{attr}"] = name
 
     def _holder(self, segments) -> Module | None:
         """The module at ``segments`` (Namespaces made on the way), or None where that cannot be."""
@@ -227,18 +227,11 @@ class Builder:
         return parent._modules[segments[-1]]
 
     def _constants_namespace(self) -> Module:
-        existing = self.root.__dict__.get("_constants_holder")
-        if existing is None:
-            existing = Namespace()
-            self.root._modules[self._unique_top("constants")] = existing
-            object.__setattr__(self.root, "_constants_holder", existing)
-        return existing
-
-    def _path_of(self, module: Module) -> str:
-        for name, m in self.root.named_modules():
-            if m is module:
-                return name
-        raise OnnxError("internal: a holder module is not in the model's tree")
+        """``constants``: the tensors whose names are no module path (exporter-generated, Constant nodes)."""
+        if self.constants_path is None:
+            self.constants_path = self._unique_top("constants")
+            self.root._modules[self.constants_path] = Namespace()
+        return self.root._modules[self.constants_path]
 
     # ---- steps -----------------------------------------------------------------------------------------
     def step(self, node: Node, module: Module, inputs, outputs=None) -> None:
