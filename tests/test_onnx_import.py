@@ -138,8 +138,9 @@ def test_activations(device, rng, op, attrs):
     check(device, data, feeds)
 
 
-@pytest.mark.parametrize("bounds", [(0.0, 6.0), (-1.0, None)])
-def test_clip_with_input_bounds(device, rng, bounds):
+@pytest.mark.parametrize("bounds,layer", [((0.0, 6.0), "ReLU6"), ((-1.0, None), "Clip"), ((-0.5, 2.0), "Hardtanh"),
+                                          ((0.0, None), "ReLU")])
+def test_clip_with_input_bounds(device, rng, bounds, layer):
     inits, inputs = {}, []
     for name, value in zip(("lo", "hi"), bounds):
         inputs.append("" if value is None else name)
@@ -151,6 +152,7 @@ def test_clip_with_input_bounds(device, rng, bounds):
     feeds["x"] *= 5
     model = check(device, data, feeds)
     assert not list(model.state_dict())
+    assert any(type(m).__name__ == layer for m in model.modules())
 
 
 def test_dropout_is_identity_at_inference(device, rng):

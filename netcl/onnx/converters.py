@@ -495,7 +495,21 @@ def convert_clip(b: Builder, node: Node) -> None:
         low, high = (None if v.dtype == object else float(v) for v in (np.asarray(x) for x in bounds))
     else:
         low, high = node.attrs.get("min"), node.attrs.get("max")
-    b.simple(node, L.Clip(low, high))
+    if (low, high) == (0.0, 6.0):
+        module = nn.ReLU6()                   # MobileNetV2's ReLU6, one kernel
+    elif low == 0.0 and high is None:
+        module = nn.ReLU()
+    elif low is not None and high is not None and low < high:
+        module = nn.Hardtanh(low, high)
+    else:
+        module = L.Clip(low, high)
+    b.simple(node, module)
+
+
+def convert_hardsigmoid(b: Builder, node: Node) -> None:
+    alpha, beta = float(node.attrs.get("alpha", 0.2)), float(node.attrs.get("beta", 0.5))
+    pytorch_form = abs(alpha - 1.0 / 6.0) < 1e-7 and beta == 0.5  # relu6(x + 3) / 6, one kernel
+    b.simple(node, nn.Hardsigmoid() if pytorch_form else L.HardSigmoid(alpha, beta))
 
 
 def convert_softmax(log: bool):
@@ -579,8 +593,7 @@ CONVERTERS = {
     "Tanh": _activation(lambda n: nn.Tanh()),
     "LeakyRelu": _activation(lambda n: nn.LeakyReLU(float(n.attrs.get("alpha", 0.01)))),
     "Gelu": _activation(lambda n: nn.GELU(n.attrs.get("approximate", "none"))),
-    "HardSigmoid": _activation(lambda n: L.HardSigmoid(n.attrs.get("alpha", 0.2), n.attrs.get("beta", 0.5))),
-    "HardSwish": _activation(lambda n: L.HardSwish()),
+    "HardSigmoid": convert_hardsigmoid, "HardSwish": _activation(lambda n: nn.Hardswish()),
     "Identity": _activation(lambda n: nn.Identity()),
     "Clip": convert_clip, "Softmax": convert_softmax(False), "LogSoftmax": convert_softmax(True),
     "Dropout": convert_dropout, "Flatten": convert_flatten, "Reshape": convert_reshape, "Transpose": convert_transpose,

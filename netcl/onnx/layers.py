@@ -1,5 +1,5 @@
 """Modules for ONNX operators with no nc.nn layer of their own: element-wise arithmetic between graph
-values, Clip, HardSigmoid/HardSwish with ONNX's parameters, Gemm's general form, Slice, Split, Gather,
+values, Clip with one bound, HardSigmoid with other parameters than PyTorch's, Gemm's general form, Slice, Split, Gather,
 the reductions and ONNX's Flatten/Squeeze/Unsqueeze/Cast. Each is built from differentiable Tensor
 operations, so an imported graph trains through them.
 """
@@ -65,8 +65,8 @@ class Clip(Module):
 
 
 class HardSigmoid(Module):
-    """max(0, min(1, alpha·x + beta)) (ONNX's defaults alpha 0.2, beta 0.5; PyTorch's Hardsigmoid exports
-    alpha 1/6)."""
+    """max(0, min(1, alpha·x + beta)) (ONNX's defaults alpha 0.2, beta 0.5; PyTorch's form, alpha 1/6,
+    imports as nc.nn.Hardsigmoid)."""
 
     def __init__(self, alpha: float = 0.2, beta: float = 0.5):
         super().__init__()
@@ -77,13 +77,6 @@ class HardSigmoid(Module):
 
     def extra_repr(self):
         return f"alpha={self.alpha}, beta={self.beta}"
-
-
-class HardSwish(Module):
-    """x · max(0, min(1, x/6 + 1/2))."""
-
-    def forward(self, x):
-        return x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)
 
 
 class Gemm(Module):
