@@ -395,3 +395,19 @@ def test_identity_copies_of_initializers_become_weights(device, rng):
     state = model.state_dict()
     assert set(state) == set(inits) | {"b.bias"} and np.array_equal(state["b.bias"].to_host(), bias)
     assert state["b.bias"] is not state["a.bias"]
+
+
+def test_reshape_to_an_expression_of_the_batch_is_evaluated_per_call(device, rng):
+    """x.view(2 * n, -1): the target cannot be fixed at load, so it is evaluated from the bound batch."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+             helper.make_node("Mul", ["n", "two"], ["n2"]),
+             helper.make_node("Unsqueeze", ["n2", "ax0"], ["n2v"]),
+             helper.make_node("Concat", ["n2v", "minus1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    inits = {"i0": np.array(0, I64), "two": np.array(2, I64), "ax0": np.array([0], I64),
+             "minus1": np.array([-1], I64)}
+    data = make_model(nodes, {"x": ("n", 6, 5)}, ["y"], inits, 17)
+    model = check(device, data, {"x": f32(rng, 3, 6, 5)})
+    assert any(type(m).__name__ == "SymbolicReshape" for m in model.modules())
+    assert model(f32(rng, 1, 6, 5)).shape == (2, 15)
