@@ -185,3 +185,15 @@ def test_netcl_plan_onnx_model(rng, tmp_path, capsys):
     assert main(["plan", str(tmp_path / "fixed.onnx"), "--batch", "3"]) == 2
     assert main(["plan", str(tmp_path / "fixed.onnx"), "--pass", "backward_data"]) == 0
     assert main(["plan", "resnet1000"]) == 2
+
+
+def test_integer_division_at_run_time_is_refused(device):
+    """ONNX's integer Div truncates; netcl's `/` is true division, so the import refuses it at the call."""
+    graph = helper.make_graph([helper.make_node("Div", ["a", "b"], ["y"])], "div",
+                              [helper.make_tensor_value_info(n, onnx.TensorProto.INT64, [3]) for n in "ab"],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.INT64, None)])
+    model = nc.onnx.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
+                         device=device)
+    with pytest.raises(nc.OnnxError, match="truncates") as info:
+        model(np.array([7, -7, 5]), np.array([2, 2, 3]))
+    assert info.value.op_type == "Div"

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..autograd.rules import matmul
 from ..autograd.rules_tensor import cat, maximum, minimum
-from ..errors import ShapeError
+from ..errors import DTypeError, ShapeError
 from ..nn.module import Module
 
 BINARY = {
@@ -38,6 +38,9 @@ class Elementwise(Module):
     def forward(self, *xs):
         if self.op_type in UNARY:
             return UNARY[self.op_type](xs[0])
+        if self.op_type == "Div" and all(np.issubdtype(x.dtype, np.integer) for x in xs):
+            raise DTypeError(f"Div of integer tensors ({xs[0].dtype}, {xs[1].dtype}) truncates in ONNX; netcl "
+                             "imports Div of floats only")
         if self.op_type in BINARY:
             return BINARY[self.op_type](xs[0], xs[1])
         out = xs[0]
