@@ -198,21 +198,26 @@ def test_channel_shuffle_reshape_with_symbolic_batch(device, rng):
     assert not any(type(m).__name__ in ("Shape", "Gather") for m in model.modules())
 
 
-@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("opset", [11, 13, 18])
 def test_split_reduce_squeeze_across_opsets(device, rng, opset):
     """Split, ReduceMean, Squeeze and Unsqueeze take their sizes and axes as attributes or inputs."""
     if opset >= 18:
         split = helper.make_node("Split", ["x"], ["a", "b", "c"], axis=2, num_outputs=3)
         mean = helper.make_node("ReduceMean", ["a", "axes23"], ["m"], keepdims=0)
-    else:
+    elif opset >= 13:
         split = helper.make_node("Split", ["x", "sizes"], ["a", "b", "c"], axis=2)
         mean = helper.make_node("ReduceMean", ["a"], ["m"], axes=[2, 3], keepdims=0)
-    nodes = [split, mean,
-             helper.make_node("Unsqueeze", ["m", "ax2"], ["mu"]),
-             helper.make_node("Squeeze", ["mu", "ax2"], ["y0"]),
-             helper.make_node("ReduceMean", ["b", "axes23"] if opset >= 18 else ["b"], ["y1"],
-                              **({} if opset >= 18 else dict(axes=[2, 3]))),
-             helper.make_node("Flatten", ["c"], ["y2"], axis=2)]
+    else:
+        split = helper.make_node("Split", ["x"], ["a", "b", "c"], axis=2, split=[3, 3, 3])
+        mean = helper.make_node("ReduceMean", ["a"], ["m"], axes=[2, 3], keepdims=0)
+    if opset >= 13:
+        squeezes = [helper.make_node("Unsqueeze", ["m", "ax2"], ["mu"]), helper.make_node("Squeeze", ["mu", "ax2"], ["y0"])]
+    else:
+        squeezes = [helper.make_node("Unsqueeze", ["m"], ["mu"], axes=[2]), helper.make_node("Squeeze", ["mu"], ["y0"], axes=[2])]
+    nodes = [split, mean] + squeezes + [
+        helper.make_node("ReduceMean", ["b", "axes23"] if opset >= 18 else ["b"], ["y1"],
+                         **({} if opset >= 18 else dict(axes=[2, 3]))),
+        helper.make_node("Flatten", ["c"], ["y2"], axis=2)]
     inits = {"sizes": np.array([3, 3, 3], I64), "axes23": np.array([2, 3], I64), "ax2": np.array([2], I64)}
     data = make_model(nodes, {"x": (2, 3, 9, 5)}, ["y0", "y1", "y2"], inits, opset)
     check(device, data, {"x": f32(rng, 2, 3, 9, 5)})
@@ -280,7 +285,7 @@ def small_cnn(rng, opset=17, classes=4, batch="N"):
     return make_model(nodes, {"x": (batch, 3, 7, 8)}, ["y"], inits, opset), inits
 
 
-@pytest.mark.parametrize("opset", [13, 16, 19, 21])
+@pytest.mark.parametrize("opset", [11, 13, 16, 19, 21])
 def test_small_cnn_across_opsets(device, rng, opset):
     data, inits = small_cnn(rng, opset)
     model = check(device, data, {"x": f32(rng, 3, 3, 7, 8)})
