@@ -45,6 +45,21 @@ def _is_literal(token: str) -> bool:
                for word in token.split("|"))
 
 
+def _literal_choices(action: argparse.Action):
+    """The words a positional takes as written: its choices, or the literal words of a metavar such as
+    `lenet|conv|MODEL.onnx` (whose placeholders stand for any value); None when it takes any value."""
+    if action.choices is not None:
+        return {str(c) for c in action.choices}
+    if isinstance(action.metavar, str) and "|" in action.metavar:
+        return {w for w in action.metavar.split("|") if _is_literal(w)}
+    return None
+
+
+def _takes_placeholder(action: argparse.Action) -> bool:
+    return action.choices is None and (not isinstance(action.metavar, str) or "|" not in action.metavar
+                                       or not _is_literal(action.metavar))
+
+
 class Synopsis:
     """What the README's lines of one subcommand name: its options, and the words of each positional."""
 
@@ -89,9 +104,9 @@ class Synopsis:
                 self.reached.add(action.dest)
                 if _is_literal(token):
                     self.words[action.dest] |= set(token.split("|"))
-                elif action.choices is not None:
+                elif not _takes_placeholder(action):
                     self.problems.append(f"{where}: {token} stands for any value, but the parser takes only "
-                                         f"{sorted(map(str, action.choices))}")
+                                         f"{sorted(_literal_choices(action))}")
             position += 1
             i += 1
 
@@ -104,9 +119,9 @@ class Synopsis:
         for action in self.positionals:
             if action.dest not in self.reached:
                 problems.append(f"netcl {self.name}: the README shows no value for {action.dest}")
-            elif action.choices is not None and self.words[action.dest] != {str(c) for c in action.choices}:
+            elif _literal_choices(action) is not None and self.words[action.dest] != _literal_choices(action):
                 problems.append(f"netcl {self.name}: the README lists {sorted(self.words[action.dest])} for "
-                                f"{action.dest}, the parser takes {sorted(map(str, action.choices))}")
+                                f"{action.dest}, the parser takes {sorted(_literal_choices(action))}")
         return problems
 
 
@@ -145,7 +160,7 @@ def test_readme_names_the_options_every_command_takes():
     ("netcl devices [--json] [--bench] [--rounds N] [--fast]", "no option --fast"),
     ("netcl plan lenet|mec|conv [--batch B]", "lists ['conv', 'lenet', 'mec'] for network"),
     ("netcl plan lenet|mec|resnet20|conv|fft", "lists ['conv', 'fft', 'lenet', 'mec', 'resnet20']"),
-    ("netcl plan MODEL.onnx", "MODEL.onnx stands for any value"),
+    ("netcl tune MODEL.onnx", "MODEL.onnx stands for any value"),
     ("netcl plan lenet|mec|resnet20|conv [--mode heuristic|measure]", "--mode lists"),
     ("netcl tune gemm|conv|all [--quick] [--device] [--json]", "--device takes a value"),
     ("netcl tune gemm|conv|all extra [--quick] [--device SEL] [--json]", "no positional argument for 'extra'"),

@@ -17,7 +17,8 @@ COMMANDS = {
     "devices": ("devices", "list every OpenCL platform and device"),
     "train": ("train", "train a model (lenet, resnet8/20/32) on MNIST"),
     "eval": ("evaluate", "score a checkpoint on the MNIST test set"),
-    "plan": ("plan", "explain the convolution strategy chosen for each layer and pass"),
+    "plan": ("plan", "explain the convolution strategy chosen for each layer and pass (built-in or ONNX model)"),
+    "run": ("run", "run an ONNX model on a .npy input"),
     "bench": ("bench", "benchmarks: gemm, im2col, conv, lenet, resnet, dense"),
     "tune": ("tune", "tune kernel parameters for the current device"),
 }
