@@ -50,7 +50,7 @@ def _check_statistic(statistic: str) -> None:
 def timed_call(fn, device, calls: int = 1, settle: bool = False) -> float:
     """Seconds per call of ``calls`` back-to-back calls of ``fn`` between two waits on ``device``'s
     queue (``settle``: one untimed call first, so the sample starts from the runner's own state)."""
-    first_step.end()
+    first_step.end(device)
     if settle:
         fn()
     device.synchronize()
@@ -64,7 +64,7 @@ def timed_call(fn, device, calls: int = 1, settle: bool = False) -> float:
 def timed_result(fn, device):
     """(fn's result, seconds) of one call between two waits on ``device``'s queue (a benchmark that needs
     the output, or one that times a step whose result feeds the next)."""
-    first_step.end()
+    first_step.end(device)
     device.synchronize()
     start = time.perf_counter()
     out = fn()
@@ -75,7 +75,7 @@ def timed_result(fn, device):
 def sample(fn, device, repeats: int = 5, warmup: int = 1, calls: int = 1, statistic: str = "median") -> Timing:
     """``repeats`` timed samples of ``fn`` after ``warmup`` untimed runs."""
     _check_statistic(statistic)
-    first_step.end()  # before the warm-up, which then builds the kernels the samples will run
+    first_step.end(device)  # before the warm-up, which then builds the kernels the samples will run
     for _ in range(warmup):
         fn()
     return Timing([timed_call(fn, device, calls) for _ in range(repeats)], statistic)
@@ -102,7 +102,7 @@ def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_ru
     5 ms runner 1.5×.
     """
     _check_statistic(statistic)
-    first_step.end()
+    first_step.end(device)
     results: dict[str, object] = {}
     warm: dict[str, float] = {name: 0.0 for name in runners}
     # Warm-up in interleaved rounds too: runners warmed one after the other were still 1.5-3x slow in
