@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import NetclError, ShapeError
 from ..runtime.device import resolve_device
-from ..tuning import db
+from ..runtime import tuning_db as db
 from . import conv_profile
 from .conv_common import PASSES, ConvLayer
 from .conv_plan import Answer, Candidate, Plan, assess, choose, forced, mib, worth_measuring  # noqa: F401

@@ -1,6 +1,6 @@
 """What the conv planner knows about a device, measured on it and kept in the tuning database.
 
-One entry per device and dtype (family "conv_calibration" of netcl.tuning.db, beside the GEMM tuning):
+One entry per device and dtype (family "conv_calibration" of netcl.runtime.tuning_db, beside the GEMM tuning):
   bandwidth_gbs, launch_ms, class_gflops   the device quantities (measure_basics: a copy kernel, a tiny
                                            kernel and one product per GEMM shape class)
   gemm_surface                             {"grid", "rows": [[m, n, k, batch, gflops], ...]}: the GEMM's
@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import numpy as np
 
-from ..tuning import db
+from ..runtime import tuning_db as db
 from . import conv_cost, gemm_surface
 
 FAMILY = "conv_calibration"
@@ -80,7 +80,7 @@ def _number(value) -> bool:
 
 def _tuned_rates(device, dtype: str) -> dict:
     try:
-        from ..tuning.gemm import expected_gflops
+        from .gemm import expected_gflops
     except ImportError:
         return {}
     rates = {}
@@ -197,7 +197,7 @@ def measure_basics(device, dtype: str = "float32", surface_grid: dict | None = N
     against other basics are dropped: their model parts were computed with those)."""
     from ..runtime.timing import sample
     from ..tensor import Tensor
-    from ..tuning.gemm import calls_per_sample
+    from ..runtime.timing import calls_per_sample
     from .copy_probe import CopyProbe
     from .elementwise import copy_into
     from .gemm import gemm

@@ -8,7 +8,7 @@ leading dimension), B is first packed into NR-column panels (``gemm_pack_b`` / `
 read down its columns is packed likewise. Operands that fit in L1 are never packed: for small products
 one launch fewer matters more (see docs/gemm.md).
 
-Kernel parameters come from the tuning database (``netcl tune gemm``; netcl.tuning.db), looked up per
+Kernel parameters come from the tuning database (``netcl tune gemm``; netcl.runtime.tuning_db), looked up per
 dtype and shape class, falling back to the built-in table for the device kind.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..runtime import first_step
 from ..runtime.device import resolve_device
 from ..runtime.kernels import VARYING, PreparedLaunch, get_kernel
 from ..tensor import Tensor
-from ..tuning import db
+from ..runtime import tuning_db as db
 from . import gemm_standin
 from .gemm_packing import TINY_PRODUCT_FLOP, packing, release_workspaces, workspace  # noqa: F401  (release_workspaces: public)
 
@@ -79,6 +79,13 @@ def params_for(device, dtype, M: int, N: int, K: int, batch: int = 1) -> dict:
             memo.clear()
         p = memo[memo_key] = _lookup_params(device, name, cls)
     return dict(p)
+
+
+def expected_gflops(device, dtype, M: int, N: int, K: int) -> float | None:
+    """The rate `netcl tune gemm` measured for this product's (dtype, shape class), or None when untuned."""
+    entry = db.lookup(device, "gemm", f"{np.dtype(dtype).name}/{shape_class(M, N, K)}")
+    rate = (entry or {}).get("gflops")
+    return float(rate) if isinstance(rate, (int, float)) else None
 
 
 def lanes_in_256_bits(dtype) -> int:

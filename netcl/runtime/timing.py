@@ -42,6 +42,11 @@ class Timing:
         return self.seconds * 1e3
 
 
+def calls_per_sample(flop: float) -> int:
+    """Calls to time back to back for one sample of a product: enough that a sample does ~30 MFLOP."""
+    return max(1, min(64, int(3e7 // max(flop, 1.0))))
+
+
 def _check_statistic(statistic: str) -> None:
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")

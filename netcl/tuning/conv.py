@@ -178,7 +178,7 @@ def _measure_and_store(device, dtype, quick, progress, layers, budget_s) -> dict
 def run_cli(args) -> dict:
     import netcl as nc
     from ..ops.conv_profile import calibration_summary
-    from . import db
+    from ..runtime import tuning_db as db
     device = nc.default_device()
     quick = bool(getattr(args, "quick", False))
     quiet = bool(getattr(args, "json", False))

@@ -134,7 +134,7 @@ def generation() -> tuple:
     if memo["where"] == where and now - memo["at"] < GENERATION_RECHECK_SECONDS:
         return memo["token"]
     devices = _user_devices()
-    token = (where, _memo["stamp"] if devices is _memo["data"] else None, id(devices))
+    token = (where, _memo["stamp"] if devices is _memo["data"] else None)  # None: no file to read
     memo.update(where=where, at=now, token=token)
     return token
 
