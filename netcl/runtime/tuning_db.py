@@ -183,14 +183,10 @@ def store(device, family: str, params: dict, key=None) -> None:
         data["format"] = FORMAT
         data.setdefault("devices", {}).setdefault(ident, {}).setdefault(family, {})[_key(key)] = params
 
-    if not cache_enabled():
+    def in_process():
         _overlay.setdefault(ident, {}).setdefault(family, {})[_key(key)] = params
-        _overlay_edits[0] += 1
-        return
-    update_json(db_path(), "tuning database", mutate)
-    with _lock:
-        _memo["stamp"] = None
-    _forget_generation()
+
+    _change(mutate, in_process)
 
 
 def forget(device, family: str | None = None) -> None:
@@ -204,8 +200,13 @@ def forget(device, family: str | None = None) -> None:
         else:
             families.pop(family, None)
 
+    _change(mutate, lambda: _overlay.get(ident, {}).pop(family, None) if family else _overlay.pop(ident, None))
+
+
+def _change(mutate, in_process) -> None:
+    """Apply a change: ``mutate(data)`` to the user file, or ``in_process()`` while the disk cache is off."""
     if not cache_enabled():
-        (_overlay.get(ident, {}).pop(family, None) if family else _overlay.pop(ident, None))
+        in_process()
         _overlay_edits[0] += 1
         return
     update_json(db_path(), "tuning database", mutate)
