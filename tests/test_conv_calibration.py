@@ -19,7 +19,8 @@ from netcl.ops import conv_cost, conv_online, conv_profile
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer
 from netcl.runtime import timing
-from netcl.tuning import conv_prebuild, db
+from netcl.runtime import tuning_db as db
+from netcl.tuning import conv_prebuild
 from util import assert_close, conv2d_ref
 
 REPO = Path(__file__).resolve().parent.parent

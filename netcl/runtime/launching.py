@@ -110,8 +110,9 @@ class PreparedLaunch:
 
     def __init__(self, device: Device, kernel: cl.Kernel, global_size, local_size, args):
         self.device = device
+        self._state = device.state  # cleared in place, never replaced: safe to hold
         self.kernel = kernel
-        self.global_size, self.local_size = _geometry(device.state, global_size, local_size)
+        self.global_size, self.local_size = _geometry(self._state, global_size, local_size)
         self._args = tuple(args)
         self._slots = tuple(i for i, value in enumerate(self._args) if value is VARYING)
         self._private = None  # made at the first call, which goes through launch()
@@ -120,9 +121,9 @@ class PreparedLaunch:
     def __call__(self, *values, dynamic=None) -> cl.Event:
         """Launch with ``values`` for the varying arguments; ``dynamic`` ({index into values: callable})
         as for :func:`launch`."""
-        observers = self.device.state.observers
+        observers = self._state.observers
         if observers:
-            observers = self.device.state.observers_here()
+            observers = self._state.observers_here()
             skipped = skip_launch(self.device, observers)
             if skipped is not None:
                 return skipped
