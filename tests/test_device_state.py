@@ -32,10 +32,10 @@ def test_builds_only_builds_the_kernels_and_launches_nothing(device, rng):
     src = nc.tensor(rng.standard_normal(13).astype(np.float32), device=device)
     dst = nc.tensor(np.full(26, 7.0, np.float32), device=device)
     with builds_only(device):
-        assert device.state.observers
+        assert any(observer.builds_only for observer in device.state.observers)
         gemm(nc.tensor(a, device=device), nc.tensor(b, device=device), c=c, beta=0.0)  # prepared launches
         _strided_copy(device, src, dst)  # a plain launch
-    assert not device.state.observers
+    assert not any(observer.builds_only for observer in device.state.observers)  # open trials may watch
     assert np.array_equal(c.to_host(), canary) and np.all(dst.to_host() == 7.0)
     made = {name for (_, name, _, _) in device.state.kernels}
     assert "gemm_tiled" in made  # built inside, for the launches after the block
@@ -57,7 +57,7 @@ def test_a_recording_records_its_threads_commands_and_refuses_a_download(device,
         assert recording.unusable is None
         y.to_host()
     assert launches >= 1 and all(entry[0] != "kernel" or entry[1].function_name for entry in recording.entries)
-    assert "reads" in recording.unusable and not device.state.observers
+    assert "reads" in recording.unusable and recording not in device.state.observers
     before = len(recording.entries)
     (x * 2.0).to_host()
     assert len(recording.entries) == before  # the block is over
