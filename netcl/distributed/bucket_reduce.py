@@ -19,7 +19,6 @@ gradients, and the host only raises and watches one flag per bucket.
 """
 from __future__ import annotations
 
-import functools
 import os
 import warnings
 import weakref
@@ -304,7 +303,6 @@ def shared_memory_room() -> int | None:
     return stats.f_bavail * stats.f_frsize
 
 
-@functools.lru_cache(maxsize=None)
 def kernels_read_host_memory(device) -> bool:
     """Whether ``device``'s kernels see what the host last wrote into memory that a buffer wraps
     (``memory.over_host_array``), and the host what the device copied into it, with no map in between,
@@ -312,7 +310,15 @@ def kernels_read_host_memory(device) -> bool:
     True of CPU drivers, which run kernels in host memory (PoCL, Intel's runtime); a GPU driver may
     keep a copy made at the buffer's creation or first use. Tried here with the averaging kernel and
     the copy the transport uses, twice, on fresh data; a driver that refuses such a buffer, or the
-    kernel, has the host average instead."""
+    kernel, has the host average instead. Probed once per device (its state keeps the answer)."""
+    known = device.state.table("distributed")
+    if "kernels read host memory" not in known:
+        known["kernels read host memory"] = probe_host_memory_sharing(device)
+    return known["kernels read host memory"]
+
+
+def probe_host_memory_sharing(device) -> bool:
+    """The probe behind :func:`kernels_read_host_memory`, run anew."""
     rng = np.random.default_rng()
     rows = np.zeros((2, 37), np.float32)
     try:

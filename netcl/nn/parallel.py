@@ -166,7 +166,7 @@ class DistributedDataParallel(Module):
         if self.training and self.broadcast_buffers and self._group.size > 1:
             buffers = [b for _, b in self.module.named_buffers()]
             if buffers:  # host work between kernels: a replayed step (netcl.training.replay) repeats it
-                recording.host_call(self._collectives.broadcast_many, buffers, src=0)
+                recording.host_call(buffers[0].device, self._collectives.broadcast_many, buffers, src=0)
         return self.module(*args, **kwargs)
 
     def train(self, mode: bool = True) -> "DistributedDataParallel":

@@ -17,7 +17,8 @@ agree. What legitimately changes from step to step is declared where the launch 
 What cannot be replayed marks the recording unusable with a reason: a download (the host reading a
 result, e.g. ``loss.item()``, implies a decision taken on the host).
 
-Recording is per process and from one thread; every other thread's launches are not recorded.
+A recording is a launch observer of its device (netcl.runtime.observers), pushed on the device's
+stack by ``with Recording(device)``; it sees the commands of the thread that made it, no other's.
 """
 from __future__ import annotations
 
@@ -28,38 +29,34 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import DeviceError
+from .observers import LaunchObserver
 
-_active: "Recording | None" = None  # the recording being made (a global: the launches' fast check)
 
-
-def active() -> "Recording | None":
-    """The recording the calling thread is making, if any."""
-    recording = _active
-    if recording is None or recording.thread != threading.get_ident() or recording.paused:
+def active(device) -> "Recording | None":
+    """The recording the calling thread is making of ``device``'s commands, if any."""
+    if not device.state.observers:
         return None
-    return recording
+    return next((o for o in device.state.observers_here() if isinstance(o, Recording)), None)
 
 
-class Recording:
+class Recording(LaunchObserver):
     """The commands enqueued inside ``with Recording(device) as r:`` (device: the one they go to)."""
 
     def __init__(self, device):
+        super().__init__(thread=threading.get_ident())
         self.device = device
-        self.thread = threading.get_ident()
         self.entries: list[tuple] = []
         self.unusable: str | None = None  # why this recording cannot be replayed
         self.paused = False
 
     def __enter__(self) -> "Recording":
-        global _active
-        if _active is not None:
-            raise RuntimeError("a recording is already being made in this process")
-        _active = self
+        if any(isinstance(o, Recording) for o in self.device.state.observers):
+            raise RuntimeError(f"a recording of {self.device.describe()} is already being made")
+        self.device.state.push(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        global _active
-        _active = None
+        self.device.state.remove(self)
 
     # ---- what the runtime reports ------------------------------------------------------------------
     def kernel(self, device, kernel: cl.Kernel, global_size, local_size, args, dynamic=None) -> None:
@@ -82,6 +79,10 @@ class Recording:
     def copy(self, device, dst, src, nbytes: int, dst_offset: int, src_offset: int) -> None:
         if self._check_device(device):
             self.entries.append(("copy", dst, src, nbytes, dst_offset, src_offset))
+
+    def download(self, device, nbytes: int) -> None:
+        # the host reads a result: what it decides from it is not recorded
+        self.refuse(f"it reads {nbytes:,} bytes of device data on the host (.item(), .to_host() or the like)")
 
     def refuse(self, why: str) -> None:
         """Something inside cannot be replayed (the first reason is kept)."""
@@ -150,26 +151,17 @@ class Recording:
         return sum(entry[0] == "kernel" for entry in self.entries)
 
 
-def report(kind: str, device, *args) -> None:
-    """Hand an enqueued command (``kind``: "kernel", "upload", "fill" or "copy") to the recording the
-    calling thread is making, if any. The runtime's enqueue points call it behind a check of ``_active``,
-    so that outside recordings they pay one global read."""
-    being_made = active()
-    if being_made is not None:
-        getattr(being_made, kind)(device, *args)
-
-
 def _identities(values) -> tuple:
     """The objects a host call was given, by identity; lists and tuples by their items' (a list of
     tensors made anew for every call is the same argument)."""
     return tuple(_identities(v) if isinstance(v, (list, tuple)) else id(v) for v in values)
 
 
-def host_call(fn, *args, **kwargs):
-    """Call ``fn(*args, **kwargs)`` now; inside a recording, with recording paused (what it enqueues is
-    its own business) and again at that point of every replay. For host work between kernels, such as a
-    gradient hook that starts an allreduce."""
-    recording = active()
+def host_call(device, fn, *args, **kwargs):
+    """Call ``fn(*args, **kwargs)`` now; inside a recording of ``device``, with recording paused (what it
+    enqueues is its own business) and again at that point of every replay. For host work between
+    kernels, such as a gradient hook that starts an allreduce."""
+    recording = active(device)
     if recording is None:
         return fn(*args, **kwargs)
     with recording.pause():
@@ -179,9 +171,10 @@ def host_call(fn, *args, **kwargs):
 
 
 @contextlib.contextmanager
-def not_recorded():
-    """Within, the calling thread's commands are not recorded (host work that a replay redoes itself)."""
-    recording = active()
+def not_recorded(device):
+    """Within, the calling thread's commands on ``device`` are not recorded (host work that a replay
+    redoes itself)."""
+    recording = active(device)
     if recording is None:
         yield
         return

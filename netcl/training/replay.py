@@ -92,14 +92,14 @@ class CapturedStep:
 
     # ---- the three ways of taking a step --------------------------------------------------------------
     def _eager(self, x, y) -> Tensor:
-        calls_measuring = conv_online.calls_measuring()
+        calls_measuring = conv_online.calls_measuring(x.device)
         self.optimizer.zero_grad()
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
         self.optimizer.step()
         # Only this step's layers count: a trial of another batch size (an epoch's last batch, an
         # evaluation) advances in its own steps and must not hold up the replay of these.
-        self._measured_last_step = conv_online.calls_measuring() != calls_measuring
+        self._measured_last_step = conv_online.calls_measuring(x.device) != calls_measuring
         return loss.detach()
 
     def _recorded(self, x, y) -> Tensor:
