@@ -168,6 +168,7 @@ def test_ddp_buffers_no_sync_and_unused_parameters(tmp_path, seed, choice):
     inputs = [r["heads/input"].astype(np.float64) for r in ranks]
     for r in ranks:
         assert r["mixed/averaging_on_host"], "the ranks did not agree on the host's sums"
+        assert r["released/without_collector"], "a dropped DDP waits for the garbage collector"
         np.testing.assert_allclose(r["mixed/weight_grad"], np.tile(np.mean([x.sum(0) for x in inputs], 0), (3, 1)),
                                    rtol=1e-5, atol=1e-5)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import time
+import weakref
 
 import numpy as np
 
@@ -91,16 +92,23 @@ class GradientBuckets:
         self.syncing = True
         self.stats = {"passes": 0, "device_wait_s": 0.0, "mpi_wait_s": 0.0, "buckets_started_early": 0}
         self._pass_open = False
-        self._hooks = []
         if group.size > 1:
-            for bucket in self.buckets:
-                for position, p in enumerate(bucket.params):
-                    hook = functools.partial(self._gradient_ready, bucket, position)
-                    self._hooks.append(autograd_engine.register_post_accumulate_grad_hook(p, hook))
+            # The parameters' hooks hold this object weakly, and go with it. Held strongly, they would
+            # make a cycle (parameter -> hook -> buckets -> parameter) that only the garbage collector
+            # frees, at a moment of its choosing on each rank; freeing a shared window is collective,
+            # so a rank freeing one inside a backward pass would wait forever for a rank that waits for
+            # its gradients. Released by reference counts, it goes at the same point on every rank.
+            this = weakref.ref(self)
+            hooks = [autograd_engine.register_post_accumulate_grad_hook(
+                         p, functools.partial(_gradient_ready, this, bucket.index, position))
+                     for bucket in self.buckets for position, p in enumerate(bucket.params)]
+            weakref.finalize(self, _remove_hooks, hooks)
 
-    def _gradient_ready(self, bucket: Bucket, position: int, param: Tensor) -> None:
+    def gradient_ready(self, index: int, position: int) -> None:
+        """The hook of the parameter at ``position`` of bucket ``index``: its gradient is accumulated."""
         if not self.syncing:
             return
+        bucket = self.buckets[index]
         if not self._pass_open:
             self._pass_open = True
             autograd_engine.queue_backward_callback(self._finish_pass)
@@ -130,3 +138,14 @@ class GradientBuckets:
                 bucket.reset()
             self.transport.pass_ended()
             self._pass_open = False
+
+
+def _gradient_ready(gradients: weakref.ref, index: int, position: int, param: Tensor) -> None:
+    owner = gradients()
+    if owner is not None:
+        owner.gradient_ready(index, position)
+
+
+def _remove_hooks(hooks) -> None:
+    for hook in hooks:
+        hook.remove()
