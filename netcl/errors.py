@@ -55,3 +55,13 @@ class CheckpointError(NetclError):
 
 class DataError(NetclError, OSError):
     """A dataset that is missing, unreadable or malformed."""
+
+
+class SettingError(NetclError, ValueError):
+    """An environment variable netcl reads (netcl.settings) holds a value its parser refuses; carries the
+    variable's name and the value."""
+
+    def __init__(self, message: str, variable: str = "", value: str = ""):
+        super().__init__(message)
+        self.variable = variable
+        self.value = value

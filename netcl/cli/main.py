@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
+
+from .. import settings
 
 # subcommand -> module in netcl.cli defining add_arguments(parser) and run(args) -> dict | None
 COMMANDS = {
@@ -61,8 +62,8 @@ def _json_default(o):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
-    if debug:  # compiler build logs too (netcl.runtime.kernels.debug_enabled)
-        os.environ.setdefault("NETCL_DEBUG", "1")
+    if debug and not settings.DEBUG.is_set():  # compiler build logs too (netcl.runtime.kernels)
+        settings.DEBUG.choose("1")
     try:
         args = build_parser().parse_args(argv)
     except ArgumentError as exc:

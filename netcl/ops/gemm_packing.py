@@ -1,5 +1,5 @@
 """Which operands of a product are packed into panels first: the single statement of the packing rules
-(docs/gemm.md, "The kernel"); and the buffers they are packed into."""
+(docs/explanation/gemm.md, "The packing rules"); and the buffers they are packed into."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import threading
 
 from ..runtime import memory
 
-# A product this small runs in about the time of one launch on PoCL (~20 µs): it has its own tuning
+# A product this small runs in about the time of one launch on a CPU driver: it has its own tuning
 # class, and packing an operand (one more launch) would double its time.
 TINY_PRODUCT_FLOP = 4_000_000
 # An operand this small is re-read from L1 anyway: packing it would only add a launch.
@@ -18,7 +18,7 @@ def set_conflicts(k: int, row_bytes: int, tile_bytes: int, line: int = 64, sets:
     """Whether a k-row strip of B (tile_bytes wide, rows row_bytes apart) overflows the cache sets its rows
     map to (a typical 32 KiB 8-way L1): a stride with a large power-of-two factor reuses few sets. Such a
     B is packed; other strips are read in place, saving the pack launch. Strips of at most 128 lines are
-    always read in place: L2 absorbs their conflicts (500x4096x50: 90 GFLOP/s in place, 60 packed)."""
+    always read in place: L2 absorbs their conflicts, and the pack would cost more than it saves."""
     lines = k * -(-tile_bytes // line)
     used = sets // math.gcd(row_bytes // line, sets) if row_bytes % line == 0 else sets
     return lines > max(used * ways // 2, 128)
@@ -26,8 +26,9 @@ def set_conflicts(k: int, row_bytes: int, tile_bytes: int, line: int = 64, sets:
 
 def packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int, b_cs: int, batch: int,
              explicit: bool = False):
-    """(pack A?, pack B?) for one product: the single statement of the packing rules (docs/gemm.md).
-    ``explicit``: the caller passed the parameters, and PACK_A=1 then packs A whatever its size."""
+    """(pack A?, pack B?) for one product: the single statement of the packing rules
+    (docs/explanation/gemm.md). ``explicit``: the caller passed the parameters, and PACK_A=1 then packs
+    A whatever its size."""
     # An operand that each tile reads once (A when N fits one panel, B when M fits one) gains nothing
     # from a pack but its launch; one that fits in L1 is re-read from there anyway. Otherwise A read down
     # its columns (a transposed operand) touches one cache line per k: pack it.

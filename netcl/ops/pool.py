@@ -106,9 +106,8 @@ def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: b
 def _row_groups(device, rows: int):
     """Work-groups for the row kernels (dimension 0: output or input rows of a plane). A CPU driver
     vectorizes across dimension 0, and these items write different rows, so a wide group buys no
-    contiguous stores, only a longer compile: the PoCL wheel's own choice compiled
-    pool_backward_disjoint in 0.46 s at LeNet's first step, against 0.16 s for 4 rows a group, and ran
-    no faster. GPUs keep the driver's choice."""
+    contiguous stores, only a longer compile (the PoCL wheel's own choice compiles several times longer
+    than 4 rows a group and runs no faster). GPUs keep the driver's choice."""
     if device.kind != "cpu":
         return None
     return (min(ROWS_PER_CPU_GROUP, rows), 1)
@@ -152,16 +151,6 @@ def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | Non
     launch(grad_y.device, kernel, (rows, g.n * g.c), _row_groups(grad_y.device, rows), grad_y.buffer,
            np.int64(grad_y.offset), arg_buf, np.int64(arg_off), gx.buffer, np.int64(gx.offset), *g._args())
     return gx
-
-
-def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, dilation=1):
-    """(y, argmax) of max pooling; see pool_forward."""
-    return pool_forward(x, PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation), "max")
-
-
-def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, count_include_pad=True):
-    g = PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation)
-    return pool_forward(x, g, "avg", count_include_pad)[0]
 
 
 def adaptive_output_size(input_shape, output_size) -> tuple[int, int]:
