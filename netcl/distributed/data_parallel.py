@@ -82,7 +82,6 @@ class GradientBuckets:
     while backward still ran."""
 
     def __init__(self, params, group, cap_bytes: float):
-        params = list(params)
         self._group = group
         self.buckets = make_buckets(params, cap_bytes)
         devices = {p.device for b in self.buckets for p in b.params}
