@@ -16,7 +16,7 @@ from netcl.ops.gemm import gemm
 from netcl.runtime import first_step, kernels
 from netcl.runtime.device import Device
 from netcl.runtime.observers import builds_only, watching_launches
-from netcl.runtime.recording import Recording
+from netcl.runtime.recording import KernelLaunch, Recording
 from util import assert_close
 
 
@@ -56,11 +56,12 @@ def test_a_recording_records_its_threads_commands_and_refuses_a_download(device,
         launches = recording.launches
         assert recording.unusable is None
         y.to_host()
-    assert launches >= 1 and all(entry[0] != "kernel" or entry[1].function_name for entry in recording.entries)
+    assert launches >= 1 and all(command.kernel.function_name for command in recording.commands
+                                 if isinstance(command, KernelLaunch))
     assert "reads" in recording.unusable and recording not in device.state.observers
-    before = len(recording.entries)
+    before = len(recording.commands)
     (x * 2.0).to_host()
-    assert len(recording.entries) == before  # the block is over
+    assert len(recording.commands) == before  # the block is over
 
 
 def test_the_watcher_sees_every_threads_launches_on_its_device_only(device, rng):
