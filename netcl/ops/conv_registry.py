@@ -20,6 +20,7 @@ BUILTIN = (
     "netcl.ops.conv_winograd",
     "netcl.ops.conv_mec",
     "netcl.ops.conv_direct_blocked",
+    "netcl.ops.conv_depthwise",
 )
 
 _registry: dict[str, object] = {}
