@@ -4,10 +4,13 @@ rounds (netcl.runtime.timing.compare, the fastest sample): each pass of `depthwi
 strategies that serve it, and the copy kernel `netcl devices --bench` measures the bandwidth with
 (netcl.ops.copy_probe, a buffer beyond the last-level cache). A pass's GB/s counts the bytes it must move
 (input + output + weight, read or written once); its share is that rate over the copy's, measured beside
-it, so load from other processes slows both alike.
+it, so load from other processes slows both alike. With ``--cpu-time`` (CPU drivers, whose kernels run on
+this process's threads) each call is timed by the process's CPU time over all its threads instead, the
+fastest of interleaved rounds, and GB/s counts that time spread over the device's compute units: what
+the call would take alone on the device, which other processes' load on a shared machine barely moves.
 
     python benchmarks/depthwise.py [--layer 8,144,56,56,3,1,1] [--passes forward,backward_data,backward_weight]
-        [--strategies depthwise,im2col,direct] [--json out.json]
+        [--strategies depthwise,im2col,direct] [--cpu-time] [--json out.json]
 
 ``--layer`` is N,C,H,W,kernel,stride,padding[,multiplier].
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -38,7 +42,22 @@ def parse_layer(text: str) -> ConvLayer:
     return ConvLayer.from_shapes((n, c, h, w), (c * multiplier, 1, kernel, kernel), stride, padding, 1, c)
 
 
-def run(layer: ConvLayer, passes, names, device) -> dict:
+def cpu_seconds(runners: dict, device, rounds: int = 9) -> dict:
+    """{name: the fewest CPU seconds of this process one call took, over the device's compute units},
+    in interleaved rounds after two untimed ones."""
+    best = {name: float("inf") for name in runners}
+    for round_ in range(rounds + 2):
+        for name, call in runners.items():
+            device.synchronize()
+            start = time.process_time()
+            call()
+            device.synchronize()
+            if round_ >= 2:
+                best[name] = min(best[name], (time.process_time() - start) / device.compute_units)
+    return best
+
+
+def run(layer: ConvLayer, passes, names, device, cpu_time: bool = False) -> dict:
     registry = strategies()
     probe = CopyProbe(device, max(64 << 20, 4 * device.cache_bytes))
     rng = np.random.default_rng(0)
@@ -48,16 +67,21 @@ def run(layer: ConvLayer, passes, names, device) -> dict:
                  if name in registry and registry[name].why_not(layer, pass_, device) is None}
         runners = planner.pass_runners(impls, layer, pass_, device, rng)
         runners["copy"] = probe
-        timed = compare(runners, device, **TIMING)
-        copy_gbs = probe.gbps(timed.pop("copy").seconds)
-        for name, timing in timed.items():
-            if isinstance(timing, Exception):
-                rows.append({"pass": pass_, "strategy": name, "error": str(timing).splitlines()[0]})
+        if cpu_time:
+            timed = cpu_seconds(runners, device)
+        else:
+            timed = {name: t if isinstance(t, Exception) else t.seconds
+                     for name, t in compare(runners, device, **TIMING).items()}
+        copy_gbs = probe.gbps(timed.pop("copy"))
+        for name, seconds in timed.items():
+            if isinstance(seconds, Exception):
+                rows.append({"pass": pass_, "strategy": name, "error": str(seconds).splitlines()[0]})
                 continue
-            gbs = tensor_bytes(layer) / timing.seconds / 1e9
-            rows.append({"pass": pass_, "strategy": name, "ms": round(timing.ms, 3), "gb_s": round(gbs, 1),
+            gbs = tensor_bytes(layer) / seconds / 1e9
+            rows.append({"pass": pass_, "strategy": name, "ms": round(seconds * 1e3, 3), "gb_s": round(gbs, 1),
                          "copy_gb_s": round(copy_gbs, 1), "share_of_copy": round(gbs / copy_gbs, 3)})
-    return {"device": device.describe(), "layer": layer.describe(), "bytes": tensor_bytes(layer), "rows": rows}
+    return {"device": device.describe(), "layer": layer.describe(), "bytes": tensor_bytes(layer),
+            "timing": "process CPU time / compute units" if cpu_time else "wall clock", "rows": rows}
 
 
 def main(argv=None) -> int:
@@ -65,11 +89,14 @@ def main(argv=None) -> int:
     parser.add_argument("--layer", default="8,144,56,56,3,1,1")
     parser.add_argument("--passes", default="forward,backward_data,backward_weight")
     parser.add_argument("--strategies", default="depthwise,im2col,direct")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time by this process's CPU time over the compute units (CPU drivers)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     device = resolve_device(None)
-    result = run(parse_layer(args.layer), args.passes.split(","), args.strategies.split(","), device)
-    print(f"{result['device']}\n{result['layer']}: {result['bytes'] / 1e6:.1f} MB moved at least")
+    result = run(parse_layer(args.layer), args.passes.split(","), args.strategies.split(","), device, args.cpu_time)
+    print(f"{result['device']}, timed by {result['timing']}\n{result['layer']}: {result['bytes'] / 1e6:.1f} MB "
+          f"moved at least")
     for row in result["rows"]:
         if "error" in row:
             print(f"  {row['pass']:<16} {row['strategy']:<14} failed: {row['error']}")
