@@ -188,8 +188,16 @@ ${sources_close()}
             strip[${l}] = ${lane("acc", VW, l)};
 % endfor
         }
-        for (int b = lane; b < borders; b += lanes) {
-            const int q = border_column(b, lo, hi, strips);
+    }
+    /* Border columns, one at a time down the run: which of a column's taps fall outside the row is the
+       same on every row, so it is decided once (their loads clamped into the row, their weights zero). */
+    for (int b = lane; b < borders; b += lanes) {
+        const int q = border_column(b, lo, hi, strips);
+% for s in range(S):
+        const bool in${s} = INSIDE(q * ${SW} - PW + ${s * DW}, W);
+        const int at${s} = in${s} ? q * ${SW} - PW + ${s * DW} : 0;
+% endfor
+        for (int p = p_begin; p < p_end; ++p) {
             ${T} acc = start;
 ${sources_open()}
 % for r in range(R):
@@ -198,13 +206,13 @@ ${sources_open()}
                 if (INSIDE(h, H)) {
                     __global const ${T}* row = xp + (long)h * W;
 % for s in range(S):
-                    if (INSIDE(q * ${SW} - PW + ${s * DW}, W)) acc = row[q * ${SW} - PW + ${s * DW}] * ${weight(r, s)} + acc;
+                    acc = row[at${s}] * (in${s} ? ${weight(r, s)} : ${ZERO}) + acc;
 % endfor
                 }
             }
 % endfor
 ${sources_close()}
-            out[q] = acc;
+            yp[(long)p * Q + q] = acc;
         }
     }
 }
