@@ -55,3 +55,29 @@ class CheckpointError(NetclError):
 
 class DataError(NetclError, OSError):
     """A dataset that is missing, unreadable or malformed."""
+
+
+class SettingError(NetclError, ValueError):
+    """An environment variable netcl reads (netcl.settings) holds a value its parser refuses; carries the
+    variable's name and the value."""
+
+    def __init__(self, message: str, variable: str = "", value: str = ""):
+        super().__init__(message)
+        self.variable = variable
+        self.value = value
+
+
+class OnnxError(NetclError, ValueError):
+    """An ONNX model netcl cannot import: a damaged or non-ONNX file, an unsupported operator or opset,
+    missing external data, a malformed graph, or an input that contradicts the graph's declared shape.
+
+    ``node`` (the node's name, or its first output when unnamed), ``op_type`` and ``opset`` say where;
+    ``details`` holds the rest (the missing names, the shapes, the operators supported ...)."""
+
+    def __init__(self, message: str, node: str | None = None, op_type: str | None = None, opset: int | None = None,
+                 **details):
+        super().__init__(message)
+        self.node = node
+        self.op_type = op_type
+        self.opset = opset
+        self.details = details

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import netcl as nc
-from netcl import config
+from netcl import settings
 from netcl.ops import conv2d as conv2d_module
 from netcl.ops import gemm as gemm_module
 from netcl.ops.conv2d import conv2d
@@ -93,7 +93,7 @@ def test_validation_errors(device):
 
 
 def test_deterministic_mode_repeats_bitwise(rng, device, monkeypatch):
-    monkeypatch.setattr(config, "_deterministic", None)
+    monkeypatch.setattr(settings, "_chosen", {})  # the choice below ends with the test
     nc.use_deterministic(True)
     x = rng.standard_normal((2, 3, 15, 15)).astype(np.float32)
     w = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)
@@ -132,7 +132,7 @@ def test_workspace_bytes_is_exact(name, case, pass_, rng, device, monkeypatch):
     gy = nc.Tensor.from_host(rng.standard_normal(layer.output_shape).astype(np.float32), device)
     release = getattr(gemm_module, "release_workspaces", None)
     if release is not None:
-        release()  # GEMM's packing buffers are cached per device: start from none
+        release(device)  # GEMM's packing buffers are cached per device: start from none
     allocated = []
     real_allocate = memory.allocate
     monkeypatch.setattr(memory, "allocate",

@@ -1,13 +1,12 @@
 """Which operands of a product are packed into panels first: the single statement of the packing rules
-(docs/gemm.md, "The kernel"); and the buffers they are packed into."""
+(docs/explanation/gemm.md, "The packing rules"); and the buffers they are packed into."""
 from __future__ import annotations
 
 import math
-import threading
 
 from ..runtime import memory
 
-# A product this small runs in about the time of one launch on PoCL (~20 µs): it has its own tuning
+# A product this small runs in about the time of one launch on a CPU driver: it has its own tuning
 # class, and packing an operand (one more launch) would double its time.
 TINY_PRODUCT_FLOP = 4_000_000
 # An operand this small is re-read from L1 anyway: packing it would only add a launch.
@@ -18,7 +17,7 @@ def set_conflicts(k: int, row_bytes: int, tile_bytes: int, line: int = 64, sets:
     """Whether a k-row strip of B (tile_bytes wide, rows row_bytes apart) overflows the cache sets its rows
     map to (a typical 32 KiB 8-way L1): a stride with a large power-of-two factor reuses few sets. Such a
     B is packed; other strips are read in place, saving the pack launch. Strips of at most 128 lines are
-    always read in place: L2 absorbs their conflicts (500x4096x50: 90 GFLOP/s in place, 60 packed)."""
+    always read in place: L2 absorbs their conflicts, and the pack would cost more than it saves."""
     lines = k * -(-tile_bytes // line)
     used = sets // math.gcd(row_bytes // line, sets) if row_bytes % line == 0 else sets
     return lines > max(used * ways // 2, 128)
@@ -26,8 +25,9 @@ def set_conflicts(k: int, row_bytes: int, tile_bytes: int, line: int = 64, sets:
 
 def packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int, b_cs: int, batch: int,
              explicit: bool = False):
-    """(pack A?, pack B?) for one product: the single statement of the packing rules (docs/gemm.md).
-    ``explicit``: the caller passed the parameters, and PACK_A=1 then packs A whatever its size."""
+    """(pack A?, pack B?) for one product: the single statement of the packing rules
+    (docs/explanation/gemm.md). ``explicit``: the caller passed the parameters, and PACK_A=1 then packs
+    A whatever its size."""
     # An operand that each tile reads once (A when N fits one panel, B when M fits one) gains nothing
     # from a pack but its launch; one that fits in L1 is re-read from there anyway. Otherwise A read down
     # its columns (a transposed operand) touches one cache line per k: pack it.
@@ -43,26 +43,25 @@ def packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int
     return int(pack_a and K > 0), int(pack_b and K > 0)
 
 
-# Packing buffers, kept per device and grown on demand: a fresh multi-megabyte buffer per call costs
-# page faults comparable to the product itself on a CPU device. Reuse is safe because every launch
-# goes to the device's one in-order queue, so a later pack cannot overtake an earlier product.
-_workspaces: dict[tuple[int, str], tuple[object, int]] = {}
-_workspace_lock = threading.Lock()
+# Packing buffers, kept in the device's state (netcl.runtime.device_state) and grown on demand: a fresh
+# multi-megabyte buffer per call costs page faults comparable to the product itself on a CPU device.
+# Reuse is safe because every launch goes to the device's one in-order queue, so a later pack cannot
+# overtake an earlier product.
+WORKSPACES = "gemm packing workspaces"
 
 
 def workspace(device, slot: str, nbytes: int):
     """The device's packing buffer ``slot`` ("a" or "b"), at least ``nbytes`` long."""
-    key = (id(device), slot)
-    with _workspace_lock:
-        held = _workspaces.get(key)
+    state = device.state
+    with state.lock:
+        held_buffers = state.table(WORKSPACES)
+        held = held_buffers.get(slot)
         if held is None or held[1] < nbytes:
-            _workspaces.pop(key, None)
-            held = (memory.allocate(device, nbytes), nbytes)
-            _workspaces[key] = held
+            held_buffers.pop(slot, None)
+            held = held_buffers[slot] = (memory.allocate(device, nbytes), nbytes)
         return held[0]
 
 
-def release_workspaces() -> None:
-    """Free the packing buffers (they are re-allocated by the next product that needs them)."""
-    with _workspace_lock:
-        _workspaces.clear()
+def release_workspaces(device) -> None:
+    """Free ``device``'s packing buffers (they are re-allocated by the next product that needs them)."""
+    device.state.drop(WORKSPACES)

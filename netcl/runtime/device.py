@@ -14,7 +14,7 @@ Drivers outside the system's vendors directory (Intel's CPU runtime installed fr
 by ``ci/setup.sh``, which records an OpenCL vendors directory under netcl's configuration directory
 (``NETCL_CONFIG_DIR``, else the user's config dir). When the environment does not set ``OCL_ICD_VENDORS``
 itself, netcl points it at that directory before it first asks the ICD loader for platforms, so a process
-sees the drivers the set-up installed without sourcing anything (docs/drivers.md).
+sees the drivers the set-up installed without sourcing anything (docs/howto/devices-and-drivers.md).
 """
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ from pathlib import Path
 
 import pyopencl as cl
 
+from .. import settings
 from ..errors import DeviceError
 from .device_figures import stored_figures
+from .device_state import DeviceState
 
 _KIND_NAMES = {cl.device_type.GPU: "gpu", cl.device_type.CPU: "cpu", cl.device_type.ACCELERATOR: "accelerator"}
 
@@ -88,6 +90,30 @@ class Device:
         self._queue: cl.CommandQueue | None = None
         self._memory_pool = None  # netcl.runtime.memory's buffer pool, made at the first allocation
         self._in_flight: collections.deque = collections.deque()
+        self._state: DeviceState | None = None
+
+    @property
+    def state(self) -> DeviceState:
+        """Everything netcl keeps for this device while the process runs: built programs and kernels,
+        plans, measurements in memory, the cold-start phase, the launch observers
+        (netcl.runtime.device_state)."""
+        state = self._state
+        if state is None:
+            with self._lock:
+                if self._state is None:
+                    self._state = DeviceState()
+                state = self._state
+        return state
+
+    def clear_state(self) -> None:
+        """Forget what this process built, planned and measured for the device, as if it had just
+        started (the disk caches stay): the next calls build, plan and measure again. The device's queue
+        is drained first and the buffers its pool holds for reuse go back to the driver."""
+        if self._context is not None:
+            self.synchronize()
+        self.state.clear()
+        if self._memory_pool is not None:
+            self._memory_pool.free_held()
 
     # The context is created lazily so that listing devices never allocates driver resources.
     @property
@@ -185,9 +211,9 @@ def devices() -> list[Device]:
 
 def config_dir() -> Path:
     """Where ci/setup.sh records what it installed: NETCL_CONFIG_DIR, else the user's config directory."""
-    configured = os.environ.get("NETCL_CONFIG_DIR")
-    if configured:
-        return Path(configured).expanduser()
+    configured = settings.CONFIG_DIR.get()
+    if configured is not None:
+        return configured
     try:
         from platformdirs import user_config_dir
         return Path(user_config_dir("netcl", appauthor=False))
@@ -207,7 +233,7 @@ def recorded_vendors_dir() -> Path | None:
 def _apply_recorded_vendors() -> None:
     # The ICD loader reads OCL_ICD_VENDORS at its first call, which is the get_platforms() that follows;
     # a value the user set always wins.
-    if "OCL_ICD_VENDORS" in os.environ:
+    if settings.environment_has("OCL_ICD_VENDORS"):
         return
     recorded = recorded_vendors_dir()
     if recorded is not None:
@@ -259,10 +285,10 @@ def default_device() -> Device:
     global _default
     if _default is not None:
         return _default
-    for variable in ("NETCL_DEVICE", "PYOPENCL_CTX"):
-        selector = os.environ.get(variable)
+    for setting in (settings.DEVICE, settings.OPENCL_CONTEXT):
+        selector = setting.get()
         if selector:
-            _default = _select(selector, variable)
+            _default = _select(selector, setting.name)
             return _default
     all_devices = devices()
     if not all_devices:

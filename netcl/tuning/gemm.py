@@ -6,9 +6,9 @@ L2 error <= 1e-5 for float32, 1e-12 for float64; anything else, or a failed buil
 search is staged to keep the number of kernel builds small: first the register tile (MR x VW*NV), then
 the work-group shape and grid order, then packing and K unrolling, then (full search only) local-memory
 tiles. The current parameters are always a candidate, so a re-tune never makes things worse by its own
-measurement. Winners go to the tuning database (netcl.tuning.db) under family "gemm", key
+measurement. Winners go to the tuning database (netcl.runtime.tuning_db) under family "gemm", key
 "<dtype>/<class>" (and "<dtype>" for the large class, the fallback), together with the GFLOP/s measured,
-which :func:`expected_gflops` serves to cost models such as the conv planner's.
+which netcl.ops.gemm.expected_gflops serves to cost models such as the conv planner's.
 """
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ import time
 
 import numpy as np
 
+from ..ops.gemm import expected_gflops  # noqa: F401  (what a tuned rate serves)
 from ..runtime import binaries
-from . import db
+from ..runtime import tuning_db as db
+from ..runtime.timing import calls_per_sample
 
 SHAPES = {
     "large": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)],
@@ -36,20 +38,15 @@ QUICK_SHAPES = {
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 
 
-def calls_per_sample(flop: float) -> int:
-    """Calls to time back to back for one sample of a product: enough that a sample does ~30 MFLOP."""
-    return max(1, min(64, int(3e7 // max(flop, 1.0))))
-
-
 def _tiles(lanes: int, quick: bool, dtype: str = "float32"):
     """Register tiles (MR rows x NV vectors of VW lanes). A CPU with 32 vector registers (AVX-512) wants 16-24
     accumulators, one with 16 (AVX2) 8-12: both kinds are tried and the device's measurement decides,
-    so no tile count is assumed from the instruction set (a 256-bit-only search left AVX-512 at half
-    speed: 1024² 148 GFLOP/s with 4x(8x3), 426 with 8x(16x2) on the same Zen 5).
+    so no tile count is assumed from the instruction set (a search of 256-bit tiles only leaves an
+    AVX-512 CPU at a fraction of its speed).
 
     The reported width is not always the compiled one: the PoCL wheel (LLVM 14) reports 16 floats on a
-    Zen 4 but compiles for znver3, AVX2, where a 16-lane tile of 16-32 accumulators spills (1536³ 131-143
-    GFLOP/s against 201-215 with 4x(8x2) there). So a device reporting more than 256 bits also gets
+    Zen 4 but compiles for znver3, AVX2, where a 16-lane tile of 16-32 accumulators spills and runs far
+    slower than an 8-lane one. So a device reporting more than 256 bits also gets
     256-bit tiles."""
     from ..ops.gemm import lanes_in_256_bits
     narrow = lanes_in_256_bits(dtype)
@@ -147,9 +144,8 @@ def _settle(cases, leaders: list, repeat: int) -> dict:
 
     The search's scores are each the fastest of a few samples taken minutes apart from its rivals', so
     the top few differ by less than their noise. Keeping the larger of a search score and one re-timing,
-    as the tuner once did, picked whichever leader had the luckier sample: on Intel's runtime on a Zen 4
-    it chose packed A and B (149 / 165 / 189 GFLOP/s at 512³ / 1024³ / 2048³ when timed afterwards)
-    over packed B alone (166 / 175 / 198)."""
+    picks whichever leader had the luckier sample, which can be one that is slower at every size when
+    the leaders are timed against each other."""
     from ..runtime.timing import compare
     logs = {key: [] for key in leaders}
     for case in cases:
@@ -231,14 +227,6 @@ def tune_class(device, dtype: str, cls: str, quick: bool, log=print) -> dict:
 
 def _fmt(params) -> str:
     return " ".join(f"{k}={params[k]}" for k in sorted(params))
-
-
-def expected_gflops(device, dtype, M: int, N: int, K: int) -> float | None:
-    """The rate the tuner measured for this product's (dtype, shape class), or None when untuned."""
-    from ..ops.gemm import shape_class
-    entry = db.lookup(device, "gemm", f"{np.dtype(dtype).name}/{shape_class(M, N, K)}")
-    rate = (entry or {}).get("gflops")
-    return float(rate) if isinstance(rate, (int, float)) else None
 
 
 def run_cli(args) -> dict:

@@ -31,7 +31,7 @@ import netcl
 from netcl.runtime import kernels as _kernels_mod
 from netcl.runtime import memory as _memory_mod
 
-# ---- Oclgrind 21.10's blind spots (docs/reliability.md) -------------------------------------------------
+# ---- Oclgrind 21.10's blind spots (docs/explanation/testing.md) ------------------------------------------
 
 _ON_OCLGRIND = False  # set at collection when the default device is Oclgrind
 
@@ -65,7 +65,7 @@ def _allocate_and_hold(device, nbytes):
     address of a released buffer for the next allocation, and its uninitialized-value tracking then keeps
     the old buffer's extent: in a larger new buffer everything past the old size reads as uninitialized
     although it was written (a small layer then a larger one reports thousands of false positives, the
-    reverse order none, and nothing is reported when no buffer is ever released; docs/reliability.md).
+    reverse order none, and nothing is reported when no buffer is ever released; docs/explanation/testing.md).
     ci/oclgrind.sh raises the simulator's global memory size to make room."""
     buffer = _original_allocate(device, nbytes)
     _held_buffers.append(buffer)
@@ -159,17 +159,17 @@ _kernel_keys: dict[int, tuple] = {}
 _test_launches: set = set()  # what the current test launched, to quote the source of a report
 
 
-def _key_of(kernel) -> tuple:
+def _key_of(device, kernel) -> tuple:
     key = _kernel_keys.get(id(kernel))
     if key is None:
-        for memo, k in list(_kernels_mod._kernels.items()):
-            _kernel_keys[id(k)] = memo[1:]  # (template, kernel name, options, params)
+        for memo, k in list(device.state.kernels.items()):
+            _kernel_keys[id(k)] = memo  # (template, kernel name, options, params)
         key = _kernel_keys.get(id(kernel), ("?", getattr(kernel, "function_name", "?"), (), ()))
     return key
 
 
 def _recording_launch(device, kernel, *args, **kwargs):
-    key = _key_of(kernel)
+    key = _key_of(device, kernel)
     _launches[key] += 1
     _test_launches.add(key)
     return _original_launch(device, kernel, *args, **kwargs)

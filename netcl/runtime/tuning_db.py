@@ -29,6 +29,7 @@ import threading
 import time
 import warnings
 
+from .. import settings
 from ..runtime.cache import cache_enabled, cache_path, update_json
 
 FORMAT = 1
@@ -38,16 +39,17 @@ _DEFAULT_KEY = "*"  # the family-wide entry (key=None)
 # family ships here: other families pass their own ``default=`` to lookup.
 BUILTIN: dict[str, dict[str, dict[str, dict]]] = {
     # PoCL's CPU driver: no local memory, one register tile per work-item, B packed into panels
-    # (docs/gemm.md explains why); measured with `netcl tune gemm` on a 2-core AVX2 PoCL 3.1 device.
+    # (docs/explanation/gemm.md says why); measured with `netcl tune gemm` on a 2-core AVX2 PoCL 3.1
+    # device.
     "cpu": {
         "gemm": {
             "float32": {"MR": 6, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
                         "ORDER": "mn"},
-            # small K: a group of 8 work-items along N (cv9's Winograd product 16×64×23328×64: 121 GFLOP/s,
-            # against 100 for 8 along M; LeNet conv1's 20×36864×25: 58 against 48)
+            # small K: a group of 8 work-items along N, faster than 8 along M on products such as cv9's
+            # Winograd product (16×64×23328×64) and LeNet conv1's (20×36864×25)
             "float32/small_k": {"MR": 6, "VW": 8, "NV": 2, "WG_M": 1, "WG_N": 8, "KU": 1, "LOCAL": 0,
                                 "PACK_B": 1, "ORDER": "mn"},
-            # launch-bound products: a small grid of 8x8 tiles (64x10x500: 28 µs a call, pipelined)
+            # launch-bound products (64x10x500): a small grid of 8x8 tiles
             "float32/tiny": {"MR": 8, "VW": 8, "NV": 1, "WG_M": 1, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
                              "ORDER": "mn"},
             "float32/small_mn": {"MR": 4, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0,
@@ -128,13 +130,13 @@ def generation() -> tuple:
     replaced or removed, or an entry stored), so callers can memoize lookups on it. An edit made to the
     file by another program is seen within GENERATION_RECHECK_SECONDS."""
     # The settings that decide where the file is (netcl.runtime.cache): cheaper to compare than the path.
-    where = (os.environ.get("NETCL_CACHE"), os.environ.get("NETCL_CACHE_DIR"), _overlay_edits[0])
+    where = (settings.CACHE.text(), settings.CACHE_DIR.text(), _overlay_edits[0])
     now = time.monotonic()
     memo = _generation_memo
     if memo["where"] == where and now - memo["at"] < GENERATION_RECHECK_SECONDS:
         return memo["token"]
     devices = _user_devices()
-    token = (where, _memo["stamp"] if devices is _memo["data"] else None, id(devices))
+    token = (where, _memo["stamp"] if devices is _memo["data"] else None)  # None: no file to read
     memo.update(where=where, at=now, token=token)
     return token
 
@@ -183,14 +185,10 @@ def store(device, family: str, params: dict, key=None) -> None:
         data["format"] = FORMAT
         data.setdefault("devices", {}).setdefault(ident, {}).setdefault(family, {})[_key(key)] = params
 
-    if not cache_enabled():
+    def in_process():
         _overlay.setdefault(ident, {}).setdefault(family, {})[_key(key)] = params
-        _overlay_edits[0] += 1
-        return
-    update_json(db_path(), "tuning database", mutate)
-    with _lock:
-        _memo["stamp"] = None
-    _forget_generation()
+
+    _change(mutate, in_process)
 
 
 def forget(device, family: str | None = None) -> None:
@@ -204,8 +202,13 @@ def forget(device, family: str | None = None) -> None:
         else:
             families.pop(family, None)
 
+    _change(mutate, lambda: _overlay.get(ident, {}).pop(family, None) if family else _overlay.pop(ident, None))
+
+
+def _change(mutate, in_process) -> None:
+    """Apply a change: ``mutate(data)`` to the user file, or ``in_process()`` while the disk cache is off."""
     if not cache_enabled():
-        (_overlay.get(ident, {}).pop(family, None) if family else _overlay.pop(ident, None))
+        in_process()
         _overlay_edits[0] += 1
         return
     update_json(db_path(), "tuning database", mutate)
