@@ -43,8 +43,7 @@ class InvertedResidual(nc.nn.Module):
         self.residual = stride == 1
 
     def forward(self, x):
-        y = self.conv(x)
-        return x + y if self.residual else y
+        return fusion.run(list(self.conv) + ([fusion.Residual(x)] if self.residual else []), x)
 
 
 def small_mobilenet():
@@ -87,8 +86,30 @@ def test_the_folded_patterns_of_the_small_mobilenet():
     model.eval()
     with nc.no_grad():
         groups = [name for name, _ in fusion.plan(list(block[0]))] + [name for name, _ in fusion.plan(list(block))]
+        with_input = [name for name, _ in fusion.plan(list(block) + [fusion.Residual(None)])]
     assert groups[0] == "conv+bn+relu6 (eval: folded)", groups
     assert groups[-1] == "conv+bn (eval: folded)", groups
+    assert with_input[-1] == "conv+bn+residual (eval: folded)", with_input
+
+
+def test_a_folded_conv_bn_plus_shortcut_equals_float64(device, rng, canaries):
+    """Conv2d, BatchNorm2d, Residual in inference: BN folded into the convolution, the shortcut added in
+    its epilogue, against the unfolded float64 computation."""
+    conv = nc.nn.Conv2d(6, 5, 1, bias=False, device=device)
+    bn = nc.nn.BatchNorm2d(5, device=device)
+    holder = nc.nn.Sequential(conv, bn)
+    randomize_batchnorm(holder, rng)
+    holder.eval()
+    x_h = rng.standard_normal((3, 6, 7, 5)).astype(np.float32)
+    r_h = rng.standard_normal((3, 5, 7, 5)).astype(np.float32)
+    with nc.no_grad():
+        y = fusion.run([conv, bn, fusion.Residual(nc.tensor(r_h, device=device))], nc.tensor(x_h, device=device))
+    w = conv.weight.to_host().astype(np.float64)[:, :, 0, 0]
+    z = np.einsum("kc,nchw->nkhw", w, x_h.astype(np.float64))
+    mean, var = (t.to_host().astype(np.float64)[None, :, None, None] for t in (bn.running_mean, bn.running_var))
+    gamma, beta = (t.to_host().astype(np.float64)[None, :, None, None] for t in (bn.weight, bn.bias))
+    ref = (z - mean) / np.sqrt(var + bn.eps) * gamma + beta + r_h
+    np.testing.assert_allclose(y.to_host(), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_other_shapes_run_as_written_and_the_captured_shape_keeps_replaying(rng):
