@@ -19,7 +19,8 @@ torchvision's ImageNet networks (nc.models.resnet18/50, mobilenet_v2) on synthet
               exporter on the same weights) each in a process of its own,
               timed in rounds whose order rotates; ratios are medians of per-round ratios (above 1: netcl
               is faster). Weights move to PyTorch through the state_dict as NumPy arrays, so both run the
-              same network. Without PyTorch (NETCL_REFERENCE_PYTHON may name an interpreter that has it)
+              same network ("max_difference_to_torch": the largest difference of the eval-mode outputs on
+              one input, relative to the largest output). Without PyTorch (NETCL_REFERENCE_PYTHON may name an interpreter that has it)
               or onnxruntime, that comparison is skipped with a note.
 
 The device's GEMM rate and copy bandwidth are those `netcl devices --bench` stored; where none are stored
@@ -363,16 +364,36 @@ def run(args):
             model = build_model(name, device)
             weights = os.path.join(folder, f"{name}.npz")
             np.savez(weights, **{k: v.to_host() for k, v in model.state_dict().items()})
+            agreement = _agreement_with_torch(model, name, image_size, device, ref, weights, folder)
             for batch in batches:
                 entry = _measure(name, model, batch, image_size, device, ref, ort if has_ort else None, weights,
                                  folder, rounds, seconds, min_reps, QUIET_SECONDS, result["notes"])
                 entry.update(_peak_memory(name, batch, image_size, torch_python, ref.has_torch, weights))
+                entry.update(agreement)
                 entry["layers"] = layer_rows(model, batch, image_size, device, rates, repeats)
                 result["results"].append(entry)
             del model
     result["notes"] = sorted(set(result["notes"]))
     _print(result)
     return result if getattr(args, "json", False) else None
+
+
+def _agreement_with_torch(model, name, image_size, device, ref, weights, folder) -> dict:
+    """How closely the two frameworks' eval-mode outputs agree on one input ({} without PyTorch): the
+    check that the weights moved and both run the same network."""
+    import netcl as nc
+    if not ref.has_torch:
+        return {}
+    x = np.random.default_rng(1).standard_normal((2, 3, image_size, image_size)).astype(np.float32)
+    path = os.path.join(folder, f"{name}-input.npy")
+    np.save(path, x)
+    theirs = np.load(ref.ask(model=name, image_size=image_size, num_classes=NUM_CLASSES, weights=weights,
+                             predict=path)["output"])
+    model.eval()
+    with nc.no_grad():
+        ours = model(nc.tensor(x, device=device)).to_host()
+    scale = float(np.max(np.abs(theirs))) or 1.0
+    return {"max_difference_to_torch": float(np.max(np.abs(ours - theirs))) / scale}
 
 
 def _measure(name, model, batch, image_size, device, ref, ort, weights, folder, rounds, seconds, min_reps,
@@ -454,6 +475,10 @@ def _print(r) -> None:
           f"a training step over the process's baseline)", file=out)
     for note in r["notes"]:
         print(f"  ({note})", file=out)
+    for model, difference in {e["model"]: e.get("max_difference_to_torch") for e in r["results"]}.items():
+        if difference is not None:
+            print(f"  ({model}: eval outputs within {difference:.1e} of PyTorch's on the same weights, relative to "
+                  f"the largest output)", file=out)
     for e in r["results"]:
         print(f"per layer, {e['model']} at batch {e['batch']} (share: of the GEMM rate where compute-bound, of "
               f"the copy bandwidth where memory-bound)", file=out)

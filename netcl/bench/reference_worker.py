@@ -15,7 +15,8 @@ does not import beside every torch): "model": "resnet18" | "resnet50" | "mobilen
 (default 224), "num_classes" (1000) and "weights" (an .npz of the state_dict as NumPy arrays, so that both
 frameworks run the same network). "model": "onnx" with "path" and "input_shape" runs an ONNX file on
 onnxruntime's CPU provider (inference only); a request with "export_onnx": PATH writes the PyTorch model as
-an ONNX file there instead of timing it (TorchScript exporter, opset 17). A request with "peak_memory": true builds its workload anew
+an ONNX file there instead of timing it (TorchScript exporter, opset 17), and one with "predict": PATH
+(an .npy input) answers {"output": the path of the eval-mode output, saved as .npy}. A request with "peak_memory": true builds its workload anew
 and answers {"peak_memory_bytes", "baseline_bytes", "peak_reset"}: the peak resident memory of this
 process over its resident memory before the build, during "steps" calls after "warmup" calls (see
 :func:`peak_over_baseline`); send it to a fresh process, whose baseline is then the interpreter's own.
@@ -291,9 +292,25 @@ def _export_onnx(request) -> dict:
     return {"exported": request["export_onnx"]}
 
 
+def _predict(request) -> dict:
+    """The request's PyTorch model in eval mode on the input stored at "predict" (.npy); the output is
+    stored beside it and its path answered."""
+    if torch is None:
+        raise RuntimeError("PyTorch is not installed for this interpreter")
+    model, _, _ = _torch_model(request)
+    model.eval()
+    with torch.no_grad():
+        out = model(torch.from_numpy(np.load(request["predict"]))).numpy()
+    path = request["predict"] + ".out.npy"
+    np.save(path, out)
+    return {"output": path}
+
+
 def _measure(request) -> dict:
     if request.get("export_onnx"):
         return _export_onnx(request)
+    if request.get("predict"):
+        return _predict(request)
     if request.get("peak_memory"):
         return peak_over_baseline(lambda: (_build(request), lambda: None), int(request.get("warmup", 2)),
                                   int(request.get("steps", 3)))
