@@ -111,3 +111,21 @@ def test_bench_imagenet_refuses_a_bad_batch_list():
     out = subprocess.run([sys.executable, "-m", "netcl", "bench", "imagenet", "--batch", "8,x"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--batch" in out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", imagenet.MODELS)
+@pytest.mark.skipif(not os.environ.get("NETCL_REFERENCE_PYTHON"), reason="NETCL_REFERENCE_PYTHON names no PyTorch")
+def test_bench_imagenet_runs_the_same_network_as_its_pytorch_reference(model):
+    """The reference worker's PyTorch architectures take the netcl state_dict key for key (strictly) and
+    compute the same eval-mode outputs."""
+    if not hasattr(nc.models, model):
+        pytest.skip(f"nc.models.{model} has not landed")
+    out = subprocess.run([sys.executable, "-m", "netcl", "bench", "imagenet", "--model", model, "--batch", "2",
+                          "--quick", "--image-size", "32", "--json"], capture_output=True, text=True,
+                         env=dict(os.environ, NETCL_CONV_PLAN_MODE="heuristic"), timeout=1800)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (entry,) = json.loads(out.stdout.strip().splitlines()[-1])["results"]
+    assert entry["max_difference_to_torch"] < 1e-4
+    assert entry["inference_ratio_to_torch"] > 0 and entry["training_ratio_to_torch"] > 0
+    assert entry["torch_peak_memory_bytes"] > 0
