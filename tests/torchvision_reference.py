@@ -71,9 +71,9 @@ def model_seed(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
-def synthetic_batch():
-    """(images float32 BATCH_SHAPE, integer targets) for every numeric model."""
+def synthetic_batch(shape=BATCH_SHAPE, num_classes: int = NUM_CLASSES):
+    """(images float32 of ``shape``, integer targets) in [-1, 1) (BATCH_SHAPE for every numeric model)."""
     rng = np.random.default_rng(DATA_SEED)
-    images = rng.random(BATCH_SHAPE).astype(np.float32) * 2 - 1
-    targets = rng.integers(0, NUM_CLASSES, size=BATCH_SHAPE[0]).astype(np.int64)
+    images = rng.random(shape).astype(np.float32) * 2 - 1
+    targets = rng.integers(0, num_classes, size=shape[0]).astype(np.int64)
     return images, targets
