@@ -186,3 +186,26 @@ def test_a_forward_reading_a_result_on_the_host_is_never_replayed(rng):
         np.testing.assert_array_equal(infer(x).to_host(), eager(model, x))
     assert infer.replays == 0 and infer.recordings == 1, infer.status
     assert "cannot be recorded" in infer.status, infer.status
+
+
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2"])
+def test_captured_inference_of_the_imagenet_models_equals_eager(name, rng):
+    """The torchvision models at a small size: Bottleneck's conv+bn+residual+relu and MobileNetV2's
+    folded linear bottleneck plus its input are in what is recorded."""
+    nc.manual_seed(5)
+    model = getattr(nc.models, name)(num_classes=6)
+    randomize_batchnorm(model, rng)
+    model.eval()
+    if name == "mobilenet_v2":
+        block = model.features[2 + 1]  # the second block of the 24-channel stage: stride 1, same channels
+        assert block.use_res_connect
+        with nc.no_grad():
+            groups = [g for g, _ in fusion.plan(list(block.conv) + [fusion.Residual(None)])]
+        assert groups[-1] == "conv+bn+residual (eval: folded)", groups
+    infer = nc.training.CapturedInference(model)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    outputs = [infer(nc.tensor(x)) for _ in range(4)]
+    assert infer.replays == 1, infer.status
+    expected = eager(model, nc.tensor(x))
+    for out in outputs:
+        np.testing.assert_array_equal(out.to_host(), expected)

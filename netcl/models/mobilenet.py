@@ -25,7 +25,7 @@ import numpy as np
 from .. import nn
 from .. import random as _random
 from ..errors import ShapeError
-from ..nn import init
+from ..nn import fusion, init
 from ..tensor import Tensor
 from .resnet import _check_positive, _conv
 
@@ -69,8 +69,8 @@ class InvertedResidual(nn.Module):
         self.out_channels = out_ch
 
     def forward(self, x):
-        y = self.conv(x)
-        return x + y if self.use_res_connect else y
+        # one chain, so that in inference the input joins the folded projection's epilogue (netcl.nn.fusion)
+        return fusion.run(list(self.conv) + ([fusion.Residual(x)] if self.use_res_connect else []), x)
 
 
 class MobileNetV2(nn.Module):
