@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("gemm", "im2col", "conv", "lenet", "resnet", "dense")
+BENCHMARKS = ("gemm", "im2col", "conv", "lenet", "resnet", "dense", "imagenet")
 
 
 def add_arguments(p) -> None:
@@ -12,6 +12,8 @@ def add_arguments(p) -> None:
     p.add_argument("--quick", action="store_true", help="fewer repetitions and shapes (a smoke run)")
     p.add_argument("--device", default=None, help="device index or name substring")
     p.add_argument("--repeat", type=int, default=None, help="timed repetitions per case")
+    from ..bench import imagenet
+    imagenet.add_arguments(p)
 
 
 def run(args):

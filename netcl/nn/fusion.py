@@ -9,6 +9,8 @@ Every fused call computes what the unfused steps compute (up to float rounding),
   Conv2d, BatchNorm2d [, Residual], ReLU     inference (eval and no_grad): BN folded into the convolution's
                                             weights and bias (one launch, ops.batchnorm.fold_into_conv),
                                             the convolution, then bias [+ shortcut] [relu] in one pass
+  Conv2d, BatchNorm2d, Residual            inference: the same with the shortcut and no activation
+                                            (MobileNetV2's linear bottleneck plus its input)
   Conv2d, BatchNorm2d, ReLU6               inference: the same with ReLU6 (MobileNetV2's Conv-BN-ReLU6)
   Conv2d, BatchNorm2d                       inference: the same without the ReLU
   BatchNorm, Residual, ReLU                 relu(bn(x) + shortcut): one apply kernel (backward: two)
@@ -80,6 +82,8 @@ def _always(steps) -> bool:
 FUSIONS: tuple[Fusion, ...] = (
     Fusion("conv+bn+residual+relu (eval: folded)", ((Conv2d,), (BatchNorm2d,), (Residual,), (ReLU,)), _foldable,
            lambda s, x: _folded(s, x, s[2].shortcut, relu=True)),
+    Fusion("conv+bn+residual (eval: folded)", ((Conv2d,), (BatchNorm2d,), (Residual,)), _foldable,
+           lambda s, x: _folded(s, x, s[2].shortcut)),
     Fusion("conv+bn+relu (eval: folded)", ((Conv2d,), (BatchNorm2d,), (ReLU,)), _foldable,
            lambda s, x: _folded(s, x, relu=True)),
     Fusion("conv+bn+relu6 (eval: folded)", ((Conv2d,), (BatchNorm2d,), (ReLU6,)), _foldable,

@@ -1,0 +1,168 @@
+"""A model's inference forward recorded once per input shape and replayed: the kernels without the Python.
+
+At batch 1 an ImageNet network's forward pass is a few hundred small launches, and the Python that decides
+them (modules, fusion patterns, the planner's lookups, shape checks) costs the host about as much as the
+device spends computing; on a CPU device that host time comes from the cores the kernels run on.
+``CapturedInference(model)`` is called like the model, under no_grad. Its first ``warmup`` calls for an
+input shape run the forward as written (kernels are built and plans made there); then it records two
+forwards (netcl.runtime.recording) and, when both enqueued the same commands on the same buffers, replays
+the second for every later input of that shape, dtype and device: the input is copied into the recorded
+input tensor and the recorded commands are enqueued again. BatchNorm folding in eval mode
+(netcl.nn.fusion) is part of what is recorded, so parameters changed in place (an optimizer step,
+``load_state_dict``) are folded anew by every replay.
+
+An input of another shape, a model switched between train() and eval(), or a parameter or buffer whose
+storage was replaced runs as written (a replaced storage records again). A forward that reads a result on
+the host cannot be recorded; it runs as written every time, with ``status`` saying why.
+
+The output is a fresh tensor on every call (a device copy of the recorded output), so results of earlier
+calls stay valid; ``reuse_output=True`` returns the recorded output tensor itself instead, which the next
+replay overwrites.
+"""
+from __future__ import annotations
+
+import collections
+
+from .. import autograd
+from ..runtime import first_step, memory
+from ..runtime.recording import Recording, Replay
+from ..tensor import Tensor
+
+
+class CapturedInference:
+    """``infer(x)``: ``model(x)`` under no_grad, replayed from a recording for the captured input shape.
+
+    Args:
+        model: the module run (normally in eval mode).
+        warmup: calls per input shape run as written before the first recording (one more if the
+            process's cold start is still deferring builds: it ends there, see netcl.runtime.first_step).
+        attempts: recordings tried (two make one comparison) before replay is given up for good.
+        reuse_output: return the recorded output tensor (overwritten by the next call) instead of a copy.
+        enabled: False runs every call as written (for comparisons).
+
+    One input shape is captured at a time: the first one seen; calls of other shapes run as written.
+    """
+
+    def __init__(self, model, *, warmup: int = 1, attempts: int = 4, reuse_output: bool = False,
+                 enabled: bool = True):
+        self.model = model
+        self.warmup, self.attempts = int(warmup), int(attempts)
+        self.reuse_output, self.enabled = bool(reuse_output), bool(enabled)
+        self.calls = self.replays = self.recordings = self.eager_calls = 0
+        self.status = "replay disabled" if not enabled else "not recorded yet"
+        self._layout: tuple | None = None       # (shape, dtype, device) of the captured input
+        self._calls_of_layout = 0
+        self._input: Tensor | None = None       # the tensor the recording reads
+        self._output: Tensor | None = None      # the tensor the recording writes
+        self._replay: Replay | None = None
+        self._previous: tuple | None = None     # (signature, state key) of the last recording
+        self._key: tuple | None = None          # the state the replay was recorded in
+        self._in_flight: collections.deque = collections.deque()
+        self._refused = False                   # a recording was refused: the forward reads on the host
+
+    @property
+    def launches(self) -> int:
+        """Kernels each replay enqueues; 0 while the calls of the captured shape run as written."""
+        return 0 if self._replay is None else self._replay.launches
+
+    replaying = property(lambda self: self._replay is not None, doc="Whether the captured shape is replayed.")
+
+    def __call__(self, x: Tensor) -> Tensor:
+        self.calls += 1
+        layout = _layout(x)
+        if self._layout is None:
+            self._layout = layout
+        if not self.enabled or layout != self._layout:
+            return self._eager(x)
+        self._calls_of_layout += 1
+        if self._replay is not None:
+            if self._state_key() == self._key:
+                return self._replayed(x)
+            self._forget("recording again: the model's mode or a parameter's storage changed")
+        if self._calls_of_layout <= self.warmup or self.recordings >= self.attempts or self._refused:
+            return self._eager(x)
+        if first_step.in_progress(x.device):
+            # A recording keeps the kernels it saw for good: the cold start's stand-ins must give way to
+            # each call's own kernels first, which this forward as written builds.
+            first_step.end(x.device)
+            return self._eager(x)
+        return self._recorded(x)
+
+    # ---- the three ways of running the forward --------------------------------------------------------
+    def _eager(self, x: Tensor) -> Tensor:
+        self.eager_calls += 1
+        with autograd.no_grad():
+            return self.model(x)
+
+    def _recorded(self, x: Tensor) -> Tensor:
+        if self._input is None:
+            self._input = Tensor.empty(x.shape, x.dtype, x.device)
+        self._load_input(x)
+        key = self._state_key()
+        with autograd.no_grad(), Recording(x.device) as recording:
+            output = self.model(self._input)
+        self.recordings += 1
+        if not isinstance(output, Tensor):
+            recording.refuse(f"the model returned {type(output).__name__}, not one Tensor")
+        previous = self._previous
+        if recording.unusable is not None:
+            self._previous = None
+            self.status = f"not replayed: the forward cannot be recorded: {recording.unusable}"
+            self._refused = True  # it would refuse every time: stop paying for recordings
+            return output
+        signature = recording.signature()
+        if previous is not None and previous == (signature, key):
+            self._replay, self._output, self._key, self._previous = Replay(recording), output, key, None
+            self.status = (f"replaying {self._replay.launches} launches for inputs of shape {x.shape} "
+                           f"(recorded at call {self.calls})")
+        else:
+            self._previous = (signature, key)
+            if previous is not None:
+                self.status = "not replayed yet: two consecutive forwards enqueued different commands"
+        if self.recordings >= self.attempts and self._replay is None:
+            self.status += f"; gave up after {self.recordings} recordings, every call runs as written"
+        return output if self._replay is None or self.reuse_output else output.clone()
+
+    def _replayed(self, x: Tensor) -> Tensor:
+        self._load_input(x)
+        while len(self._in_flight) > 1:  # at most two forwards queued: the host need not run further ahead
+            self._in_flight.popleft().wait()
+        event = self._replay.replay()
+        if event is not None:
+            self._in_flight.append(event)
+        self.replays += 1
+        if self.reuse_output:
+            return self._output
+        with autograd.no_grad():
+            return self._output.clone()
+
+    # ---- what a replay relies on -----------------------------------------------------------------------
+    def _load_input(self, x: Tensor) -> None:
+        if x is self._input:
+            return
+        x = x.contiguous()
+        static = self._input
+        memory.copy(static.device, static.buffer, x.buffer, static.nbytes, static.offset * static.dtype.itemsize,
+                    x.offset * x.dtype.itemsize)
+
+    def _state_key(self) -> tuple:
+        """What must be unchanged for a recording to stay right: every module's mode and the storage of
+        every parameter and buffer (values may change in place)."""
+        return (tuple(m.training for m in self.model.modules()),
+                tuple(id(t.buffer) for t in self.model.parameters()),
+                tuple(id(t.buffer) for t in self.model.buffers()))
+
+    def _forget(self, why: str) -> None:
+        self._replay, self._output, self._key, self._previous = None, None, None, None
+        self.recordings = 0
+        self._in_flight.clear()
+        self.status = why
+
+
+def _layout(x) -> tuple:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"CapturedInference takes one netcl Tensor, got {type(x).__name__}")
+    return x.shape, x.dtype, x.device
+
+
+__all__ = ["CapturedInference"]

@@ -1,0 +1,211 @@
+"""Captured inference (netcl.training.CapturedInference): a replayed forward must compute, bit for bit, what
+the forward as written computes, for the captured shape only, and follow parameters changed in place."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import netcl as nc
+from netcl.nn import fusion
+
+
+@pytest.fixture(autouse=True)
+def fixed_kernels(monkeypatch):
+    # Bit-for-bit comparisons need the same kernels on both sides: no cold-start stand-ins, no strategy
+    # that a timing could change between the two.
+    monkeypatch.setenv("NETCL_DEFER_BUILDS", "0")
+    monkeypatch.setenv("NETCL_CONV_STRATEGY", "im2col")
+
+
+def randomize_batchnorm(model, rng):
+    """Running statistics and affine parameters away from their defaults, so folding them changes values."""
+    for module in model.modules():
+        if isinstance(module, nc.nn.BatchNorm2d):
+            n = module.num_features
+            module.load_state_dict({"weight": rng.uniform(0.5, 1.5, n).astype(np.float32),
+                                    "bias": rng.uniform(-0.5, 0.5, n).astype(np.float32),
+                                    "running_mean": rng.uniform(-0.3, 0.3, n).astype(np.float32),
+                                    "running_var": rng.uniform(0.5, 2.0, n).astype(np.float32)}, strict=False)
+
+
+class InvertedResidual(nc.nn.Module):
+    """MobileNetV2's block: 1×1 expand Conv-BN-ReLU6, 3×3 depthwise Conv-BN-ReLU6, 1×1 linear Conv-BN, + x."""
+
+    def __init__(self, channels: int, expand: int, stride: int):
+        super().__init__()
+        hidden = channels * expand
+        nn = nc.nn
+        self.conv = nn.Sequential(
+            nn.Sequential(nn.Conv2d(channels, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()),
+            nn.Sequential(nn.Conv2d(hidden, hidden, 3, stride=stride, padding=1, groups=hidden, bias=False),
+                          nn.BatchNorm2d(hidden), nn.ReLU6()),
+            nn.Conv2d(hidden, channels, 1, bias=False), nn.BatchNorm2d(channels))
+        self.residual = stride == 1
+
+    def forward(self, x):
+        return fusion.run(list(self.conv) + ([fusion.Residual(x)] if self.residual else []), x)
+
+
+def small_mobilenet():
+    nn = nc.nn
+    return nn.Sequential(nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8),
+                                       nn.ReLU6()),
+                         InvertedResidual(8, 3, 1), InvertedResidual(8, 2, 2),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5))
+
+
+MODELS = {"resnet8": (lambda: nc.models.resnet8(num_classes=7, in_channels=3, seed=1), (3, 13, 13)),
+          "mobilenet-like": (small_mobilenet, (3, 15, 15))}
+
+
+def eager(model, x):
+    with nc.no_grad():
+        return model(x).to_host()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_captured_inference_equals_eager_inference_bit_for_bit(name, rng):
+    make, image = MODELS[name]
+    nc.manual_seed(3)
+    model = make()
+    randomize_batchnorm(model, rng)
+    model.eval()
+    infer = nc.training.CapturedInference(model)
+    inputs = [rng.standard_normal((2,) + image).astype(np.float32) for _ in range(6)]
+    outputs = [infer(nc.tensor(x)) for x in inputs]
+    assert infer.replaying and infer.replays == 3 and infer.launches > 5, infer.status
+    assert infer.status.startswith("replaying"), infer.status
+    for x, out in zip(inputs, outputs):  # earlier outputs stay valid: each call returns a tensor of its own
+        np.testing.assert_array_equal(out.to_host(), eager(model, nc.tensor(x)))
+
+
+def test_the_folded_patterns_of_the_small_mobilenet():
+    """Conv-BN-ReLU6 and the linear Conv-BN fold in inference (the replay records the folded forward)."""
+    model = small_mobilenet()
+    block = model[1].conv
+    model.eval()
+    with nc.no_grad():
+        groups = [name for name, _ in fusion.plan(list(block[0]))] + [name for name, _ in fusion.plan(list(block))]
+        with_input = [name for name, _ in fusion.plan(list(block) + [fusion.Residual(None)])]
+    assert groups[0] == "conv+bn+relu6 (eval: folded)", groups
+    assert groups[-1] == "conv+bn (eval: folded)", groups
+    assert with_input[-1] == "conv+bn+residual (eval: folded)", with_input
+
+
+def test_a_folded_conv_bn_plus_shortcut_equals_float64(device, rng, canaries):
+    """Conv2d, BatchNorm2d, Residual in inference: BN folded into the convolution, the shortcut added in
+    its epilogue, against the unfolded float64 computation."""
+    conv = nc.nn.Conv2d(6, 5, 1, bias=False, device=device)
+    bn = nc.nn.BatchNorm2d(5, device=device)
+    holder = nc.nn.Sequential(conv, bn)
+    randomize_batchnorm(holder, rng)
+    holder.eval()
+    x_h = rng.standard_normal((3, 6, 7, 5)).astype(np.float32)
+    r_h = rng.standard_normal((3, 5, 7, 5)).astype(np.float32)
+    with nc.no_grad():
+        y = fusion.run([conv, bn, fusion.Residual(nc.tensor(r_h, device=device))], nc.tensor(x_h, device=device))
+    w = conv.weight.to_host().astype(np.float64)[:, :, 0, 0]
+    z = np.einsum("kc,nchw->nkhw", w, x_h.astype(np.float64))
+    mean, var = (t.to_host().astype(np.float64)[None, :, None, None] for t in (bn.running_mean, bn.running_var))
+    gamma, beta = (t.to_host().astype(np.float64)[None, :, None, None] for t in (bn.weight, bn.bias))
+    ref = (z - mean) / np.sqrt(var + bn.eps) * gamma + beta + r_h
+    np.testing.assert_allclose(y.to_host(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_other_shapes_run_as_written_and_the_captured_shape_keeps_replaying(rng):
+    model = nc.models.resnet8(num_classes=4, in_channels=3, seed=2)
+    randomize_batchnorm(model, rng)
+    model.eval()
+    infer = nc.training.CapturedInference(model)
+    x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
+    for _ in range(4):
+        infer(nc.tensor(x))
+    assert infer.replays == 1, infer.status
+    eager_before = infer.eager_calls
+    for shape in ((2, 3, 12, 12), (1, 3, 9, 9)):
+        other = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(infer(nc.tensor(other)).to_host(), eager(model, nc.tensor(other)))
+    assert infer.eager_calls == eager_before + 2 and infer.replays == 1
+    np.testing.assert_array_equal(infer(nc.tensor(x)).to_host(), eager(model, nc.tensor(x)))
+    assert infer.replays == 2
+
+
+def test_parameters_changed_in_place_are_folded_anew_and_replaced_ones_record_again(rng):
+    model = nc.models.resnet8(num_classes=4, in_channels=3, seed=4)
+    model.eval()
+    infer = nc.training.CapturedInference(model)
+    x = nc.tensor(rng.standard_normal((2, 3, 10, 10)).astype(np.float32))
+    for _ in range(4):
+        infer(x)
+    assert infer.replaying
+    randomize_batchnorm(model, rng)  # in place: the same storage, new values
+    np.testing.assert_array_equal(infer(x).to_host(), eager(model, x))
+    assert infer.replays == 2
+    model.fc.weight = nc.tensor(rng.standard_normal(model.fc.weight.shape).astype(np.float32))
+    np.testing.assert_array_equal(infer(x).to_host(), eager(model, x))
+    assert not infer.replaying and "storage" in infer.status, infer.status
+    for _ in range(3):
+        infer(x)
+    assert infer.replaying, infer.status
+    np.testing.assert_array_equal(infer(x).to_host(), eager(model, x))
+
+
+def test_train_mode_runs_as_written_and_reused_output_is_overwritten(rng):
+    model = small_mobilenet()
+    randomize_batchnorm(model, rng)
+    model.eval()
+    infer = nc.training.CapturedInference(model, reuse_output=True)
+    a, b = (nc.tensor(rng.standard_normal((2, 3, 11, 11)).astype(np.float32)) for _ in range(2))
+    for _ in range(3):
+        infer(a)
+    first = infer(a)
+    second = infer(b)
+    assert second is first  # documented: the recorded output tensor, overwritten by each replay
+    np.testing.assert_array_equal(first.to_host(), eager(model, b))
+    model.train()
+    in_train = infer(a)
+    assert in_train is not first and not infer.replaying
+
+
+def test_a_forward_reading_a_result_on_the_host_is_never_replayed(rng):
+    class Looking(nc.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nc.nn.Linear(6, 3)
+
+        def forward(self, x):
+            y = self.fc(x)
+            if float(y.sum().item()) > 1e30:  # a decision on the host: a replay could not take it again
+                raise AssertionError("unreachable")
+            return y
+
+    model = Looking().eval()
+    infer = nc.training.CapturedInference(model)
+    x = nc.tensor(rng.standard_normal((4, 6)).astype(np.float32))
+    for _ in range(6):
+        np.testing.assert_array_equal(infer(x).to_host(), eager(model, x))
+    assert infer.replays == 0 and infer.recordings == 1, infer.status
+    assert "cannot be recorded" in infer.status, infer.status
+
+
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2"])
+def test_captured_inference_of_the_imagenet_models_equals_eager(name, rng):
+    """The torchvision models at a small size: Bottleneck's conv+bn+residual+relu and MobileNetV2's
+    folded linear bottleneck plus its input are in what is recorded."""
+    nc.manual_seed(5)
+    model = getattr(nc.models, name)(num_classes=6)
+    randomize_batchnorm(model, rng)
+    model.eval()
+    if name == "mobilenet_v2":
+        block = model.features[2 + 1]  # the second block of the 24-channel stage: stride 1, same channels
+        assert block.use_res_connect
+        with nc.no_grad():
+            groups = [g for g, _ in fusion.plan(list(block.conv) + [fusion.Residual(None)])]
+        assert groups[-1] == "conv+bn+residual (eval: folded)", groups
+    infer = nc.training.CapturedInference(model)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    outputs = [infer(nc.tensor(x)) for _ in range(4)]
+    assert infer.replays == 1, infer.status
+    expected = eager(model, nc.tensor(x))
+    for out in outputs:
+        np.testing.assert_array_equal(out.to_host(), expected)
