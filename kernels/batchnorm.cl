@@ -44,6 +44,8 @@ Template parameters (all have defaults):
   AFFINE          weight and bias are applied (else weight 1, bias 0)                 (default True)
   RELU            fuse a ReLU after the normalization (forward and backward)          (default False)
   RELU6           with RELU, the fused ReLU also clamps at 6 (ReLU6)                  (default False)
+  HARDSWISH       bn_apply only: y = z relu6(z + 3) / 6 (inference: no backward
+                  kernel has it, as the mask cannot be told from y)                   (default False)
   RESIDUAL        add a residual input r before the ReLU (z = bn(x) + r)              (default False)
   UPDATE_RUNNING  bn_stats moves running_mean / running_var                           (default False)
   CUMULATIVE      momentum=None: the factor is 1 / (num_batches_tracked + 1)          (default False)
@@ -56,7 +58,7 @@ Template parameters (all have defaults):
   SHIFT_ONLY      bn_apply adds bias[c] only (the folded convolution's epilogue)      (default False)
   CONV_BIAS       bn_fold: the convolution has a bias                                 (default False)
 </%doc>
-<%page args="T='float', ACC='float', LOCAL=64, AFFINE=True, RELU=False, RELU6=False, RESIDUAL=False, UPDATE_RUNNING=False, CUMULATIVE=False, COUNT=False, BATCH_STATS=True, ITEM_RUNS=True, RUN_LANES=1, SHIFT_ONLY=False, CONV_BIAS=False"/>
+<%page args="T='float', ACC='float', LOCAL=64, AFFINE=True, RELU=False, RELU6=False, HARDSWISH=False, RESIDUAL=False, UPDATE_RUNNING=False, CUMULATIVE=False, COUNT=False, BATCH_STATS=True, ITEM_RUNS=True, RUN_LANES=1, SHIFT_ONLY=False, CONV_BIAS=False"/>
 % if T == 'double' or ACC == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -212,6 +214,12 @@ __kernel void bn_apply(
 % endif
 % if RELU6:
         z = z < (${T}) 6 ? z : (${T}) 6;
+% endif
+% if HARDSWISH:
+        {
+            const ${T} gate = z + (${T}) 3;
+            z = z * (gate < (${T}) 0 ? (${T}) 0 : (gate > (${T}) 6 ? (${T}) 6 : gate)) / (${T}) 6;
+        }
 % endif
         y[y_off + i] = z;
     }

@@ -221,3 +221,30 @@ def test_relu6_fuses_after_batch_norm_and_into_a_folded_convolution(device, rng,
     ref, _ = batch_norm_ref(z.to_host(), bn.weight.to_host(), bn.bias.to_host(), mean=bn.running_mean.to_host(),
                             var=bn.running_var.to_host(), relu="relu6")
     assert_close(y, ref, 1e-5, "folded eval vs float64")
+
+
+def test_hardswish_folds_into_a_convolution_for_inference(device, rng, canaries):
+    """Conv2d, BatchNorm2d, Hardswish (MobileNetV3's unit) in inference: the BatchNorm folds into the
+    convolution with Hardswish in its epilogue; with gradients wanted the steps run one by one."""
+    from netcl.nn import fusion
+    conv = nc.nn.Conv2d(3, 5, 3, padding=1, bias=False, device=device)
+    bn = nc.nn.BatchNorm2d(5, device=device)
+    bn.weight = _t(rng.uniform(3, 6, size=5).astype(np.float32), device, True)  # across -3 and 3
+    seq = nc.nn.Sequential(conv, bn, nc.nn.Hardswish())
+    seq.eval()
+    steps = list(seq)
+    assert [n for n, _ in fusion.plan(steps)] == [None, None, None]
+    x_h = rng.normal(size=(2, 3, 7, 5)).astype(np.float32)
+    with nc.no_grad():
+        assert [n for n, _ in fusion.plan(steps)] == ["conv+bn+hardswish (eval: folded)"]
+        y = seq(_t(x_h, device)).to_host()
+    unfused = seq(_t(x_h, device)).to_host()
+    z, _ = batch_norm_ref(conv(_t(x_h, device)).to_host(), bn.weight.to_host(), bn.bias.to_host(),
+                          mean=bn.running_mean.to_host(), var=bn.running_var.to_host())
+    assert np.any(z < -3) and np.any(z > 3)
+    ref = z * np.clip(z + 3, 0, 6) / 6
+    assert_close(y, ref, 1e-5, "folded eval vs float64")
+    assert_close(unfused, ref, 1e-5, "unfused eval vs float64")
+    with pytest.raises(nc.ShapeError, match="one fused activation"):
+        from netcl.ops.batchnorm import batch_norm_apply
+        batch_norm_apply(_t(z.astype(np.float32), device), None, None, None, bn.bias, relu=True, hardswish=True)

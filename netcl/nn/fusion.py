@@ -12,6 +12,7 @@ Every fused call computes what the unfused steps compute (up to float rounding),
   Conv2d, BatchNorm2d, Residual            inference: the same with the shortcut and no activation
                                             (MobileNetV2's linear bottleneck plus its input)
   Conv2d, BatchNorm2d, ReLU6               inference: the same with ReLU6 (MobileNetV2's Conv-BN-ReLU6)
+  Conv2d, BatchNorm2d, Hardswish           inference: the same with Hardswish (MobileNetV3's)
   Conv2d, BatchNorm2d                       inference: the same without the ReLU
   BatchNorm, Residual, ReLU                 relu(bn(x) + shortcut): one apply kernel (backward: two)
   BatchNorm, ReLU                           relu(bn(x)): one apply kernel
@@ -28,7 +29,7 @@ from typing import Callable, Sequence
 from ..autograd import is_grad_enabled
 from ..ops.batchnorm import batch_norm_apply, fold_into_conv
 from . import functional as F
-from .activation import ReLU, ReLU6
+from .activation import Hardswish, ReLU, ReLU6
 from .layers import Conv2d, MaxPool2d
 from .normalization import BatchNorm1d, BatchNorm2d
 
@@ -66,13 +67,14 @@ def _foldable(steps) -> bool:
             and conv.weight.dtype == bn.running_mean.dtype)
 
 
-def _folded(steps, x, residual=None, relu: bool = False, relu6: bool = False):
+def _folded(steps, x, residual=None, relu: bool = False, relu6: bool = False, hardswish: bool = False):
     """conv with bn folded into its weights (one fold launch), then bias [+ residual] [relu] in one pass."""
     conv, bn = steps[0], steps[1]
     weight, bias = fold_into_conv(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias,
                                   bn.eps)
     y = F.conv2d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups, conv.strategy)
-    return batch_norm_apply(y, None, None, None, bias, residual=residual, relu=relu, relu6=relu6)
+    return batch_norm_apply(y, None, None, None, bias, residual=residual, relu=relu, relu6=relu6,
+                            hardswish=hardswish)
 
 
 def _always(steps) -> bool:
@@ -88,6 +90,8 @@ FUSIONS: tuple[Fusion, ...] = (
            lambda s, x: _folded(s, x, relu=True)),
     Fusion("conv+bn+relu6 (eval: folded)", ((Conv2d,), (BatchNorm2d,), (ReLU6,)), _foldable,
            lambda s, x: _folded(s, x, relu6=True)),
+    Fusion("conv+bn+hardswish (eval: folded)", ((Conv2d,), (BatchNorm2d,), (Hardswish,)), _foldable,
+           lambda s, x: _folded(s, x, hardswish=True)),
     Fusion("conv+bn (eval: folded)", ((Conv2d,), (BatchNorm2d,)), _foldable,
            lambda s, x: _folded(s, x)),
     Fusion("bn+residual+relu", (_BN, (Residual,), (ReLU,)), _always,

@@ -135,11 +135,13 @@ def batch_norm_stats(x: Tensor, running_mean: Tensor | None = None, running_var:
 
 def batch_norm_apply(x: Tensor, mean: Tensor | None, var: Tensor | None, weight: Tensor | None = None,
                      bias: Tensor | None = None, eps: float = 1e-5, residual: Tensor | None = None,
-                     relu: bool = False, count: Tensor | None = None, *, relu6: bool = False) -> Tensor:
+                     relu: bool = False, count: Tensor | None = None, *, relu6: bool = False,
+                     hardswish: bool = False) -> Tensor:
     """y = [relu]((x − mean)/√(var + eps)·weight + bias [+ residual]); ``count`` (num_batches_tracked, int64)
     is incremented by the same launch. mean = var = weight = None: y = [relu](x + bias [+ residual]), the
     epilogue of a convolution with a BatchNorm folded in. ``relu6``: the fused activation is ReLU6,
-    min(max(z, 0), 6), instead of the ReLU."""
+    min(max(z, 0), 6), instead of the ReLU; ``hardswish``: Hardswish, z·relu6(z + 3)/6, for inference only
+    (batch_norm_backward has no Hardswish)."""
     what = "batch_norm"
     n, c, length = channel_view(x, what)
     for t, name in ((mean, "mean"), (var, "var"), (weight, "weight"), (bias, "bias")):
@@ -147,6 +149,8 @@ def batch_norm_apply(x: Tensor, mean: Tensor | None, var: Tensor | None, weight:
     shift_only = mean is None and var is None and weight is None
     if shift_only and bias is None or (mean is None) != (var is None):
         raise ShapeError(f"{what}: needs mean and var (or, for the folded epilogue, only bias)")
+    if hardswish and (relu or relu6):
+        raise ShapeError(f"{what}: one fused activation at a time (hardswish with relu or relu6)")
     if (weight is None) != (bias is None) and not shift_only:
         raise ShapeError(f"{what}: weight and bias go together (affine), got only one of them")
     if residual is not None:
@@ -165,7 +169,7 @@ def batch_norm_apply(x: Tensor, mean: Tensor | None, var: Tensor | None, weight:
         return y
     kernel = get_kernel(x.device, "batchnorm.cl", "bn_apply",
                         **_variant(x, AFFINE=weight is not None, RELU=bool(relu or relu6), RELU6=bool(relu6),
-                                   RESIDUAL=residual is not None,
+                                   HARDSWISH=bool(hardswish), RESIDUAL=residual is not None,
                                    COUNT=count is not None, SHIFT_ONLY=shift_only))
     global_size, local_size, chunk = _elementwise_geometry(x.device, n * c, length)
     launch(x.device, kernel, global_size, local_size, x.buffer, np.int64(x.offset), *_buf(residual, x),
