@@ -88,6 +88,8 @@ class Device:
         self._queue: cl.CommandQueue | None = None
         self._memory_pool = None  # netcl.runtime.memory's buffer pool, made at the first allocation
         self._in_flight: collections.deque = collections.deque()
+        # netcl.runtime.error_flags: the records kernels set on bad input, one per kind of check
+        self.error_flags: dict = {}
 
     # The context is created lazily so that listing devices never allocates driver resources.
     @property

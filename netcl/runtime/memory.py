@@ -20,7 +20,7 @@ import pyopencl as cl
 import pyopencl.tools as cl_tools
 
 from ..errors import DeviceError, DeviceMemoryError
-from . import recording
+from . import error_flags, recording
 from .device import Device
 
 _meta_cache: dict[tuple, cl.Buffer] = {}
@@ -128,6 +128,8 @@ def download(device: Device, buffer: cl.Buffer, out: np.ndarray, offset_bytes: i
         cl.enqueue_copy(device.queue, out, buffer, src_offset=offset_bytes, is_blocking=True)
     except cl.Error as exc:
         raise _translate(device, exc, "downloading", out.nbytes) from None
+    if device.error_flags:  # every read-back enqueued before has completed: checking costs no wait
+        error_flags.check(device)
     return out
 
 
