@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 
 from .autograd import enable_grad, is_grad_enabled, no_grad
 from .errors import (CheckpointError, ClassIndexError, DataError, DeviceError, DeviceMemoryError, DTypeError,
-                     KernelBuildError, NetclError, ShapeError)
+                     KernelBuildError, NetclError, OnnxError, ShapeError)
 from .random import manual_seed
 from .factories import arange, empty, full, ones, rand, randn, tensor, zeros, zeros_like
 from .runtime.device import Device, default_device, devices, set_default_device
@@ -23,14 +23,14 @@ __all__ = [
     "manual_seed", "cat", "stack", "where", "clamp", "maximum", "minimum",
     "Device", "devices", "default_device", "set_default_device", "no_grad", "enable_grad", "is_grad_enabled",
     "NetclError", "ShapeError", "DTypeError", "DeviceError", "KernelBuildError", "DeviceMemoryError",
-    "CheckpointError", "ClassIndexError", "DataError", "__version__",
+    "CheckpointError", "ClassIndexError", "DataError", "OnnxError", "__version__",
 ]
 
 
 def __getattr__(name):
     # Subpackages that pull in much code are imported on first use, keeping `import netcl` fast.
     import importlib
-    if name in ("nn", "optim", "data", "models", "dense", "ops", "distributed", "training"):
+    if name in ("nn", "optim", "data", "models", "dense", "ops", "distributed", "training", "onnx"):
         return importlib.import_module(f".{name}", __name__)
     if name in ("save", "load"):
         from . import serialization

@@ -74,3 +74,14 @@ class ClassIndexError(NetclError, IndexError):
         self.num_classes = int(num_classes)
         self.position = None if position is None else int(position)
         self.ignore_index = None if ignore_index is None else int(ignore_index)
+
+
+class OnnxError(NetclError, ValueError):
+    """An ONNX model netcl cannot read, run or write; ``node``, ``op_type`` and ``opset`` say where, when
+    known (for export: the module's path in the model and its type)."""
+
+    def __init__(self, message: str, node: str | None = None, op_type: str | None = None, opset: int | None = None):
+        super().__init__(message)
+        self.node = node
+        self.op_type = op_type
+        self.opset = opset
