@@ -55,6 +55,7 @@ class ReferenceProcess:
         self.info = self._read()
         self.torch_version: str | None = self.info.get("torch")
         self.has_torch = self.torch_version is not None
+        self.onnxruntime_version: str | None = self.info.get("onnxruntime")
 
     def _read(self) -> dict:
         line = self._proc.stdout.readline()
@@ -64,14 +65,18 @@ class ReferenceProcess:
             raise ReferenceError(f"the reference process ({self.python}) stopped: {tail or 'no message'}")
         return json.loads(line)
 
-    def seconds(self, **request) -> float:
-        """Seconds per iteration of one workload (built and warmed up at its first request)."""
+    def ask(self, **request) -> dict:
+        """The worker's answer to one request (reference_worker's protocol); its errors raise."""
         self._proc.stdin.write(json.dumps(request) + "\n")
         self._proc.stdin.flush()
         answer = self._read()
         if "error" in answer:
             raise ReferenceError(f"reference {request.get('model')}: {answer['error']}")
-        return float(answer["seconds_per_iteration"])
+        return answer
+
+    def seconds(self, **request) -> float:
+        """Seconds per iteration of one workload (built and warmed up at its first request)."""
+        return float(self.ask(**request)["seconds_per_iteration"])
 
     def missing_torch_note(self) -> str:
         return (f"PyTorch is not installed for {self.python}: no comparison (pip install torch, or point "

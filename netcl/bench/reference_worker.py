@@ -3,12 +3,15 @@
 Standalone on purpose: it imports neither netcl nor pyopencl (so no OpenCL driver threads share the cores
 with the reference), and it may run under another interpreter (NETCL_REFERENCE_PYTHON) that has PyTorch.
 Protocol: one JSON line per request on stdin, one JSON line per answer on stdout; the first line written
-is {"ready": true, "torch": version or null, "numpy": version}.
+is {"ready": true, "torch": version or null, "onnxruntime": version or null, "numpy": version}.
 
 Requests: {"model": "lenet" | "resnet20" | "matmul", "mode": "train" | "infer", "batch": B, "seconds": S,
 "min_reps": R, "settle_s": W} (matmul: "M", "N", "K" instead of batch and mode; "settle_s": untimed
 calls for about W seconds first, to wake the BLAS threads that slept while the other side ran). Answer: {"seconds_per_iteration": t,
 "reps": n}, or {"error": "..."}. The first request for a workload builds it and runs two warm-up calls.
+{"model": "onnx", "path": P, "input": X.npy, ...}: onnxruntime's inference of the ONNX file P on the array
+in X.npy (its graph's one input); with "save_output": Y.npy it runs once, writes the output there and
+answers {"saved": "Y.npy"} instead of timing.
 """
 import json
 import sys
@@ -20,6 +23,10 @@ try:
     import torch
 except ImportError:  # the NumPy workloads still run
     torch = None
+try:
+    import onnxruntime
+except ImportError:  # only the "onnx" workload needs it
+    onnxruntime = None
 
 _workloads = {}
 
@@ -73,8 +80,18 @@ def _resnet20():
     return ResNet(), (3, 32, 32)
 
 
+def _onnx(request):
+    if onnxruntime is None:
+        raise RuntimeError("onnxruntime is not installed for this interpreter")
+    session = onnxruntime.InferenceSession(request["path"], providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: np.load(request["input"])}
+    return lambda: session.run(None, feed)[0]
+
+
 def _build(request):
     model_name = request["model"]
+    if model_name == "onnx":
+        return _onnx(request)
     if model_name == "matmul":
         rng = np.random.default_rng(0)
         a = rng.standard_normal((request["M"], request["K"])).astype(np.float32)
@@ -105,8 +122,12 @@ def _build(request):
 
 
 def _measure(request) -> dict:
-    key = json.dumps({k: v for k, v in request.items() if k not in ("seconds", "min_reps", "settle_s")},
-                     sort_keys=True)
+    key = json.dumps({k: v for k, v in request.items()
+                      if k not in ("seconds", "min_reps", "settle_s", "save_output")}, sort_keys=True)
+    if "save_output" in request:
+        call = _workloads.get(key) or _build(request)
+        np.save(request["save_output"], call())
+        return {"saved": request["save_output"]}
     if key not in _workloads:
         _workloads[key] = _build(request)
         _workloads[key]()
@@ -126,7 +147,8 @@ def _measure(request) -> dict:
 
 
 def main() -> int:
-    print(json.dumps({"ready": True, "torch": torch.__version__ if torch else None, "numpy": np.__version__,
+    print(json.dumps({"ready": True, "torch": torch.__version__ if torch else None,
+                      "onnxruntime": onnxruntime.__version__ if onnxruntime else None, "numpy": np.__version__,
                       "threads": torch.get_num_threads() if torch else None}), flush=True)
     for line in sys.stdin:
         if not line.strip():

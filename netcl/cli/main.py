@@ -17,7 +17,7 @@ COMMANDS = {
     "train": ("train", "train a model (lenet, resnet8/20/32) on MNIST"),
     "eval": ("evaluate", "score a checkpoint on the MNIST test set"),
     "plan": ("plan", "explain the convolution strategy chosen for each layer and pass"),
-    "bench": ("bench", "benchmarks: gemm, im2col, conv, lenet, resnet, dense"),
+    "bench": ("bench", "benchmarks: gemm, im2col, conv, lenet, resnet, dense, or a MODEL.onnx against onnxruntime"),
     "tune": ("tune", "tune kernel parameters for the current device"),
 }
 
