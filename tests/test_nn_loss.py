@@ -186,16 +186,17 @@ def test_host_targets_out_of_range_raise_before_upload(device, rng, name, bad):
 @pytest.mark.parametrize("bad", [12, -5])
 def test_device_targets_out_of_range_raise_at_the_next_host_read(device, rng, name, reduction, bad):
     loss_fn, log_probs = LOSSES[name]
-    n, c = 37, 10  # rows beyond the kernel's 64 items' first pass are not needed: 37 odd rows
+    n, c = 131, 10  # the kernel's 64 work-items take rows l, l + 64, l + 128
     x = _inputs(device, rng, n, c, log_probs)
     t_h = rng.integers(0, c, size=n)
-    t_h[[5, 21, 30]] = [-100, bad, c + 3]  # -100 is ignore_index; rows 21 and 30 are bad, 21 first
+    # -100 is ignore_index; of the bad rows 70 comes first, though item 1 (row 129) finds its own first
+    t_h[[5, 129, 70, 75]] = [-100, c + 3, bad, c + 7]
     loss = loss_fn(x, nc.tensor(t_h, device=device), reduction=reduction)  # no wait for the device here
-    with pytest.raises(nc.ClassIndexError, match=rf"class index {bad} at position 21") as info:
+    with pytest.raises(nc.ClassIndexError, match=rf"class index {bad} at position 70") as info:
         loss.to_host()
-    assert (info.value.loss, info.value.index, info.value.num_classes, info.value.position) == (name, bad, c, 21)
+    assert (info.value.loss, info.value.index, info.value.num_classes, info.value.position) == (name, bad, c, 70)
     # the record is cleared once raised: a valid batch afterwards computes as usual
-    t_h[[21, 30]] = 0
+    t_h[[129, 70, 75]] = 0
     expected, _ = loss_ref(x.to_host(), t_h, None, -100, reduction, log_probs=log_probs)
     assert_close(loss_fn(x, nc.tensor(t_h, device=device), reduction=reduction).to_host(), expected, 1e-5, "loss")
 

@@ -337,7 +337,10 @@ def export(model, example_input, path=None, opset: int = 17, dynamic_batch: bool
         raise OnnxError(f"nc.onnx.export writes opsets {MIN_OPSET} to {MAX_OPSET}, not {opset!r}", opset=opset)
     if not isinstance(model, nn.Module):
         raise OnnxError(f"nc.onnx.export exports a netcl nn.Module, got {type(model).__name__}")
-    x = example_input if isinstance(example_input, Tensor) else Tensor.from_host(np.asarray(example_input, np.float32))
+    if not isinstance(example_input, Tensor):  # on the model's device
+        device = next((p.device for p in model.parameters()), None)
+        example_input = Tensor.from_host(np.asarray(example_input, np.float32), device)
+    x = example_input
     graph = OnnxGraph(onnx, opset)
     graph.unique(input_name)
     was_training = model.training
