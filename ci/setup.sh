@@ -11,7 +11,8 @@
 # then `netcl devices --bench` measures netcl's GEMM (512^3 float32) and copy bandwidth on each device and
 # stores the figures; nc.default_device() then picks the fastest measured device. The script prints the
 # figures, what it chose and why. The PoCL wheel is removed again unless it is the fastest: it shares
-# PoCL's platform name with Debian's PoCL and ran netcl up to 7x slower on the same CPU (docs/drivers.md).
+# PoCL's platform name with Debian's PoCL and ran netcl up to 7x slower on the same CPU
+# (docs/howto/devices-and-drivers.md).
 # With --driver NAME only that driver is installed (then measured the same way).
 #
 # Intel's runtime is made visible through an OpenCL vendors directory that this script writes under

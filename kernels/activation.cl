@@ -4,17 +4,26 @@ add + ReLU and softmax / log-softmax along one axis. Every tensor is contiguous 
 
 Template parameters (all have defaults):
   T      C element type                                                        (default "float")
-  ACT    act_forward / act_backward's function:                                (default "leaky_relu")
-           "leaky_relu"  y = x > 0 ? x : slope * x            (PyTorch: the slope's side gets slope * g)
+  ACT    act_forward / act_backward's function, with the runtime scalars p0, p1 (default "leaky_relu"):
+           "leaky_relu"  y = x > 0 ? x : p0 * x               (p0 the negative slope; PyTorch: the slope's
+                                                               side, x <= 0, gets p0 * g)
            "gelu"        y = x/2 (1 + erf(x / sqrt 2))        (exact, PyTorch's default)
            "gelu_tanh"   y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
          both computed without the cancellation of 1 + erf / 1 + tanh for negative x: as
          x/2 erfc(-x / sqrt 2) and x / (1 + exp(-2u)), u the tanh's argument
+           "hardtanh"    y = min(max(x, p0), p1)              (ReLU6: p0 = 0, p1 = 6); gradient g strictly
+                                                               inside (p0, p1), 0 from each bound on
+           "hardswish"   y = x min(max(x + 3, 0), 6) / 6      gradient 0 up to -3, g (x/3 + 1/2) strictly
+                                                               inside (-3, 3), g from 3 on
+           "hardsigmoid" y = min(max(x + 3, 0), 6) / 6        gradient g/6 strictly inside (-3, 3), else 0
+           "silu"        y = x / (1 + exp(-x))                gradient g s (1 + x (1 - s)), s = sigmoid(x)
+         The gradients at the kinks are PyTorch's (hardtanh_backward, hardswish_backward,
+         hardsigmoid_backward), and NaN passes through every forward.
   LOG    softmax_forward / softmax_backward compute log-softmax instead       (default False)
 
 Kernels:
   act_forward      y = f(x), one work-item per element (n elements)
-  act_backward     gx = g * f'(x)
+  act_backward     gx = g * f'(x) (from the input x)
   add_relu         y = max(a + b, 0): a residual connection's sum and its ReLU in one pass
   relu_backward    gx = y > 0 ? g : 0 (the gradient of add_relu for both of its inputs; y is its output)
   softmax_forward  x viewed as (outer, D, inner) with the softmax over D: one work-item per (outer, inner)
@@ -32,14 +41,35 @@ Kernels:
 #define SQRT_2_OVER_PI ((${T}) 0.79788456080286535588)
 #define GELU_CUBIC ((${T}) 0.044715)
 
+/* min(max(v, lo), hi) with comparisons, not fmin/fmax: those return the number for a NaN operand, and a
+   NaN must pass through as it does in PyTorch */
+inline ${T} clamp_keep_nan(const ${T} v, const ${T} lo, const ${T} hi)
+{
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* relu6(v + 3) / 6: Hardsigmoid, and Hardswish's gate */
+inline ${T} hard_gate(const ${T} v)
+{
+    return clamp_keep_nan(v + (${T}) 3, (${T}) 0, (${T}) 6) / (${T}) 6;
+}
+
 __kernel void act_forward(__global const ${T}* x, const long x_off, __global ${T}* y, const long y_off,
-                          const long n, const ${T} slope)
+                          const long n, const ${T} p0, const ${T} p1)
 {
     const long e = get_global_id(0);
     if (${beyond('e', 'n')}) return;
     const ${T} v = x[x_off + e];
 % if ACT == 'leaky_relu':
-    y[y_off + e] = v > (${T}) 0 ? v : slope * v;
+    y[y_off + e] = v > (${T}) 0 ? v : p0 * v;
+% elif ACT == 'hardtanh':
+    y[y_off + e] = clamp_keep_nan(v, p0, p1);
+% elif ACT == 'hardswish':
+    y[y_off + e] = v * hard_gate(v);
+% elif ACT == 'hardsigmoid':
+    y[y_off + e] = hard_gate(v);
+% elif ACT == 'silu':
+    y[y_off + e] = v / ((${T}) 1 + exp(-v));
 % elif ACT == 'gelu':
     y[y_off + e] = (${T}) 0.5 * v * erfc(-v * SQRT_HALF);
 % elif ACT == 'gelu_tanh':
@@ -48,13 +78,22 @@ __kernel void act_forward(__global const ${T}* x, const long x_off, __global ${T
 }
 
 __kernel void act_backward(__global const ${T}* x, const long x_off, __global const ${T}* g, const long g_off,
-                           __global ${T}* gx, const long gx_off, const long n, const ${T} slope)
+                           __global ${T}* gx, const long gx_off, const long n, const ${T} p0, const ${T} p1)
 {
     const long e = get_global_id(0);
     if (${beyond('e', 'n')}) return;
     const ${T} v = x[x_off + e], d = g[g_off + e];
 % if ACT == 'leaky_relu':
-    gx[gx_off + e] = v > (${T}) 0 ? d : slope * d;
+    gx[gx_off + e] = v > (${T}) 0 ? d : p0 * d;
+% elif ACT == 'hardtanh':
+    gx[gx_off + e] = (v <= p0 || v >= p1) ? (${T}) 0 : d;
+% elif ACT == 'hardswish':
+    gx[gx_off + e] = v <= (${T}) -3 ? (${T}) 0 : (v < (${T}) 3 ? d * (v / (${T}) 3 + (${T}) 0.5) : d);
+% elif ACT == 'hardsigmoid':
+    gx[gx_off + e] = (v > (${T}) -3 && v < (${T}) 3) ? d / (${T}) 6 : (${T}) 0;
+% elif ACT == 'silu':
+    const ${T} s = (${T}) 1 / ((${T}) 1 + exp(-v));
+    gx[gx_off + e] = d * s * ((${T}) 1 + v * ((${T}) 1 - s));
 % elif ACT == 'gelu':
     const ${T} cdf = (${T}) 0.5 * erfc(-v * SQRT_HALF);
     gx[gx_off + e] = d * (cdf + v * INV_SQRT_2PI * exp((${T}) -0.5 * v * v));

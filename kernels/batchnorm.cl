@@ -15,13 +15,15 @@ Forward (two kernels):
                on CPUs, where the item's loop vectorizes and the channel constants are computed once; 1
                elsewhere), global (ceil(L / chunk), N*C):
                  z = (x - mean[c]) * rsqrt(var[c] + eps) * weight[c] + bias[c]  (+ r)   ;  y = RELU ? max(z, 0) : z
+               (RELU6: y = min(max(z, 0), 6))
                mean/var are the batch statistics in training and the running ones in eval.
 Inference with a folded convolution (netcl.nn.fusion): bn_fold computes, per output channel k of the
 convolution before the BatchNorm, s = weight[k] * rsqrt(running_var[k] + eps),
   folded_w[k, :] = s * conv_w[k, :],  folded_b[k] = bias[k] + s * (conv_b[k] - running_mean[k])
 (one item per weight element), and bn_apply with SHIFT_ONLY adds folded_b (plus r, then the ReLU) to the
 folded convolution's output in one pass.
-Backward (two kernels), with dz = RELU ? (y > 0 ? dy : 0) : dy (the mask comes from the saved output y):
+Backward (two kernels), with dz = RELU ? (y > 0 ? dy : 0) : dy (the mask comes from the saved output y;
+RELU6: 0 < y < 6, PyTorch's hardtanh_backward, which passes nothing at either bound):
   bn_backward_reduce  one work-group per channel: grad_bias[c] = sum dz, grad_weight[c] = sum dz * xhat
   bn_backward_apply   one work-item per `chunk` elements, as bn_apply:
                  BATCH_STATS: dx = weight[c] * invstd * (dz - (sum dz + xhat * sum dz*xhat) / M)
@@ -41,6 +43,7 @@ Template parameters (all have defaults):
   LOCAL           work-group size of the per-channel reductions, a power of two       (default 64)
   AFFINE          weight and bias are applied (else weight 1, bias 0)                 (default True)
   RELU            fuse a ReLU after the normalization (forward and backward)          (default False)
+  RELU6           with RELU, the fused ReLU also clamps at 6 (ReLU6)                  (default False)
   RESIDUAL        add a residual input r before the ReLU (z = bn(x) + r)              (default False)
   UPDATE_RUNNING  bn_stats moves running_mean / running_var                           (default False)
   CUMULATIVE      momentum=None: the factor is 1 / (num_batches_tracked + 1)          (default False)
@@ -53,7 +56,7 @@ Template parameters (all have defaults):
   SHIFT_ONLY      bn_apply adds bias[c] only (the folded convolution's epilogue)      (default False)
   CONV_BIAS       bn_fold: the convolution has a bias                                 (default False)
 </%doc>
-<%page args="T='float', ACC='float', LOCAL=64, AFFINE=True, RELU=False, RESIDUAL=False, UPDATE_RUNNING=False, CUMULATIVE=False, COUNT=False, BATCH_STATS=True, ITEM_RUNS=True, RUN_LANES=1, SHIFT_ONLY=False, CONV_BIAS=False"/>
+<%page args="T='float', ACC='float', LOCAL=64, AFFINE=True, RELU=False, RELU6=False, RESIDUAL=False, UPDATE_RUNNING=False, CUMULATIVE=False, COUNT=False, BATCH_STATS=True, ITEM_RUNS=True, RUN_LANES=1, SHIFT_ONLY=False, CONV_BIAS=False"/>
 % if T == 'double' or ACC == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -207,6 +210,9 @@ __kernel void bn_apply(
 % if RELU:
         z = z > (${T}) 0 ? z : (${T}) 0;
 % endif
+% if RELU6:
+        z = z < (${T}) 6 ? z : (${T}) 6;
+% endif
         y[y_off + i] = z;
     }
 }
@@ -215,7 +221,9 @@ __kernel void bn_apply(
    before the choice, so it compiles to a select: a load under a data-dependent condition became a
    branch per element under PoCL and made the reduction 2.5x slower. */
 <%def name="masked_grad(i)">
-% if RELU:
+% if RELU6:
+select((${T}) 0, dy[dy_off + ${i}], ${'(long)' if T == 'double' else '(int)'} (y[y_off + ${i}] > (${T}) 0 && y[y_off + ${i}] < (${T}) 6))
+% elif RELU:
 select((${T}) 0, dy[dy_off + ${i}], ${'(long)' if T == 'double' else '(int)'} (y[y_off + ${i}] > (${T}) 0))
 % else:
 dy[dy_off + ${i}]
@@ -225,7 +233,9 @@ dy[dy_off + ${i}]
 /* masked_grad for RUN_LANES consecutive elements from i, as an accumulator vector (a vector ternary is a
    select: a vector comparison's lanes are all ones when true). */
 <%def name="masked_grad_lanes(i)">
-% if RELU:
+% if RELU6:
+((${wide_load("y + y_off + " + i)} > (${AV}) 0 & ${wide_load("y + y_off + " + i)} < (${AV}) 6) ? ${wide_load("dy + dy_off + " + i)} : (${AV}) 0)
+% elif RELU:
 (${wide_load("y + y_off + " + i)} > (${AV}) 0 ? ${wide_load("dy + dy_off + " + i)} : (${AV}) 0)
 % else:
 ${wide_load("dy + dy_off + " + i)}

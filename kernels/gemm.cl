@@ -7,14 +7,15 @@ vector FMAs. B must have unit stride along N (the host packs B when it has not);
 strides. A work-group is WG_M x WG_N work-items; ORDER says which grid dimension runs along N.
 With LOCAL=1 the work-group first stages a KC-deep slice of its A (WG_M*MR rows) and B (WG_N*NR columns)
 tiles in local memory (zero-padded at the edges) and computes from there: what a GPU wants. With LOCAL=0
-every work-item reads global memory directly: what PoCL's CPU driver wants (see docs/gemm.md).
+every work-item reads global memory directly: what PoCL's CPU driver wants (docs/explanation/gemm.md).
 Edges: padding work-items (past M or N) return before touching memory; rows of A beyond M are clamped
 (read but never stored); columns of B beyond N are zero in packed panels and, unpacked, are read only in
 the tail path, element by element with clamped indices; stores are guarded per element, so nothing
 outside the operands is touched. Batch strides may be 0 (a broadcast operand).
 The file calls no OpenCL built-in function (vloadN, vstoreN, fma, min): the PoCL wheel cannot inline
 them on CPUs whose LLVM name differs from its built-in library's variant, and each became a call
-(7x slower; docs/gemm.md). Vectors are assembled from element loads, which compile to the same loads.
+(7x slower; docs/explanation/gemm.md). Vectors are assembled from element loads, which compile to the
+same loads.
 
 Template parameters (defaults in the page tag):
   T      element type, "float" or "double"                        (float)
@@ -48,9 +49,10 @@ host picks gemm_pack_bt for a B whose unit stride runs along K.
     BN = WG_N * NR
     # No OpenCL built-in function (vloadN, vstoreN, fma, min) is called in this file: a driver whose
     # built-in library was compiled for other CPU features than the kernel cannot inline them (the PoCL
-    # wheel on CPUs its LLVM does not know: docs/gemm.md), and then every one is a function call. Vectors
-    # are assembled from element loads and stored element by element, which LLVM turns into the same
-    # unaligned vector loads and stores; a * b + c is contracted into an FMA where the target has one.
+    # wheel on CPUs its LLVM does not know: docs/explanation/gemm.md), and then every one is a function
+    # call. Vectors are assembled from element loads and stored element by element, which LLVM turns
+    # into the same unaligned vector loads and stores; a * b + c is contracted into an FMA where the
+    # target has one.
     def vload(ptr):
         return cl_vectors.vload(V, VW, ptr)
     def vstore(value, ptr):

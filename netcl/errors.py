@@ -76,12 +76,18 @@ class ClassIndexError(NetclError, IndexError):
         self.ignore_index = None if ignore_index is None else int(ignore_index)
 
 
-class OnnxError(NetclError, ValueError):
-    """An ONNX model netcl cannot read, run or write; ``node``, ``op_type`` and ``opset`` say where, when
-    known (for export: the module's path in the model and its type)."""
 
-    def __init__(self, message: str, node: str | None = None, op_type: str | None = None, opset: int | None = None):
+class OnnxError(NetclError, ValueError):
+    """An ONNX model netcl cannot import: a damaged or non-ONNX file, an unsupported operator or opset,
+    missing external data, a malformed graph, or an input that contradicts the graph's declared shape.
+
+    ``node`` (the node's name, or its first output when unnamed), ``op_type`` and ``opset`` say where;
+    ``details`` holds the rest (the missing names, the shapes, the operators supported ...)."""
+
+    def __init__(self, message: str, node: str | None = None, op_type: str | None = None, opset: int | None = None,
+                 **details):
         super().__init__(message)
         self.node = node
         self.op_type = op_type
         self.opset = opset
+        self.details = details

@@ -14,7 +14,8 @@ def per_channel(v, ndim: int):
 
 def batch_norm_ref(x, weight, bias, eps=1e-5, mean=None, var=None, relu=False, residual=None):
     """(y, grad_fn). mean/var None: the batch's statistics (biased variance), which the gradient flows
-    through; given: constants (eval). grad_fn(gy) -> (gx, gw, gb, gr)."""
+    through; given: constants (eval). relu: False, True or "relu6" (clamped at 6, no gradient at either
+    bound). grad_fn(gy) -> (gx, gw, gb, gr)."""
     x = np.asarray(x, np.float64)
     axes, nd = channel_axes(x.ndim), x.ndim
     batch = mean is None
@@ -28,9 +29,12 @@ def batch_norm_ref(x, weight, bias, eps=1e-5, mean=None, var=None, relu=False, r
     if residual is not None:
         z = z + np.asarray(residual, np.float64)
     y = np.maximum(z, 0) if relu else z
+    if relu == "relu6":
+        y = np.minimum(y, 6)
+    mask = ((z > 0) & (z < 6)) if relu == "relu6" else (z > 0)
 
     def grad(gy):
-        dz = np.asarray(gy, np.float64) * (z > 0) if relu else np.asarray(gy, np.float64)
+        dz = np.asarray(gy, np.float64) * mask if relu else np.asarray(gy, np.float64)
         gb = dz.sum(axes)
         gw = (dz * xhat).sum(axes)
         if batch:

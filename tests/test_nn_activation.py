@@ -1,4 +1,4 @@
-"""Sigmoid, LeakyReLU, GELU (exact and tanh), Softmax / LogSoftmax along any dim, Identity,
+"""Sigmoid, LeakyReLU, GELU (exact and tanh), Hardtanh, ReLU6, Hardswish, Hardsigmoid, SiLU, Softmax / LogSoftmax along any dim, Identity,
 AdaptiveAvgPool2d, and the containers ModuleList / ModuleDict, Module.to and buffers: float64 NumPy
 references on odd sizes with canaries, finite differences for the gradients."""
 from __future__ import annotations
@@ -22,8 +22,18 @@ def gelu_ref(x, approximate):
     return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
 
 
+def hard_gate_ref(x):
+    return np.clip(x + 3, 0, 6) / 6
+
+
 ACTIVATIONS = {
     "sigmoid": (lambda: nc.nn.Sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
+    "hardtanh": (lambda: nc.nn.Hardtanh(), lambda x: np.clip(x, -1, 1)),
+    "hardtanh_-2_0.5": (lambda: nc.nn.Hardtanh(min_val=-2, max_val=0.5), lambda x: np.clip(x, -2, 0.5)),
+    "relu6": (lambda: nc.nn.ReLU6(), lambda x: np.clip(x, 0, 6), 8.0),  # inputs past the clamp at 6
+    "hardswish": (lambda: nc.nn.Hardswish(), lambda x: x * hard_gate_ref(x)),
+    "hardsigmoid": (lambda: nc.nn.Hardsigmoid(), hard_gate_ref),
+    "silu": (lambda: nc.nn.SiLU(), lambda x: x / (1 + np.exp(-x))),
     "leaky_relu": (lambda: nc.nn.LeakyReLU(), lambda x: np.where(x > 0, x, 0.01 * x)),
     "leaky_relu_0.3": (lambda: nc.nn.LeakyReLU(negative_slope=0.3), lambda x: np.where(x > 0, x, 0.3 * x)),
     "gelu": (lambda: nc.nn.GELU(), lambda x: gelu_ref(x, "none")),
@@ -35,8 +45,9 @@ ACTIVATIONS = {
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))
 @pytest.mark.parametrize("shape", [(1,), (7, 13), (3, 5, 31)])
 def test_activation_forward_backward(device, rng, canaries, name, shape):
-    make, ref = ACTIVATIONS[name]
-    x_h = rng.uniform(-4, 4, size=shape).astype(np.float32)
+    make, ref, *span = ACTIVATIONS[name]
+    # (GELU's far tail, where erfc's float rounding is relative to values near 1e-11, stays out)
+    x_h = rng.uniform(-1, 1, size=shape).astype(np.float32) * (span[0] if span else 4.0)
     x = nc.tensor(x_h, device=device, requires_grad=True)
     y = make()(x)
     assert_close(y.to_host(), ref(x_h.astype(np.float64)), 1e-6, f"{name} forward")
@@ -46,6 +57,55 @@ def test_activation_forward_backward(device, rng, canaries, name, shape):
     # measured against the upstream gradient's size: f' passes through 0 (GELU near x = -0.75), where a
     # one-element relative error means nothing
     assert_close_to_scale(x.grad.to_host(), numeric, gy, 1e-5, f"{name} grad")
+
+
+# PyTorch's gradients (hardtanh_backward, hardswish_backward, hardsigmoid_backward) including the kinks,
+# where a finite difference cannot tell: (functional, layer, forward, derivative), float64
+KINKED = {
+    "relu6": (F.relu6, nc.nn.ReLU6, lambda x: np.clip(x, 0, 6), lambda x: ((x > 0) & (x < 6)).astype(float)),
+    "hardtanh": (lambda x: F.hardtanh(x, -2.0, 3.0), lambda: nc.nn.Hardtanh(-2.0, 3.0), lambda x: np.clip(x, -2, 3),
+                 lambda x: ((x > -2) & (x < 3)).astype(float)),
+    "hardswish": (F.hardswish, nc.nn.Hardswish, lambda x: x * hard_gate_ref(x),
+                  lambda x: np.where(x <= -3, 0.0, np.where(x < 3, x / 3 + 0.5, 1.0))),
+    "hardsigmoid": (F.hardsigmoid, nc.nn.Hardsigmoid, hard_gate_ref,
+                    lambda x: np.where((x > -3) & (x < 3), 1 / 6, 0.0)),
+    "silu": (F.silu, nc.nn.SiLU, lambda x: x / (1 + np.exp(-x)),
+             lambda x: (1 / (1 + np.exp(-x))) * (1 + x * (1 - 1 / (1 + np.exp(-x))))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KINKED))
+def test_activation_kinks_and_functional_form(device, rng, canaries, name):
+    functional, layer, ref, derivative = KINKED[name]
+    kinks = np.array([-6, -3, -2, -1.5, -1, 0, 1, 3, 6, 7], np.float32)
+    x_h = np.concatenate([kinks, rng.uniform(-9, 9, size=23).astype(np.float32)])  # 33 elements
+    gy = rng.uniform(-1, 1, size=x_h.shape).astype(np.float32)
+    grads = []
+    for fn in (functional, layer()):
+        x = nc.tensor(x_h, device=device, requires_grad=True)
+        y = fn(x)
+        assert_close(y.to_host(), ref(x_h.astype(np.float64)), 1e-6, f"{name} forward")
+        y.backward(nc.tensor(gy, device=device))
+        grads.append(x.grad.to_host())
+        assert_close(grads[-1], gy * derivative(x_h.astype(np.float64)), 1e-6, f"{name} grad")
+    np.testing.assert_array_equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("fn", [F.relu6, F.hardtanh, F.hardswish, F.hardsigmoid, F.silu])
+def test_activation_passes_nan_forward(device, fn):
+    y = fn(nc.tensor(np.array([np.nan, 1.0], np.float32), device=device)).to_host()
+    assert np.isnan(y[0]) and np.isfinite(y[1])
+
+
+def test_hardtanh_checks_its_bounds(device):
+    with pytest.raises(nc.ShapeError, match="max_val"):
+        nc.nn.Hardtanh(1.0, 1.0)
+    with pytest.raises(nc.ShapeError, match="cannot be greater"):
+        F.hardtanh(nc.zeros((2,), device=device), 2.0, 1.0)
+    with pytest.raises(nc.ShapeError, match="must be a number"):
+        nc.nn.Hardtanh("0", 1.0)
+    assert repr(nc.nn.Hardtanh(-2, 0.5)) == "Hardtanh(min_val=-2.0, max_val=0.5)"
+    assert isinstance(nc.nn.ReLU6(), nc.nn.Hardtanh) and repr(nc.nn.ReLU6()) == "ReLU6()"
 
 
 @pytest.mark.parametrize("log", [False, True])

@@ -20,16 +20,19 @@ def _t(a, device, grad=False):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("relu,residual", [(False, False), (True, False), (True, True), (False, True)])
+@pytest.mark.parametrize("relu,residual", [(False, False), (True, False), (True, True), (False, True),
+                                           ("relu6", False), ("relu6", True)])
 def test_batch_norm_training_forward_backward(device, rng, canaries, shape, relu, residual):
     c = shape[1]
     x_h = rng.uniform(-2, 3, size=shape).astype(np.float32)
     w_h = rng.uniform(0.5, 2, size=c).astype(np.float32) * rng.choice([-1, 1], size=c).astype(np.float32)
+    if relu == "relu6":
+        w_h *= 4  # past ReLU6's upper bound
     b_h = rng.uniform(-1, 1, size=c).astype(np.float32)
     r_h = rng.uniform(-1, 1, size=shape).astype(np.float32) if residual else None
     x, w, b = _t(x_h, device, True), _t(w_h, device, True), _t(b_h, device, True)
     r = _t(r_h, device, True) if residual else None
-    y = F.batch_norm(x, None, None, w, b, training=True, relu=relu, residual=r)
+    y = F.batch_norm(x, None, None, w, b, training=True, relu=relu is True, relu6=relu == "relu6", residual=r)
     y_ref, grad = batch_norm_ref(x_h, w_h, b_h, relu=relu, residual=r_h)
     assert_close(y.to_host(), y_ref, 1e-5, "batch_norm forward")
     gy = rng.uniform(-1, 1, size=shape).astype(np.float32)
@@ -161,20 +164,60 @@ def test_bad_inputs(device):
 
 @pytest.mark.parametrize("item_runs", [True, False])
 @pytest.mark.parametrize("shape", [(13, 7), (3, 5, 7, 9), (65, 2, 3, 1)])
-def test_both_kernel_geometries(device, rng, canaries, monkeypatch, item_runs, shape):
+@pytest.mark.parametrize("relu", [True, "relu6"])
+def test_both_kernel_geometries(device, rng, canaries, monkeypatch, item_runs, shape, relu):
     """The CPU form (one sequential loop per channel and per row) and the GPU form (interleaved items,
     tree reductions) compute the same thing on whatever device runs the tests."""
     from netcl.ops import batchnorm
     monkeypatch.setattr(batchnorm, "_item_runs", lambda device: item_runs)
     c = shape[1]
     x_h = rng.uniform(-2, 3, size=shape).astype(np.float32)
-    w_h, b_h = rng.normal(size=c).astype(np.float32), rng.normal(size=c).astype(np.float32)
+    w_h, b_h = rng.normal(size=c).astype(np.float32) * 4, rng.normal(size=c).astype(np.float32)
     r_h = rng.normal(size=shape).astype(np.float32)
     x, w, b, r = (_t(a, device, True) for a in (x_h, w_h, b_h, r_h))
-    y = F.batch_norm(x, None, None, w, b, training=True, relu=True, residual=r)
-    y_ref, grad = batch_norm_ref(x_h, w_h, b_h, relu=True, residual=r_h)
+    y = F.batch_norm(x, None, None, w, b, training=True, relu=relu is True, relu6=relu == "relu6", residual=r)
+    y_ref, grad = batch_norm_ref(x_h, w_h, b_h, relu=relu, residual=r_h)
     assert_close(y.to_host(), y_ref, 1e-5, "forward")
     gy = rng.normal(size=shape).astype(np.float32)
     y.backward(_t(gy, device))
     for t, ref, what in zip((x, w, b, r), grad(gy), ("x", "weight", "bias", "residual")):
         assert_close(t.grad.to_host(), ref, 1e-4, f"grad {what}")
+
+
+def test_relu6_fuses_after_batch_norm_and_into_a_folded_convolution(device, rng, canaries):
+    """Conv2d, BatchNorm2d, ReLU6 (MobileNetV2's unit): BN + ReLU6 is one kernel in training, and in
+    inference the BatchNorm folds into the convolution with ReLU6 in its epilogue; both equal the steps
+    run one by one, gradients included."""
+    from netcl.nn import fusion
+    conv = nc.nn.Conv2d(3, 5, 3, padding=1, bias=False, device=device)
+    bn = nc.nn.BatchNorm2d(5, device=device)
+    bn.weight = _t(rng.uniform(2, 6, size=5).astype(np.float32), device, True)  # past the clamp at 6
+    seq = nc.nn.Sequential(conv, bn, nc.nn.ReLU6())
+    steps = list(seq)
+    assert [n for n, _ in fusion.plan(steps)] == [None, "bn+relu6"]
+    x_h = rng.normal(size=(2, 3, 7, 5)).astype(np.float32)
+    for mode in ("train", "eval"):
+        getattr(seq, mode)()
+        outs, grads = [], []
+        for fused in (True, False):
+            table = fusion.FUSIONS
+            fusion.FUSIONS = table if fused else ()
+            try:
+                x = _t(x_h, device, True)
+                y = seq(x)
+                y.backward(_t(np.ones(y.shape, np.float32), device))
+            finally:
+                fusion.FUSIONS = table
+            outs.append(y.to_host())
+            grads.append(x.grad.to_host())
+            conv.weight.grad = None
+        assert np.any(outs[0] == 6) and np.any(outs[0] == 0)
+        assert_close(outs[0], outs[1], 1e-5, f"{mode}: fused vs unfused")
+        assert_close(grads[0], grads[1], 1e-5, f"{mode}: fused vs unfused input gradient")
+    with nc.no_grad():
+        assert [n for n, _ in fusion.plan(steps)] == ["conv+bn+relu6 (eval: folded)"]
+        y = seq(_t(x_h, device)).to_host()
+    z = conv(_t(x_h, device))
+    ref, _ = batch_norm_ref(z.to_host(), bn.weight.to_host(), bn.bias.to_host(), mean=bn.running_mean.to_host(),
+                            var=bn.running_var.to_host(), relu="relu6")
+    assert_close(y, ref, 1e-5, "folded eval vs float64")

@@ -1,4 +1,4 @@
-"""Backward rules of LeakyReLU / GELU, the residual add + ReLU, and softmax / log-softmax
+"""Backward rules of LeakyReLU / GELU / Hardtanh / Hardswish / Hardsigmoid / SiLU, the residual add + ReLU, and softmax / log-softmax
 (netcl.ops.activation)."""
 from __future__ import annotations
 
@@ -6,16 +6,18 @@ from .function import Function
 
 
 class ActivationFunction(Function):
+    """y = act(x) (netcl.ops.activation.ACTIVATIONS) with the activation's parameters ``params``."""
+
     @staticmethod
-    def forward(ctx, x, act, slope):
+    def forward(ctx, x, act, params):
         from ..ops.activation import activation_forward
-        ctx.x, ctx.act, ctx.slope = x, act, slope
-        return activation_forward(x, act, slope)
+        ctx.x, ctx.act, ctx.params = x, act, params
+        return activation_forward(x, act, params)
 
     @staticmethod
     def backward(ctx, g):
         from ..ops.activation import activation_backward
-        return activation_backward(g, ctx.x, ctx.act, ctx.slope), None, None
+        return activation_backward(g, ctx.x, ctx.act, ctx.params), None, None
 
 
 class AddReLUFunction(Function):

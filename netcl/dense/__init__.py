@@ -4,7 +4,7 @@
     nc.dense.scan_patches(patch_classifier, image, pixels)    # the patch-by-patch reference, (P, K)
     loss = nc.dense.masked_cross_entropy(dense(x), labels, mask)   # Section 4.3: train on chosen pixels
 
-See docs/dense.md.
+See docs/howto/dense-labelling.md.
 """
 from .convert import DenseModel, convert, infer_patch_size
 from .loss import masked_cross_entropy

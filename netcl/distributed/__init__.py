@@ -7,7 +7,7 @@
     model = nc.nn.parallel.DistributedDataParallel(model)
 
 mpi4py is optional (``pip install mpi4py mpich``); without it init_process_group raises a one-line
-DistributedError saying so. See docs/distributed.md.
+DistributedError saying so. See docs/howto/distributed.md.
 """
 from .collectives import REDUCE_OPS, all_reduce, barrier, broadcast
 from .process_group import (DistributedError, abort, describe, get_local_rank, get_rank, get_world_size,

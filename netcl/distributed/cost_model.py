@@ -1,4 +1,5 @@
-"""The α–β cost model of DistributedDataParallel's bucketed allreduce (docs/distributed.md).
+"""The α–β cost model of DistributedDataParallel's bucketed allreduce
+(docs/explanation/training-internals.md).
 
 A ring allreduce of ``b`` bytes over ``N`` ranks is a reduce-scatter and an all-gather of N−1 steps each,
 every step sending b/N bytes: 2(N−1)α + 2(N−1)/N · b · β, where α is a message's latency (s) and β the

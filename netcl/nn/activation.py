@@ -1,4 +1,5 @@
-"""Activation layers: ReLU, Tanh, Sigmoid, LeakyReLU, GELU, Softmax, LogSoftmax, and Identity.
+"""Activation layers: ReLU, Tanh, Sigmoid, LeakyReLU, GELU, Hardtanh, ReLU6, Hardswish, Hardsigmoid, SiLU,
+Softmax, LogSoftmax, and Identity.
 
 Each forward is one call into netcl.nn.functional; none holds parameters.
 """
@@ -59,6 +60,67 @@ class GELU(Module):
 
     def extra_repr(self):
         return f"approximate={self.approximate!r}"
+
+
+class Hardtanh(Module):
+    """min(max(x, min_val), max_val); the gradient passes strictly between the bounds only."""
+
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+        super().__init__()
+        for value, name in ((min_val, "min_val"), (max_val, "max_val")):
+            if not isinstance(value, numbers.Real):
+                raise ShapeError(f"{type(self).__name__} {name} must be a number, got {value!r}")
+        if not max_val > min_val:
+            raise ShapeError(f"{type(self).__name__}: max_val ({max_val}) must be greater than min_val ({min_val})")
+        self.min_val, self.max_val = float(min_val), float(max_val)
+
+    def forward(self, x):
+        return F.hardtanh(x, self.min_val, self.max_val)
+
+    def extra_repr(self):
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class ReLU6(Hardtanh):
+    """min(max(x, 0), 6) (MobileNetV2's activation); a Hardtanh(0, 6) as in PyTorch. netcl.nn.fusion fuses
+    it into a BatchNorm before it."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__(0.0, 6.0)
+
+    def extra_repr(self):
+        return ""
+
+
+class _Pointwise(Module):
+    """A parameterless activation whose forward is the class's ``function``; ``inplace`` is accepted for
+    PyTorch's signature (the result is always a new tensor)."""
+
+    function = None
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, x):
+        return type(self).function(x)
+
+
+class Hardswish(_Pointwise):
+    """x·relu6(x + 3)/6 (MobileNetV3's activation)."""
+
+    function = staticmethod(F.hardswish)
+
+
+class Hardsigmoid(_Pointwise):
+    """relu6(x + 3)/6 (MobileNetV3's squeeze-and-excitation gate)."""
+
+    function = staticmethod(F.hardsigmoid)
+
+
+class SiLU(_Pointwise):
+    """x·sigmoid(x) (Swish; EfficientNet's activation)."""
+
+    function = staticmethod(F.silu)
 
 
 class Softmax(Module):

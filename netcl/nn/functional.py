@@ -140,13 +140,14 @@ def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, redu
 def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
                bias: Tensor | None = None, training: bool = False, momentum: float | None = 0.1,
                eps: float = 1e-5, *, num_batches_tracked: Tensor | None = None, relu: bool = False,
-               residual: Tensor | None = None) -> Tensor:
+               residual: Tensor | None = None, relu6: bool = False) -> Tensor:
     """Batch normalization over axis 1 of (N, C, ...), PyTorch's signature.
 
     ``training``: normalize by the batch's statistics (biased variance) and move running_mean/var (when
     given) by ``momentum`` with the unbiased variance; else normalize by running_mean/var. netcl's
     keyword-only extensions: ``num_batches_tracked`` is incremented in training (and is what momentum=None,
-    the cumulative average, divides by); ``residual`` is added and ``relu`` applied in the same kernel."""
+    the cumulative average, divides by); ``residual`` is added and ``relu`` (or ``relu6``, ReLU6) applied in
+    the same kernel."""
     if not isinstance(input, Tensor):
         raise DTypeError(f"batch_norm: input must be a netcl Tensor, got {type(input).__name__}")
     if not training and (running_mean is None or running_var is None):
@@ -154,7 +155,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     if momentum is None and training and running_mean is not None and num_batches_tracked is None:
         raise ShapeError("batch_norm: momentum=None (cumulative average) needs num_batches_tracked")
     return BatchNormFunction.apply(input, weight, bias, residual, running_mean, running_var,
-                                   num_batches_tracked, bool(training), momentum, float(eps), bool(relu))
+                                   num_batches_tracked, bool(training), momentum, float(eps), bool(relu),
+                                   bool(relu6))
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, seed=None) -> Tensor:
@@ -183,14 +185,42 @@ def sigmoid(x: Tensor) -> Tensor:
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
-    return ActivationFunction.apply(x, "leaky_relu", float(negative_slope))
+    return ActivationFunction.apply(x, "leaky_relu", (float(negative_slope),))
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     """x·Φ(x) with the exact erf (PyTorch's default) or approximate="tanh"."""
     if approximate not in ("none", "tanh"):
         raise ShapeError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-    return ActivationFunction.apply(x, "gelu" if approximate == "none" else "gelu_tanh", 0.0)
+    return ActivationFunction.apply(x, "gelu" if approximate == "none" else "gelu_tanh", ())
+
+
+def hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
+    """min(max(x, min_val), max_val); the gradient passes strictly between the bounds only (PyTorch's)."""
+    if min_val > max_val:
+        raise ShapeError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
+    return ActivationFunction.apply(x, "hardtanh", (float(min_val), float(max_val)))
+
+
+def relu6(x: Tensor, inplace: bool = False) -> Tensor:
+    """min(max(x, 0), 6): hardtanh(x, 0, 6), gradient 0 at x = 0 and x = 6 (PyTorch's)."""
+    return hardtanh(x, 0.0, 6.0)
+
+
+def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
+    """x·relu6(x + 3)/6 (Howard et al., Searching for MobileNetV3); the gradient is PyTorch's at the kinks
+    too: 0 up to −3, x/3 + 1/2 strictly inside (−3, 3), 1 from 3 on."""
+    return ActivationFunction.apply(x, "hardswish", ())
+
+
+def hardsigmoid(x: Tensor, inplace: bool = False) -> Tensor:
+    """relu6(x + 3)/6; gradient 1/6 strictly inside (−3, 3), else 0 (PyTorch's)."""
+    return ActivationFunction.apply(x, "hardsigmoid", ())
+
+
+def silu(x: Tensor, inplace: bool = False) -> Tensor:
+    """x·sigmoid(x) (Swish with β = 1)."""
+    return ActivationFunction.apply(x, "silu", ())
 
 
 def softmax(x: Tensor, dim: int | None = None, dtype=None) -> Tensor:

@@ -9,9 +9,11 @@ Every fused call computes what the unfused steps compute (up to float rounding),
   Conv2d, BatchNorm2d [, Residual], ReLU     inference (eval and no_grad): BN folded into the convolution's
                                             weights and bias (one launch, ops.batchnorm.fold_into_conv),
                                             the convolution, then bias [+ shortcut] [relu] in one pass
+  Conv2d, BatchNorm2d, ReLU6               inference: the same with ReLU6 (MobileNetV2's Conv-BN-ReLU6)
   Conv2d, BatchNorm2d                       inference: the same without the ReLU
   BatchNorm, Residual, ReLU                 relu(bn(x) + shortcut): one apply kernel (backward: two)
   BatchNorm, ReLU                           relu(bn(x)): one apply kernel
+  BatchNorm, ReLU6                          relu6(bn(x)): one apply kernel
   Residual, ReLU                            relu(x + shortcut): one kernel (F.add_relu)
   ReLU, MaxPool2d                           max_pool2d(relu(x)): one pooling kernel
 Only exact types match (a subclass may override forward), and a module called on its own is unchanged.
@@ -24,7 +26,7 @@ from typing import Callable, Sequence
 from ..autograd import is_grad_enabled
 from ..ops.batchnorm import batch_norm_apply, fold_into_conv
 from . import functional as F
-from .activation import ReLU
+from .activation import ReLU, ReLU6
 from .layers import Conv2d, MaxPool2d
 from .normalization import BatchNorm1d, BatchNorm2d
 
@@ -62,13 +64,13 @@ def _foldable(steps) -> bool:
             and conv.weight.dtype == bn.running_mean.dtype)
 
 
-def _folded(steps, x, residual=None, relu: bool = False):
+def _folded(steps, x, residual=None, relu: bool = False, relu6: bool = False):
     """conv with bn folded into its weights (one fold launch), then bias [+ residual] [relu] in one pass."""
     conv, bn = steps[0], steps[1]
     weight, bias = fold_into_conv(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias,
                                   bn.eps)
     y = F.conv2d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups, conv.strategy)
-    return batch_norm_apply(y, None, None, None, bias, residual=residual, relu=relu)
+    return batch_norm_apply(y, None, None, None, bias, residual=residual, relu=relu, relu6=relu6)
 
 
 def _always(steps) -> bool:
@@ -80,11 +82,14 @@ FUSIONS: tuple[Fusion, ...] = (
            lambda s, x: _folded(s, x, s[2].shortcut, relu=True)),
     Fusion("conv+bn+relu (eval: folded)", ((Conv2d,), (BatchNorm2d,), (ReLU,)), _foldable,
            lambda s, x: _folded(s, x, relu=True)),
+    Fusion("conv+bn+relu6 (eval: folded)", ((Conv2d,), (BatchNorm2d,), (ReLU6,)), _foldable,
+           lambda s, x: _folded(s, x, relu6=True)),
     Fusion("conv+bn (eval: folded)", ((Conv2d,), (BatchNorm2d,)), _foldable,
            lambda s, x: _folded(s, x)),
     Fusion("bn+residual+relu", (_BN, (Residual,), (ReLU,)), _always,
            lambda s, x: s[0](x, relu=True, residual=s[1].shortcut)),
     Fusion("bn+relu", (_BN, (ReLU,)), _always, lambda s, x: s[0](x, relu=True)),
+    Fusion("bn+relu6", (_BN, (ReLU6,)), _always, lambda s, x: s[0](x, relu6=True)),
     Fusion("residual+relu", ((Residual,), (ReLU,)), _always, lambda s, x: F.add_relu(x, s[0].shortcut)),
     Fusion("relu+maxpool", ((ReLU,), (MaxPool2d,)), _always, lambda s, x: s[1](x, fused_relu=True)),
 )

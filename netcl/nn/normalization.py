@@ -75,15 +75,16 @@ class _BatchNorm(Module):
     def uses_batch_stats(self) -> bool:
         return self.training or not self.track_running_stats
 
-    def forward(self, x, relu: bool = False, residual=None):
-        """``relu`` and ``residual`` (netcl's fusion hooks): relu(bn(x) + residual) in the same kernel."""
+    def forward(self, x, relu: bool = False, residual=None, relu6: bool = False):
+        """``relu`` and ``residual`` (netcl's fusion hooks): relu(bn(x) + residual) in the same kernel;
+        ``relu6``: ReLU6 in place of the ReLU."""
         self._check_input(x)
         update = self.training and self.track_running_stats
         return F.batch_norm(x, self.running_mean if update or not self.training else None,
                             self.running_var if update or not self.training else None, self.weight, self.bias,
                             self.uses_batch_stats(), self.momentum, self.eps,
                             num_batches_tracked=self.num_batches_tracked if update else None, relu=relu,
-                            residual=residual)
+                            residual=residual, relu6=relu6)
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "

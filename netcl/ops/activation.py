@@ -1,4 +1,5 @@
-"""LeakyReLU, GELU, the residual add + ReLU, and softmax / log-softmax along an axis (kernels/activation.cl).
+"""LeakyReLU, GELU, Hardtanh (ReLU6), Hardswish, Hardsigmoid, SiLU, the residual add + ReLU, and softmax /
+log-softmax along an axis (kernels/activation.cl).
 
 Raw ops, forward and backward; the differentiable versions are in netcl.nn.functional (rules in
 netcl.autograd.rules_activation).
@@ -14,7 +15,9 @@ from ..errors import DTypeError, ShapeError
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
 
-ACTIVATIONS = ("leaky_relu", "gelu", "gelu_tanh")
+# each activation with the names of its scalar parameters (the kernel's p0, p1)
+ACTIVATIONS = {"leaky_relu": ("negative_slope",), "gelu": (), "gelu_tanh": (), "hardtanh": ("min_val", "max_val"),
+               "hardswish": (), "hardsigmoid": (), "silu": ()}
 
 
 def _float_input(x: Tensor, what: str) -> Tensor:
@@ -35,27 +38,39 @@ def _flat_launch(kernel, like: Tensor, *args) -> None:
     launch(like.device, kernel, (like.size,), local_size_1d(like.device, like.size), *args)
 
 
-def activation_forward(x: Tensor, act: str, slope: float = 0.01) -> Tensor:
-    """y = act(x) for act in ACTIVATIONS (``slope``: LeakyReLU's negative slope)."""
+def _scalars(act: str, params: tuple, dtype) -> tuple:
+    """The kernel's (p0, p1) for ``act``'s parameters, checked against ACTIVATIONS."""
     if act not in ACTIVATIONS:
-        raise ShapeError(f"unknown activation {act!r}; expected one of {ACTIVATIONS}")
+        raise ShapeError(f"unknown activation {act!r}; expected one of {tuple(ACTIVATIONS)}")
+    names = ACTIVATIONS[act]
+    if len(params) != len(names):
+        raise ShapeError(f"{act} takes the parameters {names}, got {params!r}")
+    padded = tuple(params) + (0.0,) * (2 - len(params))
+    return tuple(dtype.type(p) for p in padded)
+
+
+def activation_forward(x: Tensor, act: str, params: tuple = ()) -> Tensor:
+    """y = act(x) for act in ACTIVATIONS, ``params`` the values of its named parameters in order
+    (("leaky_relu", (0.01,)), ("hardtanh", (0.0, 6.0)) for ReLU6)."""
     x = _float_input(x, act)
+    p0, p1 = _scalars(act, params, x.dtype)
     y = Tensor.empty(x.shape, x.dtype, x.device)
     if x.size:
         kernel = get_kernel(x.device, "activation.cl", "act_forward", T=dtypes.c_type(x.dtype), ACT=act)
-        _flat_launch(kernel, x, x.buffer, np.int64(x.offset), y.buffer, np.int64(y.offset), np.int64(x.size),
-                     x.dtype.type(slope))
+        _flat_launch(kernel, x, x.buffer, np.int64(x.offset), y.buffer, np.int64(y.offset), np.int64(x.size), p0, p1)
     return y
 
 
-def activation_backward(grad_y: Tensor, x: Tensor, act: str, slope: float = 0.01) -> Tensor:
+def activation_backward(grad_y: Tensor, x: Tensor, act: str, params: tuple = ()) -> Tensor:
+    """grad_y · act'(x), with PyTorch's values at the kinks (see kernels/activation.cl)."""
     x, grad_y = _float_input(x, act), _float_input(grad_y, f"{act} backward")
     _same(x, grad_y, f"{act} backward")
+    p0, p1 = _scalars(act, params, x.dtype)
     gx = Tensor.empty(x.shape, x.dtype, x.device)
     if x.size:
         kernel = get_kernel(x.device, "activation.cl", "act_backward", T=dtypes.c_type(x.dtype), ACT=act)
         _flat_launch(kernel, x, x.buffer, np.int64(x.offset), grad_y.buffer, np.int64(grad_y.offset), gx.buffer,
-                     np.int64(gx.offset), np.int64(x.size), x.dtype.type(slope))
+                     np.int64(gx.offset), np.int64(x.size), p0, p1)
     return gx
 
 

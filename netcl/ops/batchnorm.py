@@ -135,10 +135,11 @@ def batch_norm_stats(x: Tensor, running_mean: Tensor | None = None, running_var:
 
 def batch_norm_apply(x: Tensor, mean: Tensor | None, var: Tensor | None, weight: Tensor | None = None,
                      bias: Tensor | None = None, eps: float = 1e-5, residual: Tensor | None = None,
-                     relu: bool = False, count: Tensor | None = None) -> Tensor:
+                     relu: bool = False, count: Tensor | None = None, *, relu6: bool = False) -> Tensor:
     """y = [relu]((x − mean)/√(var + eps)·weight + bias [+ residual]); ``count`` (num_batches_tracked, int64)
     is incremented by the same launch. mean = var = weight = None: y = [relu](x + bias [+ residual]), the
-    epilogue of a convolution with a BatchNorm folded in."""
+    epilogue of a convolution with a BatchNorm folded in. ``relu6``: the fused activation is ReLU6,
+    min(max(z, 0), 6), instead of the ReLU."""
     what = "batch_norm"
     n, c, length = channel_view(x, what)
     for t, name in ((mean, "mean"), (var, "var"), (weight, "weight"), (bias, "bias")):
@@ -163,7 +164,8 @@ def batch_norm_apply(x: Tensor, mean: Tensor | None, var: Tensor | None, weight:
     if x.size == 0:
         return y
     kernel = get_kernel(x.device, "batchnorm.cl", "bn_apply",
-                        **_variant(x, AFFINE=weight is not None, RELU=bool(relu), RESIDUAL=residual is not None,
+                        **_variant(x, AFFINE=weight is not None, RELU=bool(relu or relu6), RELU6=bool(relu6),
+                                   RESIDUAL=residual is not None,
                                    COUNT=count is not None, SHIFT_ONLY=shift_only))
     global_size, local_size, chunk = _elementwise_geometry(x.device, n * c, length)
     launch(x.device, kernel, global_size, local_size, x.buffer, np.int64(x.offset), *_buf(residual, x),
@@ -175,10 +177,10 @@ def batch_norm_apply(x: Tensor, mean: Tensor | None, var: Tensor | None, weight:
 
 def batch_norm_backward(grad_y: Tensor, x: Tensor, y: Tensor, mean: Tensor, var: Tensor,
                         weight: Tensor | None = None, eps: float = 1e-5, batch_stats: bool = True,
-                        relu: bool = False, residual: bool = False):
+                        relu: bool = False, residual: bool = False, *, relu6: bool = False):
     """(grad_x, grad_weight, grad_bias, grad_residual) of batch_norm_apply for upstream grad_y.
 
-    ``y`` (the forward output) supplies the ReLU's mask; ``batch_stats`` says whether mean/var were the
+    ``y`` (the forward output) supplies the ReLU's (or ReLU6's) mask; ``batch_stats`` says whether mean/var were the
     batch's own (training: the gradient flows through them) or constants (eval). grad_residual is None
     without a residual; grad_weight and grad_bias are the per-channel sums whatever ``weight`` is."""
     what = "batch_norm backward"
@@ -186,7 +188,8 @@ def batch_norm_backward(grad_y: Tensor, x: Tensor, y: Tensor, mean: Tensor, var:
     if grad_y.shape != x.shape or y.shape != x.shape:
         raise ShapeError(f"{what}: gradient {grad_y.shape} and output {y.shape} must match the input {x.shape}")
     grad_y, x, y = _contiguous(grad_y), _contiguous(x), _contiguous(y)
-    flags = _variant(x, AFFINE=weight is not None, RELU=bool(relu), RESIDUAL=bool(residual),
+    flags = _variant(x, AFFINE=weight is not None, RELU=bool(relu or relu6), RELU6=bool(relu6),
+                     RESIDUAL=bool(residual),
                      BATCH_STATS=bool(batch_stats))
     grad_weight = Tensor.empty((c,), x.dtype, x.device)
     grad_bias = Tensor.empty((c,), x.dtype, x.device)

@@ -44,8 +44,8 @@ HIT_RATIO = 1.25  # a choice within 25 % of the fastest measured counts as right
 # over the weights plus LOCAL_SHRINK (a case with no measured neighbour gets next to nothing, one measured
 # exactly gets two thirds of its leftover). Layers between measured ones keep the linear trend; a layer
 # next to a measured one inherits what the trend missed there. Chosen by leave-one-layer-out on both
-# drivers' calibrations (twenty-third session, an Intel Xeon): widths 0.5-0.7 scored best (72/84 and 74/84
-# against 71 and 74 without the local part); docs/planner.md has the held-out figures.
+# drivers' calibrations on an Intel Xeon: widths 0.5-0.7 scored best (72/84 and 74/84
+# against 71 and 74 without the local part); docs/explanation/convolution.md describes the residual.
 LOCAL_WIDTH = 0.6
 LOCAL_SHRINK = 0.5
 

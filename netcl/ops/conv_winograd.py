@@ -60,7 +60,7 @@ def _channel_major(th: int, tw: int) -> int:
     """Whether the tile kernels walk planes channel-major (kernels/winograd.cl, CMAJOR): below 256 tiles
     per plane, where it made neighbouring work-items share cache lines of the transformed rows (output
     transform at batch 32: cv6 6.0 → 4.2 ms, cv10 7.0 → 5.4 ms, cv12 1.6 → 1.2 ms; no difference on cv8
-    and cv9, 729 tiles and more; docs/ops/winograd.md)."""
+    and cv9, 729 tiles and more)."""
     return int(th * tw < 256)
 
 

@@ -6,7 +6,7 @@ have unit stride there; when it does not (a transposed or strided B), or when th
 for it and its rows would collide in the cache sets (walking a row-major B down K with a power-of-two
 leading dimension), B is first packed into NR-column panels (``gemm_pack_b`` / ``gemm_pack_bt``). An A
 read down its columns is packed likewise. Operands that fit in L1 are never packed: for small products
-one launch fewer matters more (see docs/gemm.md).
+one launch fewer matters more (see docs/explanation/gemm.md).
 
 Kernel parameters come from the tuning database (``netcl tune gemm``; netcl.tuning.db), looked up per
 dtype and shape class, falling back to the built-in table for the device kind.

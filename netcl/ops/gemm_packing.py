@@ -1,5 +1,5 @@
 """Which operands of a product are packed into panels first: the single statement of the packing rules
-(docs/gemm.md, "The kernel"); and the buffers they are packed into."""
+(docs/explanation/gemm.md, "The packing rules"); and the buffers they are packed into."""
 from __future__ import annotations
 
 import math
@@ -26,8 +26,9 @@ def set_conflicts(k: int, row_bytes: int, tile_bytes: int, line: int = 64, sets:
 
 def packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int, b_cs: int, batch: int,
              explicit: bool = False):
-    """(pack A?, pack B?) for one product: the single statement of the packing rules (docs/gemm.md).
-    ``explicit``: the caller passed the parameters, and PACK_A=1 then packs A whatever its size."""
+    """(pack A?, pack B?) for one product: the single statement of the packing rules
+    (docs/explanation/gemm.md). ``explicit``: the caller passed the parameters, and PACK_A=1 then packs
+    A whatever its size."""
     # An operand that each tile reads once (A when N fits one panel, B when M fits one) gains nothing
     # from a pack but its launch; one that fits in L1 is re-read from there anyway. Otherwise A read down
     # its columns (a transposed operand) touches one cache line per k: pack it.

@@ -14,7 +14,7 @@ Drivers outside the system's vendors directory (Intel's CPU runtime installed fr
 by ``ci/setup.sh``, which records an OpenCL vendors directory under netcl's configuration directory
 (``NETCL_CONFIG_DIR``, else the user's config dir). When the environment does not set ``OCL_ICD_VENDORS``
 itself, netcl points it at that directory before it first asks the ICD loader for platforms, so a process
-sees the drivers the set-up installed without sourcing anything (docs/drivers.md).
+sees the drivers the set-up installed without sourcing anything (docs/howto/devices-and-drivers.md).
 """
 from __future__ import annotations
 

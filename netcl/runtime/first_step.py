@@ -2,8 +2,9 @@
 
 A fresh process builds every kernel it launches, and on PoCL 3.1 each program costs about 0.1 s to build
 and each kernel another 0.1-0.5 s of code generation at its first launch per work-group size
-(docs/architecture.md, "The first step"). Work that only makes later steps faster, such as a product's best
-tile when a kernel that computes the same product is already built, waits until the first step is over:
+(docs/architecture.md, "The first step"). Work that only makes later steps faster, such as a
+product's best tile when a kernel that computes the same product is already built, waits until the first
+step is over:
 
 - the first step ends at the first optimizer update (:func:`end`; `Optimizer.step` calls it), or when
   anything times kernels (netcl.runtime.timing), which must time the kernels the process will keep using;

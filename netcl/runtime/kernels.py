@@ -200,7 +200,8 @@ def _load_or_build(device: Device, source: str, options: tuple[str, ...], key: s
 def _build_hint(log: str) -> str:
     if "unknown target CPU" in log:
         # PoCL names the host CPU with its own LLVM's table; an LLVM older than the CPU answers "generic",
-        # which that clang refuses for x86 (the PoCL 3.0 wheel, LLVM 14, on AMD Zen 5: docs/gemm.md).
+        # which that clang refuses for x86 (the PoCL 3.0 wheel, LLVM 14, on AMD Zen 5;
+        # docs/explanation/gemm.md).
         return (" (this driver's compiler does not know this CPU; no setting of that driver changes the "
                 "target: use a driver built with a newer LLVM, e.g. the distribution's PoCL)")
     return ""

@@ -23,8 +23,8 @@ import numpy as np
 # model learns from measured layers like the one it predicts. Each layer costs a cold calibration 3-4 s,
 # most of it building its kernels: six more layers (LeNet at batch 16, and 3×3 layers with neighbours
 # here) took a fresh calibration past its 2 minutes; taken out, they left the planner's choices unchanged
-# on both drivers' stored Zen 4 runs (benchmarks/planner_offline.py --exclude, by the session that took
-# them out; those runs are gone, and the Xeon runs of docs/planner.md were made without them).
+# on both drivers' stored Zen 4 runs (benchmarks/planner_offline.py --exclude; the planner-accuracy
+# figures of docs/benchmarks.md were measured without them).
 LAYERS = [
     ((8, 64, 8, 8), (64, 64, 3, 3), 1, 1),
     ((1, 128, 14, 14), (128, 128, 3, 3), 1, 0),

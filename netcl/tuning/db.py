@@ -38,7 +38,8 @@ _DEFAULT_KEY = "*"  # the family-wide entry (key=None)
 # family ships here: other families pass their own ``default=`` to lookup.
 BUILTIN: dict[str, dict[str, dict[str, dict]]] = {
     # PoCL's CPU driver: no local memory, one register tile per work-item, B packed into panels
-    # (docs/gemm.md explains why); measured with `netcl tune gemm` on a 2-core AVX2 PoCL 3.1 device.
+    # (docs/explanation/gemm.md says why); measured with `netcl tune gemm` on a 2-core AVX2 PoCL 3.1
+    # device.
     "cpu": {
         "gemm": {
             "float32": {"MR": 6, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,

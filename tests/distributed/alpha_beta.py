@@ -3,7 +3,7 @@
 Times MPI_Allreduce (sum, in place on host float32 arrays) from 4 bytes to 16 MiB, the minimum of several
 repetitions (the machine is shared). In T(b) = 2(N−1)α + 2(N−1)/N · b · β it takes α from the messages of
 up to 4 KiB and β from those of 1 MiB and more, and it times the device↔host copies of a 1.7 MB bucket on
-this rank's device. Rank 0 prints one JSON line (docs/distributed.md).
+this rank's device. Rank 0 prints one JSON line (docs/explanation/training-internals.md).
 """
 from __future__ import annotations
 

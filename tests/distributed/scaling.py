@@ -6,7 +6,7 @@ one JSON line: global images/s over the timed steps (after --warmup untimed ones
 per step, the host's waits at the end of backward: for the device's last gradients and for MPI. The scaling efficiency of
 N ranks is their global images/s over N times the images/s of one rank with the same per-rank threads
 (POCL_MAX_PTHREAD_COUNT); `--rounds R` alternates R runs of each and reports the median of the per-round
-ratios and the ratio of the best runs (docs/distributed.md).
+ratios and the ratio of the best runs (docs/howto/distributed.md).
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ import netcl
 from netcl.runtime import kernels as _kernels_mod
 from netcl.runtime import memory as _memory_mod
 
-# ---- Oclgrind 21.10's blind spots (docs/reliability.md) -------------------------------------------------
+# ---- Oclgrind 21.10's blind spots (docs/explanation/testing.md) ------------------------------------------
 
 _ON_OCLGRIND = False  # set at collection when the default device is Oclgrind
 
@@ -65,7 +65,7 @@ def _allocate_and_hold(device, nbytes):
     address of a released buffer for the next allocation, and its uninitialized-value tracking then keeps
     the old buffer's extent: in a larger new buffer everything past the old size reads as uninitialized
     although it was written (a small layer then a larger one reports thousands of false positives, the
-    reverse order none, and nothing is reported when no buffer is ever released; docs/reliability.md).
+    reverse order none, and nothing is reported when no buffer is ever released; docs/explanation/testing.md).
     ci/oclgrind.sh raises the simulator's global memory size to make room."""
     buffer = _original_allocate(device, nbytes)
     _held_buffers.append(buffer)
