@@ -284,12 +284,8 @@ def _clip(graph, module, x, path, low: float, high: float):
     return _run(module, x, graph, "Clip", [x.name] + bounds, path)
 
 
-def _hardtanh(graph, module, x, path):
+def _hardtanh(graph, module, x, path):  # and ReLU6, a Hardtanh(0, 6)
     return _clip(graph, module, x, path, module.min_val, module.max_val)
-
-
-def _relu6(graph, module, x, path):
-    return _clip(graph, module, x, path, 0.0, 6.0)
 
 
 def _hardsigmoid(graph, module, x, path):
@@ -308,11 +304,11 @@ def _silu(graph, module, x, path):
     return Value(graph.node("Mul", [x.name, gate], path), module(x.tensor))
 
 
-# the activations of the ImageNet families (PyTorch's names and attributes), where netcl.nn has them
-for _name, _exporter in (("Hardtanh", _hardtanh), ("ReLU6", _relu6), ("Hardsigmoid", _hardsigmoid),
-                         ("Hardswish", _hardswish), ("SiLU", _silu)):
-    if hasattr(nn, _name):
-        register(getattr(nn, _name))(_exporter)
+register(nn.Hardtanh)(_hardtanh)
+register(nn.ReLU6)(_hardtanh)
+register(nn.Hardsigmoid)(_hardsigmoid)
+register(nn.Hardswish)(_hardswish)
+register(nn.SiLU)(_silu)
 
 
 # ---- the model ----------------------------------------------------------------------------------------
