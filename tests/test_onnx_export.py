@@ -142,6 +142,29 @@ class Doubler(nn.Module):
         return x + x
 
 
+class NamedLayers(nn.Sequential):
+    """A Sequential that only names its layers: it exports as a Sequential."""
+
+
+class ReversedLayers(nn.Sequential):
+    """A Sequential whose forward differs: no exporter of its base applies."""
+
+    def forward(self, x):
+        for module in reversed(list(self._modules.values())):
+            x = module(x)
+        return x
+
+
+def test_subclasses_export_as_their_base_only_when_they_keep_its_forward(device, rng):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    model = NamedLayers(nn.Linear(4, 6, device=device), nn.ReLU6())
+    proto = nc.onnx.export(model, nc.tensor(x, device=device))
+    assert [node.op_type for node in proto.graph.node] == ["Gemm", "Clip"]
+    assert_agrees(netcl_eval(model, x, device), run_onnxruntime(proto, x), 1e-5, "a Sequential subclass")
+    with pytest.raises(nc.OnnxError, match="no exporter for ReversedLayers"):
+        nc.onnx.export(ReversedLayers(nn.ReLU(), nn.Tanh()), nc.tensor(x, device=device))
+
+
 def test_what_cannot_be_exported_raises_onnx_error(device, rng):
     x = nc.tensor(rng.standard_normal((2, 3, 6, 6)).astype(np.float32), device=device)
     model = nn.Sequential(nn.ReLU(), nn.Sequential(nn.Identity(), Doubler()))

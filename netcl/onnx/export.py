@@ -1,6 +1,7 @@
 """nc.onnx.export: a netcl model as an ONNX graph that onnxruntime (or nc.onnx.load) runs.
 
-The model is walked from its root with one exporter per module type (``EXPORTERS``): containers and
+The model is walked from its root with one exporter per module type (``EXPORTERS``; a subclass that keeps
+its base's forward uses the base's exporter): containers and
 blocks (Sequential, the ResNets and their BasicBlock) emit their children in the order their forward
 calls them, residual adds included; layers emit their ONNX nodes. Each module is also run on the value
 reaching it (the example input at the root), in eval mode and without gradients, so an exporter knows its
@@ -93,9 +94,19 @@ def register(cls):
     return wrap
 
 
+def exporter_of(cls):
+    """The exporter of ``cls``: its own, else that of the nearest base class whose forward it keeps (a
+    Sequential subclass that only names its layers exports as a Sequential), else None."""
+    for base in cls.__mro__:
+        exporter = EXPORTERS.get(base)
+        if exporter is not None:
+            return exporter if base is cls or cls.forward is base.forward else None
+    return None
+
+
 def emit(graph: OnnxGraph, module, x: Value, path: str) -> Value:
     """The graph of ``module`` applied to ``x`` (its path in the model names its nodes and initializers)."""
-    exporter = EXPORTERS.get(type(module))
+    exporter = exporter_of(type(module))
     if exporter is not None:
         return exporter(graph, module, x, path)
     own = getattr(module, "export_onnx", None)
