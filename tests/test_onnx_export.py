@@ -128,7 +128,8 @@ def test_imagenet_activations(device, rng, name, opset):
 
 
 def test_fixed_batch_and_opsets(device, rng):
-    model = nn.Sequential(nn.Conv2d(2, 3, 3, device=device), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 25, 4, device=device))
+    model = nn.Sequential(nn.Conv2d(2, 3, 3, device=device), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(3 * 25, 4, device=device))
     x = rng.standard_normal((2, 2, 7, 7)).astype(np.float32)
     for opset, example in ((13, nc.tensor(x, device=device)), (21, x)):  # a host array goes to the model's device
         proto = nc.onnx.export(model, example, opset=opset, dynamic_batch=False)
