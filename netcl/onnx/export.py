@@ -60,7 +60,8 @@ class OnnxGraph:
     def initializer(self, name: str, array: np.ndarray) -> str:
         """An initializer called ``name`` (a module shared by two paths keeps its first)."""
         if name not in self.initializers:
-            self.initializers[name] = self.onnx.numpy_helper.from_array(np.ascontiguousarray(array), name)
+            # np.ascontiguousarray would make a scalar (Clip's bounds) 1-D
+            self.initializers[name] = self.onnx.numpy_helper.from_array(np.asarray(array, order="C"), name)
             self._used_names.add(name)
         return name
 
