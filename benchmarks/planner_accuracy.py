@@ -3,7 +3,7 @@
 1. heuristic: the plan the cost model makes from the device's calibration alone (`netcl tune conv`; no
    measured plans), made for every case before anything else is measured;
 2. measure: the plan measure mode makes in a fresh copy of that calibrated cache;
-3. truth: every applicable candidate timed in two independent sessions (interleaved runs in rotated
+3. truth: every applicable candidate timed in two independent series (interleaved runs in rotated
    order, warm-up excluded, the statistic measure mode uses: the fastest sample; netcl.runtime.timing);
    the lower of the two counts.
 
@@ -11,7 +11,7 @@ A choice "hits" when its true time is within 25 % (heuristic) or 10 % (measure) 
 candidate. Two sets: the 42 passes of LeNet (batch 64) and the MEC paper's cv1–cv12 (batch 1), and a
 held-out set the calibration never saw (ResNet-, VGG-, MobileNet-like: strided, 1×1, depthwise, dilated,
 a 7×7 stem; netcl.cli.conv_layers.held_out_layers). Targets: heuristic ≥ 90 %, measure 100 %, on both.
-A third set, ``second_held_out`` (not run by default), holds layers no session tuned the model against:
+A third set, ``second_held_out`` (not run by default), holds layers the model was never tuned against:
 kernels that are not square, grouped, dilated by 4, ResNet-50's bottleneck (second_held_out_layers).
 
     NETCL_CACHE_DIR=$(mktemp -d) python benchmarks/planner_accuracy.py [--calibrate] [--quick-calibration]
@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
+from netcl import settings  # noqa: E402
 from netcl.cli.conv_layers import held_out_layers, lenet_layers, mec_layers, second_held_out_layers  # noqa: E402
 from netcl.ops import conv2d_planner as planner  # noqa: E402
 from netcl.ops import conv_profile  # noqa: E402
@@ -44,7 +45,7 @@ from netcl.runtime.kernels import kernels_dir  # noqa: F401,E402  (imported befo
 
 
 def _use_cache(path: Path) -> None:
-    os.environ["NETCL_CACHE_DIR"] = str(path)
+    settings.CACHE_DIR.choose(str(path))
     planner.clear_memory_cache()
 
 
@@ -75,10 +76,10 @@ def run_set(label, layers, device, calibrated: Path, scratch: Path, rng) -> list
             measure_s = time.perf_counter() - start
             impls = {c.strategy: registry[c.strategy] for c in h.candidates if c.applicable and c.within_budget}
             # a candidate over 10x slower than the fastest in warm-up keeps that one sample: it cannot win
-            sessions = [planner.time_strategies(impls, layer, pass_, device, rng, time_isolated=False)
-                        for _ in range(2)]
-            truth = {k: min(s[k] for s in sessions) for k in sessions[0]
-                     if all(isinstance(s[k], float) for s in sessions)}
+            series = [planner.time_strategies(impls, layer, pass_, device, rng, time_isolated=False)
+                      for _ in range(2)]
+            truth = {k: min(s[k] for s in series) for k in series[0]
+                     if all(isinstance(s[k], float) for s in series)}
             best = min(truth, key=truth.get)
             row = {"set": label, "layer": name, "pass": pass_, "shape": layer.describe(),
                    "signature": layer.signature(), "truth_ms": truth,
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="write every timing and choice here")
     args = p.parse_args(argv)
     device = resolve_device(args.device)
-    calibrated = Path(os.environ.get("NETCL_CACHE_DIR") or tempfile.mkdtemp(prefix="netcl-planner-accuracy-"))
+    calibrated = settings.CACHE_DIR.get() or Path(tempfile.mkdtemp(prefix="netcl-planner-accuracy-"))
     _use_cache(calibrated)
     started = time.perf_counter()
     calibration = None

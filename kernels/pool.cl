@@ -4,7 +4,8 @@ dilation: the d-regularly sparse pooling kernel P_{k,d} of Li, Zhao & Wang (dila
 pixels between taps), stride 1 included.
 
 Layout: input planes (N*C, H, W) and output planes (N*C, Ho, Wo), both contiguous from their offsets.
-Output pixel (oh, ow) reads input pixels (oh*SH - PH + i*DH, ow*SW - PW + j*DW), i < KH, j < KW.
+Output pixel (oh, ow) reads input pixels (oh*SH - PH + i*DH, ow*SW - PW + j*DW), i < KH, j < KW; the
+padded input spans rows [-PH, H + PH_END) and columns [-PW, W + PW_END).
 
 Template parameters (all have defaults). The geometry is compile-time: with constant strides and the
 taps unrolled, PoCL's CPU code is branch-free selects (a data-dependent branch per tap made these kernels
@@ -12,7 +13,12 @@ over ten times slower there).
   T          C element type                                             (default "float")
   KH, KW     kernel height and width                                    (default 2, 2)
   SH, SW     strides                                                    (default 2, 2)
-  PH, PW     zero/-inf padding                                          (default 0, 0)
+  PH, PW     zero/-inf padding before the first row and column             (default 0, 0)
+  PH_END, PW_END  padding after the last row and column (ONNX's asymmetric pads; only average pooling's
+             divisor with CEIL and COUNT_PAD reads them)                (default None: PH, PW)
+  CEIL       output sizes were rounded up (ceil_mode): the last window may reach past the padded input,
+             so every tap is bounds-checked and COUNT_PAD divides by the taps inside the padded input
+                                                                        (default False)
   DH, DW     dilations                                                  (default 1, 1)
   OP         "max" | "avg"                                              (default "max")
   COUNT_PAD  avg only: divide by KH*KW (True, PyTorch's count_include_pad) or by the number of taps
@@ -35,10 +41,13 @@ Kernels (one work-item per row; it walks the row's pixels, so neighbouring taps 
                           every window that covers it.
 Both backward kernels are deterministic (no atomics). Row tails are guarded.
 </%doc>
-<%page args="T='float', KH=2, KW=2, SH=2, SW=2, PH=0, PW=0, DH=1, DW=1, OP='max', COUNT_PAD=True, RELU=False"/>
+<%page args="T='float', KH=2, KW=2, SH=2, SW=2, PH=0, PW=0, PH_END=None, PW_END=None, CEIL=False, DH=1, DW=1, OP='max', COUNT_PAD=True, RELU=False"/>
 <%! from netcl.runtime.cl_guards import beyond %>
 <%
-    PADDED = PH > 0 or PW > 0
+    PH_END = PH if PH_END is None else PH_END
+    PW_END = PW if PW_END is None else PW_END
+    PADDED = PH > 0 or PW > 0 or PH_END > 0 or PW_END > 0 or CEIL
+    CLIPPED_DIVISOR = CEIL and COUNT_PAD
     UNROLL = KH * KW <= 64
     AREA = KH * KW
 %>
@@ -100,22 +109,25 @@ Both backward kernels are deterministic (no atomics). Row tails are guarded.
 
 /* The divisor of window (oh, ow) for average pooling. */
 <%def name="divisor(oh, ow)">
-% if COUNT_PAD or not PADDED:
+% if CLIPPED_DIVISOR:
+(${T}) (window_rows(${oh}, -${PH}, H + ${PH_END}) * window_cols(${ow}, -${PW}, W + ${PW_END}))
+% elif COUNT_PAD or not PADDED:
 (${T}) ${AREA}
 % else:
-(${T}) (window_rows(${oh}, H) * window_cols(${ow}, W))
+(${T}) (window_rows(${oh}, 0, H) * window_cols(${ow}, 0, W))
 % endif
 </%def>
 
-% if OP == 'avg' and not COUNT_PAD and PADDED:
-inline int window_rows(const int oh, const int H) {
+% if OP == 'avg' and PADDED and (CLIPPED_DIVISOR or not COUNT_PAD):
+/* The taps of window row oh (column ow) inside [lo, hi). */
+inline int window_rows(const int oh, const int lo, const int hi) {
     int n = 0;
-    for (int i = 0; i < ${KH}; ++i) { const int ih = oh * ${SH} - ${PH} + i * ${DH}; n += (ih >= 0) & (ih < H); }
+    for (int i = 0; i < ${KH}; ++i) { const int ih = oh * ${SH} - ${PH} + i * ${DH}; n += (ih >= lo) & (ih < hi); }
     return n;
 }
-inline int window_cols(const int ow, const int W) {
+inline int window_cols(const int ow, const int lo, const int hi) {
     int n = 0;
-    for (int j = 0; j < ${KW}; ++j) { const int iw = ow * ${SW} - ${PW} + j * ${DW}; n += (iw >= 0) & (iw < W); }
+    for (int j = 0; j < ${KW}; ++j) { const int iw = ow * ${SW} - ${PW} + j * ${DW}; n += (iw >= lo) & (iw < hi); }
     return n;
 }
 % endif
@@ -152,8 +164,8 @@ __kernel void pool_forward(
         ${T} acc = 0;
         int count = 0;
         ${taps(avg_tap)}
-  % if COUNT_PAD or not PADDED:
-        yo[ow] = acc / (${T}) ${AREA};
+  % if CLIPPED_DIVISOR or COUNT_PAD or not PADDED:
+        yo[ow] = acc / ${divisor('oh', 'ow')};
   % else:
         yo[ow] = count > 0 ? acc / (${T}) count : (${T}) 0;
   % endif

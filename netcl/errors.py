@@ -76,6 +76,15 @@ class ClassIndexError(NetclError, IndexError):
         self.ignore_index = None if ignore_index is None else int(ignore_index)
 
 
+class SettingError(NetclError, ValueError):
+    """An environment variable netcl reads (netcl.settings) holds a value its parser refuses; carries the
+    variable's name and the value."""
+
+    def __init__(self, message: str, variable: str = "", value: str = ""):
+        super().__init__(message)
+        self.variable = variable
+        self.value = value
+
 
 class OnnxError(NetclError, ValueError):
     """An ONNX model netcl cannot import: a damaged or non-ONNX file, an unsupported operator or opset,

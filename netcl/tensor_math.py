@@ -2,7 +2,7 @@
 
 Reductions take NumPy's ``axis``/``keepdims`` or PyTorch's ``dim``/``keepdim``. ``t.max(dim=d)`` and
 ``t.min(dim=d)`` return PyTorch's ``(values, indices)`` namedtuple; ``t.max()``, ``t.max(axis)`` and
-``t.max(axis=a)`` return the values (NumPy's and API.md's form). Gradients follow PyTorch: a full or
+``t.max(axis=a)`` return the values (NumPy's form, and the public API's). Gradients follow PyTorch: a full or
 axis-wise max/min shares the gradient among tied extrema, the indexed form sends it to the chosen index.
 """
 from __future__ import annotations

@@ -31,7 +31,7 @@ def fresh_cache(tmp_path, monkeypatch):
     for var in ("NETCL_CONV_STRATEGY", "NETCL_CONV_WORKSPACE_LIMIT", "NETCL_CONV_PLAN_MODE", "NETCL_CACHE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setitem(planner.MEASURE_TIMING, "min_time_s", 0.05)
-    monkeypatch.setattr(planner, "MEASURE_SESSIONS", 1)
+    monkeypatch.setattr(planner, "MEASURE_SERIES", 1)
     planner.clear_memory_cache()
     yield
     planner.clear_memory_cache()

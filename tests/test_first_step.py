@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import netcl as nc
-import netcl.config as netcl_config
+from netcl import settings
 from netcl.ops import gemm as gemm_mod
 from netcl.ops import gemm_standin
 from netcl.runtime import first_step, kernels, timing
@@ -20,7 +20,7 @@ from util import assert_close
 def cold(monkeypatch):
     """A process in its first step, with no GEMM kernel built and none in the disk cache yet."""
     monkeypatch.setenv("NETCL_DEFER_BUILDS", "1")
-    monkeypatch.setattr(netcl_config, "_deterministic", None)
+    monkeypatch.setattr(settings, "_chosen", {})
     monkeypatch.delenv("NETCL_DETERMINISTIC", raising=False)
     monkeypatch.setattr(kernels, "is_built", lambda *a, **k: False)
     monkeypatch.setattr(kernels, "_kernels", {})  # no kernel made yet in this "process"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import netcl as nc
-from netcl import config
+from netcl import settings
 from netcl.ops.im2col import _layer, col2im, im2col, im2col_into
 from util import assert_close
 
@@ -126,7 +126,7 @@ def test_deterministic_switch_selects_gather(rng, device, monkeypatch):
     g = nc.Tensor.from_host(rng.standard_normal(im2col_ref(np.zeros(shape), k, k, 1, 2, 1).shape)
                             .astype(np.float32), device)
     gather = col2im(g, shape, k, k, padding=2, deterministic=True).to_host()
-    monkeypatch.setattr(config, "_deterministic", None)
+    monkeypatch.setattr(settings, "_chosen", {})  # use_deterministic below ends with the test
     monkeypatch.setenv("NETCL_DETERMINISTIC", "1")
     for _ in range(3):
         np.testing.assert_array_equal(col2im(g, shape, k, k, padding=2).to_host(), gather)

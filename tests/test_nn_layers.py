@@ -185,3 +185,16 @@ def test_flatten_and_sequential(device, rng, canaries):
     y.sum().backward()
     assert x.grad.shape == x_host.shape
     assert len(model) == 3 and isinstance(model[-1], nc.nn.ReLU)
+
+
+def test_conv_and_linear_start_from_given_weights(device, rng):
+    w, b = rng.standard_normal((6, 2, 3, 3)), rng.standard_normal(6)
+    conv = nc.nn.Conv2d(6, 6, 3, groups=3, device=device, initial_weight=w, initial_bias=b)
+    assert np.array_equal(conv.weight.to_host(), w.astype(np.float32)) and conv.weight.requires_grad
+    assert np.array_equal(conv.bias.to_host(), b.astype(np.float32))
+    linear = nc.nn.Linear(3, 2, bias=False, device=device, initial_weight=np.ones((2, 3)))
+    assert np.array_equal(linear.weight.to_host(), np.ones((2, 3), np.float32)) and linear.bias is None
+    with pytest.raises(nc.ShapeError, match="initial_weight"):
+        nc.nn.Conv2d(6, 6, 3, device=device, initial_weight=w)
+    with pytest.raises(nc.ShapeError, match="initial_bias"):
+        nc.nn.Linear(3, 2, device=device, initial_bias=np.zeros(3))

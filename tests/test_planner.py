@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import netcl as nc
+from netcl import settings
 from netcl.ops import conv2d_planner as planner
 from netcl.ops import conv_registry
 from netcl.ops.conv_common import ConvStrategy
@@ -40,7 +41,7 @@ def fresh_planner(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     # the timing rules' minimum span and second session are for real plans, not for these checks
     monkeypatch.setitem(planner.MEASURE_TIMING, "min_time_s", 0.05)
-    monkeypatch.setattr(planner, "MEASURE_SESSIONS", 1)
+    monkeypatch.setattr(planner, "MEASURE_SERIES", 1)
     planner.clear_memory_cache()
     yield
     planner.clear_memory_cache()
@@ -155,6 +156,21 @@ def test_budget_from_environment(device, monkeypatch):
     monkeypatch.setenv("NETCL_CONV_WORKSPACE_LIMIT", "lots")
     planner.clear_memory_cache()
     with pytest.raises(nc.NetclError, match="NETCL_CONV_WORKSPACE_LIMIT"):
+        plan_conv2d_layer(layer, "forward", device=device)
+
+
+def test_plan_mode_setting_has_one_default(device, monkeypatch):
+    """NETCL_CONV_PLAN_MODE unset and "online" mean the same: plans made outside training's trials use the
+    heuristic; another mode is the mode of every plan whose caller names none."""
+    layer = ConvLayer.from_shapes((2, 4, 13, 13), (6, 4, 3, 3))
+    assert settings.CONV_PLAN_MODE.get() == "online"
+    assert plan_conv2d_layer(layer, "forward", device=device).mode == "heuristic"
+    monkeypatch.setenv("NETCL_CONV_PLAN_MODE", "online")
+    assert plan_conv2d_layer(layer, "forward", device=device).mode == "heuristic"
+    monkeypatch.setenv("NETCL_CONV_PLAN_MODE", "exhaustive")
+    assert planner.planning_mode() == "exhaustive"
+    monkeypatch.setenv("NETCL_CONV_PLAN_MODE", "sometimes")
+    with pytest.raises(nc.SettingError, match="NETCL_CONV_PLAN_MODE"):
         plan_conv2d_layer(layer, "forward", device=device)
 
 

@@ -131,3 +131,39 @@ def test_fused_relu_max_pool_equals_relu_then_pool(device, rng, canaries, shape,
     assert np.array_equal(results[0][1], results[1][1])
     model = nc.nn.Sequential(nc.nn.ReLU(), nc.nn.MaxPool2d(k, s, p, d))
     assert np.array_equal(model(nc.tensor(x_host, device=device)).to_host(), results[1][0])
+
+
+# (input shape, kernel, stride, padding, padding_end, dilation, ceil_mode): GoogLeNet's and SqueezeNet's
+# ceil_mode pooling, windows reaching past the padded input, and ONNX's asymmetric pads.
+CEIL_AND_END_CASES = [
+    ((1, 2, 13, 11), (3, 3), (2, 2), (0, 0), None, (1, 1), True),    # overlapping windows, last one clipped
+    ((2, 1, 9, 7), (2, 2), (2, 2), (1, 1), None, (1, 1), True),      # a last window in the padding is dropped
+    ((1, 2, 10, 9), (3, 3), (2, 2), (1, 0), (0, 1), (1, 1), False),  # asymmetric pads
+    ((1, 1, 11, 10), (2, 3), (2, 2), (0, 1), (1, 1), (1, 1), True),  # both, disjoint in height
+]
+
+
+@pytest.mark.parametrize("shape,k,s,p,p_end,d,ceil", CEIL_AND_END_CASES)
+@pytest.mark.parametrize("op,count_include_pad", [("max", True), ("avg", True), ("avg", False)])
+def test_pool_ceil_mode_and_end_padding(device, rng, canaries, shape, k, s, p, p_end, d, ceil, op,
+                                        count_include_pad):
+    x_host = rng.uniform(-2, 2, size=shape).astype(np.float32)
+    x = nc.tensor(x_host, device=device, requires_grad=True)
+    if op == "max":
+        y = F.max_pool2d(x, k, s, p, d, ceil_mode=ceil, padding_end=p_end)
+    else:
+        y = F.avg_pool2d(x, k, s, p, ceil, count_include_pad, dilation=d, padding_end=p_end)
+    y_ref, grad_ref = pool_ref(x_host, k, s, p, d, op, count_include_pad, ceil, p_end)
+    assert y.shape == y_ref.shape
+    assert_close(y.to_host(), y_ref, 1e-6, f"{op} pool forward")
+    gy = rng.uniform(-2, 2, size=y.shape).astype(np.float32)
+    y.backward(nc.tensor(gy, device=device))
+    assert_close(x.grad.to_host(), grad_ref(gy), 1e-6, f"{op} pool backward")
+
+
+def test_pool_ceil_mode_layers_match_pytorch_sizes(device, rng):
+    x = nc.tensor(rng.standard_normal((1, 2, 112, 112)).astype(np.float32), device=device)
+    assert nc.nn.MaxPool2d(3, 2, ceil_mode=True)(x).shape == (1, 2, 56, 56)   # GoogLeNet's stem
+    assert nc.nn.MaxPool2d(3, 2)(x).shape == (1, 2, 55, 55)
+    assert nc.nn.AvgPool2d(2, ceil_mode=True, padding=1)(nc.zeros((1, 1, 5, 5), device=device)).shape == (1, 1, 3, 3)
+    assert "ceil_mode=True" in repr(nc.nn.MaxPool2d(3, 2, ceil_mode=True))

@@ -237,3 +237,39 @@ class ToDevice(Function):
 
 def to_device(x: Tensor, device) -> Tensor:
     return ToDevice.apply(x, device)
+
+
+# ---- padding ----------------------------------------------------------------------------------------
+class ConstantPad(Function):
+    """x placed inside a tensor filled with ``value``; widths are (before, after) per dim, none negative
+    (netcl.nn.functional.pad crops negative widths first, as a view)."""
+
+    @staticmethod
+    def forward(ctx, x, widths, value):
+        out_shape = tuple(n + b + a for n, (b, a) in zip(x.shape, widths))
+        out = ew.fill(Tensor.empty(out_shape, x.dtype, x.device), value)
+        ctx.inside = tuple(slice(b, b + n) for n, (b, _) in zip(x.shape, widths))
+        ew.copy_into(out[ctx.inside], x)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        return g[ctx.inside].contiguous(), None, None
+
+
+def constant_pad(x: Tensor, widths, value=0.0) -> Tensor:
+    """Pad (or, for negative widths, crop) each dim of x by ``widths``, a (before, after) pair per dim."""
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"pad: input must be a netcl Tensor, got {type(x).__name__}")
+    widths = [tuple(int(v) for v in w) for w in widths]
+    if len(widths) != x.ndim or any(len(w) != 2 for w in widths):
+        raise ShapeError(f"pad: need one (before, after) pair per dim of the shape {x.shape}, got {widths}")
+    crop = tuple(slice(max(0, -b), n - max(0, -a)) for n, (b, a) in zip(x.shape, widths))
+    if any(s.stop - s.start <= 0 for s in crop):
+        raise ShapeError(f"pad: widths {widths} crop the shape {x.shape} to nothing")
+    if any(s.start or s.stop != n for s, n in zip(crop, x.shape)):
+        x = x[crop]
+    grow = tuple((max(0, b), max(0, a)) for b, a in widths)
+    if not any(b or a for b, a in grow):
+        return x
+    return ConstantPad.apply(x, grow, value)

@@ -15,11 +15,11 @@ and stores it in the tuning database; --quick keeps the stored (or default) T.
 from __future__ import annotations
 
 import dataclasses
-import os
 import statistics
 
 import numpy as np
 
+from .. import settings
 from ..runtime.timing import timed_call, timed_result
 
 PASSES = ("forward", "backward_data", "backward_weight")
@@ -165,7 +165,7 @@ def run(args) -> dict:
     device = nc.default_device()
     quick = bool(getattr(args, "quick", False))
     repeat = getattr(args, "repeat", None) or (2 if quick else 3)
-    max_s = float(os.environ.get("NETCL_BENCH_CONV_MAX_S", "60"))
+    max_s = settings.BENCH_CONV_MAX_S.get()
     quiet = bool(getattr(args, "json", False))
     impls = strategies()
     all_cases = cases(quick)

@@ -8,7 +8,7 @@ processes hits all of them alike and the ratios stay meaningful on a shared mach
 includes any operand packing (it is part of the product) and waits for the device to finish.
 
 Two netcl columns: ``netcl`` times one call between two waits for the device (a latency, which on PoCL
-includes 50-100 µs of waking the driver's threads: more than the whole budget of a 0.6 MFLOP product),
+includes waking the driver's threads, which can take longer than a small product itself),
 and ``netcl_pipelined`` times a run of calls between two waits, divided by their number (a throughput:
 how a training loop issues its products, with host work and kernels overlapping as the device allows).
 NumPy is timed both ways too (``numpy``: one call, when OpenBLAS's threads may have to wake after the
@@ -56,7 +56,7 @@ def measure(M: int, N: int, K: int, repeat: int, device, ref, textbook: bool = T
     one_call = lambda: gemm(a, b, c)  # noqa: E731
     matmul = {"model": "matmul", "M": M, "N": N, "K": K, "seconds": 0.0}
     # NumPy runs in a process of its own (netcl.bench.reference): in this one, PoCL's worker threads and
-    # OpenBLAS's took each other's cores (OpenBLAS's spin for up to ~0.1 s after each call).
+    # OpenBLAS's take each other's cores (OpenBLAS's spin for a while after each call).
     times = interleave({"netcl": one_call, "netcl_pipelined": (one_call, calls)}, device, ref,
                        {"numpy": dict(matmul, min_reps=1), "numpy_pipelined": dict(matmul, min_reps=calls)},
                        rounds=repeat)

@@ -1,7 +1,8 @@
 """`netcl bench im2col [--json] [--quick]`: the one-pass im2col kernel against a Caffe-style kernel.
 
-Layers: LeNet conv1/conv2 (000_f80f76098bd45bde.txt, Table 2) at batch 64 and 128, and cv1–cv12 of the
-MEC paper (004_9be5a36735d15254.txt, Table 2; padding 0 as listed) at batch 1, the paper's mobile setting.
+Layers: LeNet conv1/conv2 (netcl.models.lenet, after Hao Zhang's im2col report, Table 2) at batch 64 and
+128, and cv1–cv12 of the MEC paper (netcl.cli.conv_layers; padding 0 as listed) at batch 1, the paper's
+mobile setting.
 Both kernels write the same (C·R·S, N·P·Q) float32 matrix and are compiled with the same constants; they
 are timed round-robin (best of --repeat rounds after a warm-up that also compiles), so load from other
 processes hits both alike. GB/s counts the minimum traffic, input read once plus the matrix written once,

@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from .. import settings
+
 BATCHES = (32, 64, 128, 256)
 LAYER_BATCH = 128
 INFER_BATCH = 256
@@ -117,8 +119,8 @@ def _first_step(cold: bool, cache_dir: str) -> float | None:
     """Seconds to the first step in a child process. Cold: an empty netcl cache and PoCL's own kernel cache
     off (PoCL finishes compiling kernels at their first launch, so both caches matter). Warm: both caches
     in ``cache_dir``, filled by an earlier run. netcl's bytecode is compiled first (_write_bytecode)."""
-    env = dict(os.environ, NETCL_CACHE_DIR=os.path.join(cache_dir, "netcl"),
-               POCL_CACHE_DIR=os.path.join(cache_dir, "pocl"))
+    env = settings.child_environment(NETCL_CACHE_DIR=os.path.join(cache_dir, "netcl"),
+                                     POCL_CACHE_DIR=os.path.join(cache_dir, "pocl"))
     if cold:
         env["POCL_KERNEL_CACHE"] = "0"
     proc = subprocess.run([sys.executable, "-c", _FIRST_STEP], env=env, capture_output=True, text=True, timeout=600)
@@ -133,7 +135,7 @@ def _write_bytecode() -> None:
     """Python's own bytecode cache is not one of the caches meant: pip compiles every module at install
     time, so a user's first process has it. Compile netcl's the same way (compileall writes even where
     PYTHONDONTWRITEBYTECODE is set, under which every child would otherwise recompile the modules it
-    imports: 0.15-0.25 s of a 0.5 s warm start)."""
+    imports, a large part of a warm start)."""
     import compileall
     import netcl
     compileall.compile_dir(os.path.dirname(netcl.__file__), quiet=2)

@@ -22,7 +22,6 @@ or :func:`compare`, which does the same and falls back to netcl alone when the r
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -30,8 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import settings
+
 WORKER = Path(__file__).with_name("reference_worker.py")
-START_TIMEOUT_SECONDS = 120
 QUIET_SECONDS = 0.25  # between the two sides of a round (see interleave)
 WAKE_SECONDS = 0.02  # of untimed calls before each sample (see interleave)
 
@@ -44,9 +44,9 @@ class ReferenceProcess:
     """A child process that measures reference workloads on request (see reference_worker's protocol)."""
 
     def __init__(self, python: str | None = None):
-        self.python = python or os.environ.get("NETCL_REFERENCE_PYTHON") or sys.executable
+        self.python = python or settings.REFERENCE_PYTHON.get() or sys.executable
         self._stderr = tempfile.TemporaryFile(mode="w+")
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+        env = settings.child_environment(PYTHONPATH=None)
         try:
             self._proc = subprocess.Popen([self.python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=self._stderr, text=True, env=env)
@@ -141,10 +141,10 @@ def interleave(netcl_runners: dict, device, ref: ReferenceProcess, reference_req
     time ``calls`` back-to-back calls and divide); ``reference_requests`` are :meth:`ReferenceProcess.seconds`
     requests. Within a round the netcl runners' order rotates, and the reference side goes first in odd
     rounds and last in even ones, so neither side always follows the other's load. Names must not clash.
-    Each side starts ``quiet_s`` after the other ended: OpenBLAS's threads spin on the cores for up to
-    ~0.1 s after a product, and in that time Intel's runtime ran netcl's 1024² GEMM at half its speed
-    (190 GFLOP/s median against 385 alone). Then, on both sides, untimed calls wake the threads that went
-    to sleep in the quiet time, so each sample is the runner's steady state.
+    Each side starts ``quiet_s`` after the other ended: OpenBLAS's threads spin on the cores for a while
+    after a product, and a netcl product run in that time competes with them for the cores. Then, on both
+    sides, untimed calls wake the threads that went to sleep in the quiet time, so each sample is the
+    runner's steady state.
     """
     from ..runtime.timing import timed_call
     runners = {name: (r if isinstance(r, tuple) else (r, 1)) for name, r in netcl_runners.items()}
@@ -178,8 +178,8 @@ def interleave(netcl_runners: dict, device, ref: ReferenceProcess, reference_req
 
 
 def _wake(fn, device, seconds: float) -> None:
-    """Untimed calls for about ``seconds``: one call of a 0.8 ms product left the 512² sample that followed
-    it at 190 GFLOP/s (median; 350 back to back) on Intel's runtime after a quiet gap."""
+    """Untimed calls for about ``seconds``: after a quiet gap a single call does not wake a driver's
+    threads, and the sample that follows it is slowed by their waking."""
     start = time.perf_counter()
     while True:
         fn()

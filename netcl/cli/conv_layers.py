@@ -10,7 +10,8 @@ def lenet_layers(batch: int) -> list:
             ("conv2", ConvLayer.from_shapes((batch, 20, 12, 12), (50, 20, 5, 5)))]
 
 
-# cv1–cv12 of the MEC paper (seeds/004, Table 2): input ih×iw×ic, kernel kh×kw×oc, stride; no padding.
+# cv1–cv12 of the MEC paper (Cho and Brand, "MEC: Memory-efficient Convolution for Deep Neural Network",
+# ICML 2017, Table 2): input ih×iw×ic, kernel kh×kw×oc, stride; no padding.
 MEC_LAYERS = (
     ("cv1", 227, 3, 11, 96, 4), ("cv2", 231, 3, 11, 96, 4), ("cv3", 227, 3, 7, 64, 2),
     ("cv4", 224, 64, 7, 64, 2), ("cv5", 24, 96, 5, 256, 1), ("cv6", 12, 256, 3, 512, 1),
@@ -65,7 +66,7 @@ def held_out_layers(batch: int) -> list:
 
 
 def second_held_out_layers(batch: int) -> list:
-    """A second set the calibration never sees, added after the first had guided many sessions' changes:
+    """A second set the calibration never sees and no change to the cost model was checked against:
     kernels that are not square (Inception's 1×7, 7×1 and 1×3), ResNet-50's bottleneck 1×1 and 3×3 at
     56 pixels, a grouped ResNeXt 3×3 (32 groups of 4 channels), a strided 5×5 depthwise layer, a 3×3
     dilated by 4 (DeepLab), SqueezeNet's expanding 1×1 and an odd 5×5 layer of stride 3."""

@@ -9,9 +9,10 @@ and the command exits with status 2.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
+
+from .. import settings
 
 BENCH_TIMEOUT_SECONDS = 600
 BENCH_ROUNDS = 2
@@ -32,7 +33,8 @@ def _gib(n: int) -> str:
 def bench_device(index: int, log) -> dict:
     """Measure one device in a child process; {"error": ...} if it fails there."""
     proc = subprocess.run([sys.executable, "-m", "netcl.bench.device_rates", str(index)], capture_output=True,
-                          text=True, timeout=BENCH_TIMEOUT_SECONDS, env=dict(os.environ, NETCL_DEVICE=str(index)))
+                          text=True, timeout=BENCH_TIMEOUT_SECONDS,
+                          env=settings.child_environment(NETCL_DEVICE=str(index)))
     for line in proc.stdout.splitlines():
         if line.startswith("DEVICE_RATES "):
             return json.loads(line.split(" ", 1)[1])

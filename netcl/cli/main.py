@@ -8,15 +8,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
+
+from .. import settings
 
 # subcommand -> module in netcl.cli defining add_arguments(parser) and run(args) -> dict | None
 COMMANDS = {
     "devices": ("devices", "list every OpenCL platform and device"),
     "train": ("train", "train a model (lenet, resnet8/20/32) on MNIST"),
     "eval": ("evaluate", "score a checkpoint on the MNIST test set"),
-    "plan": ("plan", "explain the convolution strategy chosen for each layer and pass"),
+    "plan": ("plan", "explain the convolution strategy chosen for each layer and pass (built-in or ONNX model)"),
+    "run": ("run", "run an ONNX model on a .npy input"),
     "bench": ("bench", "benchmarks: gemm, im2col, conv, lenet, resnet, dense, or a MODEL.onnx against onnxruntime"),
     "tune": ("tune", "tune kernel parameters for the current device"),
 }
@@ -61,8 +63,8 @@ def _json_default(o):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
-    if debug:  # compiler build logs too (netcl.runtime.kernels.debug_enabled)
-        os.environ.setdefault("NETCL_DEBUG", "1")
+    if debug and not settings.DEBUG.is_set():  # compiler build logs too (netcl.runtime.kernels)
+        settings.DEBUG.choose("1")
     try:
         args = build_parser().parse_args(argv)
     except ArgumentError as exc:

@@ -1,6 +1,7 @@
-"""`netcl plan lenet|mec|resnet20|conv ...`: which strategy runs each pass of each layer, and why.
+"""`netcl plan lenet|mec|resnet20|conv|MODEL.onnx ...`: which strategy runs each pass of each layer, and why.
 
-The layer tables are netcl.cli.conv_layers; the decisions are netcl.ops.conv2d_planner's.
+The layer tables are netcl.cli.conv_layers, or an imported ONNX model's convolutions; the decisions are
+netcl.ops.conv2d_planner's.
 """
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ PASSES = ("forward", "backward_data", "backward_weight")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("network", choices=("lenet", "mec", "resnet20", "conv"), help="which layers to plan")
-    p.add_argument("--batch", type=int, default=None, help="batch size (default 64; mec: 1)")
+    p.add_argument("network", metavar="lenet|mec|resnet20|conv|MODEL.onnx", help="which layers to plan: lenet, mec, resnet20, conv, or an ONNX file")
+    p.add_argument("--batch", type=int, default=None,
+                   help="batch size (default 64; mec: 1; an ONNX model: its fixed batch, else 1)")
     p.add_argument("--input", default=None, help="NxCxHxW (conv)")
     p.add_argument("--weight", default=None, help="KxCxRxS (conv)")
     p.add_argument("--stride", default="1", help="S or SHxSW (conv)")
@@ -52,6 +54,10 @@ def command_layers(args) -> list:
     if args.network in NETWORKS:
         batch = batch if batch is not None else (1 if args.network == "mec" else 64)
         return [(n, dataclasses.replace(l, dtype=dtype)) for n, l in NETWORKS[args.network](batch)]
+    if args.network.lower().endswith(".onnx"):
+        return onnx_layers(args.network, batch, dtype, getattr(args, "device", None))
+    if args.network != "conv":
+        raise ArgumentError(f"netcl plan takes lenet, mec, resnet20, conv or an .onnx file, got {args.network!r}")
     if not args.input or not args.weight:
         raise ArgumentError("netcl plan conv needs --input NxCxHxW and --weight KxCxRxS")
     single = lambda dims: dims if len(dims) == 2 else dims[0]
@@ -63,6 +69,22 @@ def command_layers(args) -> list:
     except NetclError as exc:
         raise ArgumentError(str(exc)) from None
     return [("conv", layer)]
+
+
+def onnx_layers(path: str, batch, dtype: str, device) -> list:
+    """The convolutions of an ONNX model, named by their layers' paths (its initializers' names)."""
+    from .. import onnx as nc_onnx
+    from ..errors import OnnxError
+    model = nc_onnx.load(path, device=device)
+    try:
+        layers = model.conv_layers(batch, dtype)
+    except OnnxError as exc:
+        if "fixed_batch" in exc.details:
+            raise ArgumentError(str(exc)) from None
+        raise
+    if not layers:
+        raise ArgumentError(f"{path} has no convolutions to plan")
+    return layers
 
 
 def table(name: str, plan) -> str:

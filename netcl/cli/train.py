@@ -1,5 +1,5 @@
-"""`netcl train lenet|resnet8|resnet20|resnet32 ...`: the arguments of shared/API.md; the work is in
-netcl.training."""
+"""`netcl train lenet|resnet8|resnet20|resnet32 ...`: the arguments (README, "Command line"); the work is
+in netcl.training."""
 from __future__ import annotations
 
 import argparse

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import settings
 from ..errors import DataError
 from ..runtime.cache import atomic_write_bytes, cache_root
 
@@ -110,9 +111,9 @@ def locate(split: str, data_dir=None, download: bool = True) -> tuple[Path, Path
     user_dirs = []
     if data_dir is not None:
         user_dirs.append(("data_dir / --data-dir", Path(os.fspath(data_dir)).expanduser()))
-    elif os.environ.get("NETCL_DATA"):
-        base = Path(os.environ["NETCL_DATA"]).expanduser()
-        user_dirs += [("NETCL_DATA", base), ("NETCL_DATA", base / "mnist")]
+    elif settings.DATA.is_set():
+        base = settings.DATA.get()
+        user_dirs += [(settings.DATA.name, base), (settings.DATA.name, base / "mnist")]
     for label, directory in user_dirs:
         found = [_find(directory, s) for s in stems]
         if all(found):

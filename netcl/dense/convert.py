@@ -272,6 +272,9 @@ def convert(model: Module, patch_size, strategy=None) -> DenseModel:
         elif isinstance(module, (L.MaxPool2d, L.AvgPool2d)):
             if flat:
                 raise ShapeError(f"{what} comes after Flatten/Linear; only Linear layers can follow them")
+            if module.ceil_mode or module.padding_end != module.padding:
+                raise ShapeError(f"{what} uses ceil_mode or asymmetric padding, which a dense conversion cannot "
+                                 "follow")
             kind = "max" if isinstance(module, L.MaxPool2d) else "avg"
             step = Spatial.make(name, module, kind, module.kernel_size, module.stride, module.padding,
                                 module.dilation, axes, channels)

@@ -26,6 +26,7 @@ import weakref
 
 import numpy as np
 
+from .. import settings
 from ..errors import DeviceError, DeviceMemoryError, KernelBuildError
 from ..ops.reduce import MeanOfRows
 from ..runtime import memory
@@ -258,10 +259,7 @@ def for_group(group, comm, specs, device=None):
     ``shared``): shared memory when all ranks share this node, averaged by the device where its kernels
     work in host memory, else on the host; ``shared-host``: shared memory, averaged on the host; ``mpi``:
     MPI's allreduce."""
-    choice = os.environ.get("NETCL_DDP_TRANSPORT", "auto").strip().lower() or "auto"
-    if choice not in TRANSPORT_CHOICES:
-        raise DistributedError(f"NETCL_DDP_TRANSPORT must be {', '.join(TRANSPORT_CHOICES[:-1])} or "
-                               f"{TRANSPORT_CHOICES[-1]}, got {choice!r}")
+    choice = settings.DDP_TRANSPORT.get()
     on_one_node = group.local_size == group.size
     if choice.startswith("shared") and not on_one_node:
         raise DistributedError(f"NETCL_DDP_TRANSPORT={choice} needs every rank on one node; {group.local_size} "
@@ -304,9 +302,6 @@ def shared_memory_room() -> int | None:
     except OSError:
         return None
     return stats.f_bavail * stats.f_frsize
-
-
-TRANSPORT_CHOICES = ("auto", "mpi", "shared", "shared-host")
 
 
 @functools.lru_cache(maxsize=None)

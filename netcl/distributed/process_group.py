@@ -17,6 +17,7 @@ import os
 import sys
 import time
 
+from .. import settings
 from ..errors import NetclError
 
 INSTALL_HINT = "pip install mpi4py mpich"
@@ -97,12 +98,7 @@ def _local_placement(mpi, comm) -> tuple[int, int]:
         return placement
     except Exception:  # an MPI without MPI-3 split types
         pass
-    for rank_var, size_var in (("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-                               ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-                               ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")):
-        if os.environ.get(rank_var, "").isdigit() and os.environ.get(size_var, "").isdigit():
-            return int(os.environ[rank_var]), int(os.environ[size_var])
-    return 0, 1
+    return settings.launcher_placement() or (0, 1)
 
 
 def _available_cores() -> int:
@@ -133,7 +129,7 @@ def bind_share(local_rank: int, local_size: int) -> list[int] | None:
     with the other ranks' (2 LeNet ranks on 2 cores: 3,800-3,830 against 3,690-3,790 images/s unpinned).
     Only the calling thread is pinned; threads it starts later (the drivers') inherit
     the mask, which is why this runs before the first OpenCL call."""
-    if local_size < 2 or os.environ.get("NETCL_BIND_CORES", "1") == "0" or not hasattr(os, "sched_setaffinity"):
+    if local_size < 2 or not settings.BIND_CORES.get() or not hasattr(os, "sched_setaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
     if _bound(len(cores)) or len(cores) < local_size:
@@ -152,7 +148,7 @@ def _split_cores(local_rank: int, local_size: int) -> tuple[dict, list[int] | No
     CPU drivers' thread counts the user left unset to its size. (variables set, cores pinned)"""
     from ..runtime import device as device_registry
     if device_registry._devices is not None:
-        if local_size > 1 and not all(name in os.environ for name in THREAD_COUNT_VARIABLES):
+        if local_size > 1 and not all(settings.environment_has(name) for name in THREAD_COUNT_VARIABLES):
             import warnings
             warnings.warn(f"init_process_group() came after the first OpenCL call, so the {local_size} ranks on "
                           f"this node could not split its cores (POCL_MAX_PTHREAD_COUNT is read when the "
@@ -163,7 +159,7 @@ def _split_cores(local_rank: int, local_size: int) -> tuple[dict, list[int] | No
     threads = str(cores_per_rank(local_size))
     chosen = {}
     for name in THREAD_COUNT_VARIABLES:
-        if name not in os.environ:
+        if not settings.environment_has(name):
             os.environ[name] = threads
             chosen[name] = threads
     return chosen, cores
@@ -171,7 +167,7 @@ def _split_cores(local_rank: int, local_size: int) -> tuple[dict, list[int] | No
 
 def _pick_device(local_rank: int):
     from ..runtime import device as device_registry
-    if os.environ.get("NETCL_DEVICE"):
+    if settings.DEVICE.is_set():
         return device_registry.default_device()
     accelerators = [d for d in device_registry.devices() if d.kind in ("gpu", "accelerator")]
     if accelerators:

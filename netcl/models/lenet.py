@@ -1,4 +1,5 @@
-"""The modified LeNet of Hao Zhang's im2col report (seeds/000_f80f76098bd45bde.txt, Table 2).
+"""The modified LeNet of Hao Zhang, "A Simple and Efficient Implementation of im2col in Convolution
+Neural Networks" (2017), Table 2.
 
   conv1 20@5×5 s1 p0 → relu1 → pool1 max 2×2/2 → conv2 50@5×5 s1 p0 → relu2 → pool2 max 2×2/2
   → fc3 500 → relu3 → drop3 → fc4 10

@@ -7,6 +7,7 @@ from .layers import AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, Line
 from .loss import CrossEntropyLoss, MSELoss, NLLLoss
 from .module import Module
 from .normalization import BatchNorm1d, BatchNorm2d
+from .shaping import Concat, ConstantPad2d, Permute, Reshape
 from . import fusion, utils
 from . import parallel  # nc.nn.parallel.DistributedDataParallel (mpi4py only when one is made)
 
@@ -16,3 +17,4 @@ __all__ += ["parallel"]
 __all__ += ["Sigmoid", "LeakyReLU", "GELU", "Identity", "Softmax", "LogSoftmax", "AdaptiveAvgPool2d", "ModuleList",
             "ModuleDict", "BatchNorm1d", "BatchNorm2d", "NLLLoss", "MSELoss", "fusion", "utils"]
 __all__ += ["ReLU6", "Hardtanh", "Hardswish", "Hardsigmoid", "SiLU"]
+__all__ += ["Reshape", "Permute", "Concat", "ConstantPad2d"]

@@ -1,4 +1,5 @@
-"""Differentiable functions behind the layers; each goes through one rule of netcl.autograd."""
+"""Differentiable functions behind the layers; each goes through one rule of netcl.autograd (conv2d:
+netcl.ops.conv2d, whose forward and backward sit side by side)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +8,7 @@ from ..autograd import rules_nn
 from ..autograd.rules_activation import ActivationFunction, AddReLUFunction, SoftmaxFunction
 from ..autograd.rules_norm import BatchNormFunction
 from ..errors import DTypeError, ShapeError
+from ..ops.conv2d import conv2d as _conv2d
 from ..ops.loss import LossOptions, check_class_indices
 from ..ops.pool import PoolGeometry
 from ..tensor import Tensor
@@ -14,8 +16,7 @@ from ..tensor import Tensor
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1,
            strategy: str = "auto") -> Tensor:
-    """2-D convolution, differentiable in x, weight and bias (netcl.autograd.rules_conv.conv2d)."""
-    from ..autograd.rules_conv import conv2d as _conv2d
+    """2-D convolution, differentiable in x, weight and bias (netcl.ops.conv2d.conv2d)."""
     return _conv2d(x, weight, bias, stride, padding, dilation, groups, strategy)
 
 
@@ -36,34 +37,41 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return y if x.ndim == 2 else y.reshape(lead + (weight.shape[0],))
 
 
-def _pool(x: Tensor, op: str, kernel_size, stride, padding, dilation, count_include_pad=True, relu=False) -> Tensor:
+def _pool(x: Tensor, op: str, kernel_size, stride, padding, dilation, count_include_pad=True, relu=False,
+          ceil_mode=False, padding_end=None) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op}_pool2d: input must be a netcl Tensor, got {type(x).__name__}")
-    geometry = PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation)
+    geometry = PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation, padding_end, ceil_mode)
     return rules_nn.Pool2dFunction.apply(x, geometry, op, bool(count_include_pad), bool(relu))
 
 
 def _unsupported(what: str, **flags) -> None:
     for name, value in flags.items():
         if value:
-            raise ShapeError(f"{what}: {name}={value!r} is not supported by netcl (output sizes round down)")
+            raise ShapeError(f"{what}: {name}={value!r} is not supported by netcl")
 
 
 def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False,
-               *, fused_relu: bool = False) -> Tensor:
-    """Max pooling (PyTorch's signature; ceil_mode and return_indices are not supported). ``fused_relu``
-    computes max_pool2d(relu(x)) in one kernel (same values and gradients, without the ReLU's passes over
-    the larger input)."""
-    _unsupported("max_pool2d", ceil_mode=ceil_mode, return_indices=return_indices)
-    return _pool(x, "max", kernel_size, stride, padding, dilation, relu=fused_relu)
+               *, fused_relu: bool = False, padding_end=None) -> Tensor:
+    """Max pooling (PyTorch's signature, ceil_mode included; return_indices is not supported).
+    ``fused_relu`` computes max_pool2d(relu(x)) in one kernel (same values and gradients, without the
+    ReLU's passes over the larger input). ``padding_end`` (netcl's): the bottom and right padding where it
+    differs from ``padding`` (ONNX's asymmetric pads)."""
+    _unsupported("max_pool2d", return_indices=return_indices)
+    return _pool(x, "max", kernel_size, stride, padding, dilation, relu=fused_relu, ceil_mode=ceil_mode,
+                 padding_end=padding_end)
 
 
 def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None, *, dilation=1) -> Tensor:
-    """Average pooling (PyTorch's signature; ceil_mode and divisor_override are not supported); netcl's
-    keyword ``dilation`` spreads the taps (the d-regularly sparse kernels of netcl.dense)."""
-    _unsupported("avg_pool2d", ceil_mode=ceil_mode, divisor_override=divisor_override is not None)
-    return _pool(x, "avg", kernel_size, stride, padding, dilation, count_include_pad)
+               divisor_override=None, *, dilation=1, padding_end=None) -> Tensor:
+    """Average pooling (PyTorch's signature, ceil_mode included; divisor_override is not supported).
+    With ``count_include_pad`` the divisor counts the window's taps inside the padded input (all of them
+    unless ceil_mode lets a window reach past it), else those inside the input. netcl's keywords:
+    ``dilation`` spreads the taps (the d-regularly sparse kernels of netcl.dense), ``padding_end`` as in
+    max_pool2d."""
+    _unsupported("avg_pool2d", divisor_override=divisor_override is not None)
+    return _pool(x, "avg", kernel_size, stride, padding, dilation, count_include_pad, ceil_mode=ceil_mode,
+                 padding_end=padding_end)
 
 
 def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:
@@ -240,3 +248,17 @@ def _cast(x: Tensor, dtype) -> Tensor:
 def add_relu(a: Tensor, b: Tensor) -> Tensor:
     """relu(a + b) in one kernel (a residual block's tail); same shapes."""
     return AddReLUFunction.apply(a, b)
+
+
+def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
+    """PyTorch's F.pad for mode "constant": ``pad`` lists (before, after) widths from the last dim backwards,
+    (left, right, top, bottom, ...); negative widths crop. Differentiable; the result is a new tensor."""
+    from ..autograd.rules_tensor import constant_pad
+    if mode != "constant":
+        raise ShapeError(f"pad: mode {mode!r} is not supported by netcl (only 'constant')")
+    pad = tuple(int(p) for p in pad)
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ShapeError(f"pad: {pad} must hold a (before, after) pair for at most {input.ndim} dims")
+    pairs = [(pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
+    widths = [(0, 0)] * (input.ndim - len(pairs)) + pairs[::-1]
+    return constant_pad(input, widths, 0.0 if value is None else float(value))

@@ -19,10 +19,6 @@ def manual_seed(seed: int) -> None:
     _random.manual_seed(seed)
 
 
-def generator() -> np.random.Generator:
-    return _random.host_generator()
-
-
 def kaiming_uniform(shape, fan_in: int, a: float = math.sqrt(5.0), dtype=np.float32) -> np.ndarray:
     """U(−bound, bound) with bound = gain·√(3/fan_in), gain = √(2/(1+a²)) (PyTorch's leaky-ReLU gain)."""
     gain = math.sqrt(2.0 / (1.0 + a * a))

@@ -29,6 +29,19 @@ def _check_fits(shape, dtype, device, what: str) -> None:
                                 requested_bytes=nbytes, available_bytes=dev.max_alloc_bytes)
 
 
+def _parameter(initial, shape, dtype, device, what: str, draw) -> Tensor:
+    """A parameter from ``initial`` (an array or Tensor of exactly ``shape``) or, when it is None, from
+    ``draw()``, the layer's random initialization."""
+    if initial is None:
+        host = draw()
+    else:
+        host = initial.to_host() if isinstance(initial, Tensor) else np.asarray(initial)
+        if tuple(host.shape) != tuple(shape):
+            raise ShapeError(f"{what} must have the shape {tuple(shape)}, got {tuple(host.shape)}")
+        host = np.ascontiguousarray(host, dtype=dtype)
+    return Tensor.from_host(host, device, requires_grad=True)
+
+
 def _positive_int(value, name: str) -> int:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
         raise ShapeError(f"{name} must be a positive int, got {value!r}")
@@ -50,10 +63,13 @@ class Conv2d(Module):
     Shape: input (N, in_ch, H, W) -> output (N, out_ch, Ho, Wo),
     Ho = (H + 2·padding − dilation·(kernel − 1) − 1) // stride + 1.
     ``strategy`` forces one convolution algorithm; "auto" lets the planner choose per pass.
+    ``initial_weight`` / ``initial_bias`` (netcl's): arrays to start from instead of the random
+    initialization (an imported model's weights).
     """
 
     def __init__(self, in_ch=None, out_ch=None, kernel_size=None, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, strategy="auto", device=None, dtype=np.float32, *, in_channels=None, out_channels=None):
+                 bias=True, strategy="auto", device=None, dtype=np.float32, *, in_channels=None, out_channels=None,
+                 initial_weight=None, initial_bias=None):
         super().__init__()
         in_ch = _one_of(in_ch, in_channels, "in_ch", "in_channels")
         out_ch = _one_of(out_ch, out_channels, "out_ch", "out_channels")
@@ -73,10 +89,11 @@ class Conv2d(Module):
         fan_in = self.in_channels // self.groups * self.kernel_size[0] * self.kernel_size[1]
         shape = (self.out_channels, self.in_channels // self.groups) + self.kernel_size
         _check_fits(shape, dt, device, "Conv2d weight")
-        self.weight = Tensor.from_host(init.kaiming_uniform(shape, fan_in, dtype=dt), device, requires_grad=True)
+        self.weight = _parameter(initial_weight, shape, dt, device, "Conv2d initial_weight",
+                                 lambda: init.kaiming_uniform(shape, fan_in, dtype=dt))
         if bias:
-            self.bias = Tensor.from_host(init.bias_uniform((self.out_channels,), fan_in, dt), device,
-                                         requires_grad=True)
+            self.bias = _parameter(initial_bias, (self.out_channels,), dt, device, "Conv2d initial_bias",
+                                   lambda: init.bias_uniform((self.out_channels,), fan_in, dt))
         else:
             self.register_parameter("bias", None)
 
@@ -91,19 +108,22 @@ class Conv2d(Module):
 
 
 class Linear(Module):
-    """y = x @ weight.T + bias; input (..., in_features) -> (..., out_features)."""
+    """y = x @ weight.T + bias; input (..., in_features) -> (..., out_features). ``initial_weight`` /
+    ``initial_bias`` as Conv2d's."""
 
-    def __init__(self, in_features, out_features, bias=True, device=None, dtype=np.float32):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=np.float32, *, initial_weight=None,
+                 initial_bias=None):
         super().__init__()
         self.in_features = _positive_int(in_features, "Linear in_features")
         self.out_features = _positive_int(out_features, "Linear out_features")
         dt = dtypes.as_dtype(dtype)
-        _check_fits((self.out_features, self.in_features), dt, device, "Linear weight")
-        self.weight = Tensor.from_host(init.kaiming_uniform((self.out_features, self.in_features), self.in_features,
-                                                            dtype=dt), device, requires_grad=True)
+        shape = (self.out_features, self.in_features)
+        _check_fits(shape, dt, device, "Linear weight")
+        self.weight = _parameter(initial_weight, shape, dt, device, "Linear initial_weight",
+                                 lambda: init.kaiming_uniform(shape, self.in_features, dtype=dt))
         if bias:
-            self.bias = Tensor.from_host(init.bias_uniform((self.out_features,), self.in_features, dt), device,
-                                         requires_grad=True)
+            self.bias = _parameter(initial_bias, (self.out_features,), dt, device, "Linear initial_bias",
+                                   lambda: init.bias_uniform((self.out_features,), self.in_features, dt))
         else:
             self.register_parameter("bias", None)
 
@@ -117,49 +137,60 @@ class Linear(Module):
 class _Pool2d(Module):
     op = "max"
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, padding_end=None):
         super().__init__()
         self.kernel_size = pair(kernel_size, f"{type(self).__name__} kernel_size", 1)
         self.stride = self.kernel_size if stride is None else pair(stride, f"{type(self).__name__} stride", 1)
         self.padding = pair(padding, f"{type(self).__name__} padding", 0)
         self.dilation = pair(dilation, f"{type(self).__name__} dilation", 1)
+        self.ceil_mode = bool(ceil_mode)
+        self.padding_end = self.padding if padding_end is None else pair(padding_end,
+                                                                         f"{type(self).__name__} padding_end", 0)
 
     def extra_repr(self):
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
-                f"dilation={self.dilation}")
+        end = f", padding_end={self.padding_end}" if self.padding_end != self.padding else ""
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}{end}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
 class MaxPool2d(_Pool2d):
     """Max over kernel windows (taps ``dilation`` apart); the argmax is kept for backward.
 
-    Shape: (N, C, H, W) -> (N, C, Ho, Wo), Ho = (H + 2·padding − dilation·(kernel − 1) − 1) // stride + 1;
-    stride defaults to kernel_size.
+    Shape: (N, C, H, W) -> (N, C, Ho, Wo), Ho = (H + 2·padding − dilation·(kernel − 1) − 1) // stride + 1,
+    rounded up with ``ceil_mode`` (a last window starting in the bottom padding is dropped, as PyTorch does);
+    stride defaults to kernel_size. netcl's keyword ``padding_end``: the bottom and right padding where it
+    differs from ``padding`` (ONNX's asymmetric pads).
     """
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
-        F._unsupported("MaxPool2d", return_indices=return_indices, ceil_mode=ceil_mode)
-        super().__init__(kernel_size, stride, padding, dilation)
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False, *,
+                 padding_end=None):
+        F._unsupported("MaxPool2d", return_indices=return_indices)
+        super().__init__(kernel_size, stride, padding, dilation, ceil_mode, padding_end)
 
     def forward(self, x, fused_relu=False):
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, fused_relu=fused_relu)
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                            fused_relu=fused_relu, padding_end=self.padding_end)
 
 
 class AvgPool2d(_Pool2d):
     """Mean over kernel windows; padding counts as zeros in the mean unless ``count_include_pad=False``.
-    PyTorch's signature (ceil_mode and divisor_override are not supported); netcl's keyword ``dilation``
-    puts the taps apart. Shapes as MaxPool2d."""
+    PyTorch's signature (divisor_override is not supported); netcl's keywords ``dilation`` (puts the taps
+    apart) and ``padding_end`` (as MaxPool2d's). Shapes as MaxPool2d."""
 
     op = "avg"
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-                 divisor_override=None, *, dilation=1):
-        F._unsupported("AvgPool2d", ceil_mode=ceil_mode, divisor_override=divisor_override is not None)
-        super().__init__(kernel_size, stride, padding, dilation)
+                 divisor_override=None, *, dilation=1, padding_end=None):
+        F._unsupported("AvgPool2d", divisor_override=divisor_override is not None)
+        super().__init__(kernel_size, stride, padding, dilation, ceil_mode, padding_end)
         self.count_include_pad = bool(count_include_pad)
 
     def forward(self, x):
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, count_include_pad=self.count_include_pad,
-                            dilation=self.dilation)
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+                            dilation=self.dilation, padding_end=self.padding_end)
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, count_include_pad={self.count_include_pad}"
 
 
 class AdaptiveAvgPool2d(Module):

@@ -192,27 +192,42 @@ register(nn.BatchNorm2d)(_batch_norm)
 register(nn.BatchNorm1d)(_batch_norm)
 
 
-def _pool_attributes(pool) -> dict:
-    (ph, pw) = pool.padding
-    return dict(kernel_shape=list(pool.kernel_size), strides=list(pool.stride), pads=[ph, pw, ph, pw])
+def _pool(graph, pool, x, path, op_type: str, **attributes) -> Value:
+    """A pooling node whose windows are netcl's. With ``ceil_mode`` netcl (as PyTorch and onnxruntime) drops
+    a last window that would start in the end padding, where ONNX's shape formula counts it; so an axis
+    that ceil_mode does not lengthen gets the end padding that makes both formulas agree (its windows stay
+    the same, so no value changes), and where no axis is lengthened the node has no ceil_mode at all."""
+    y = pool(x.tensor)
+    ends, ceil_mode = list(pool.padding_end), 0
+    for axis, (size, count) in enumerate(zip(x.tensor.shape[2:], y.shape[2:])):
+        begin, stride = pool.padding[axis], pool.stride[axis]
+        extent = pool.dilation[axis] * (pool.kernel_size[axis] - 1) + 1
+        floor_count = (size + begin + ends[axis] - extent) // stride + 1
+        if count != floor_count:
+            ceil_mode = 1
+        elif pool.ceil_mode:
+            ends[axis] = (floor_count - 1) * stride + extent - size - begin
+    pads = list(pool.padding) + (ends if ceil_mode else list(pool.padding_end))
+    node = graph.node(op_type, [x.name], path, kernel_shape=list(pool.kernel_size), strides=list(pool.stride),
+                      pads=pads, ceil_mode=ceil_mode, **attributes)
+    return Value(node, y)
 
 
 @register(nn.MaxPool2d)
 def _max_pool(graph, pool, x, path):
-    return _run(pool, x, graph, "MaxPool", [x.name], path, dilations=list(pool.dilation), **_pool_attributes(pool))
+    return _pool(graph, pool, x, path, "MaxPool", dilations=list(pool.dilation))
 
 
 @register(nn.AvgPool2d)
 def _avg_pool(graph, pool, x, path):
-    attributes = _pool_attributes(pool)
+    attributes = {"count_include_pad": int(pool.count_include_pad)}
     if pool.dilation != (1, 1):
         if graph.opset < 19:
             raise OnnxError(f"nc.onnx.export: AvgPool2d at '{path}' has dilation {pool.dilation}: AveragePool "
                             f"takes dilations from opset 19 on, not {graph.opset}", node=path,
                             op_type="AveragePool", opset=graph.opset)
         attributes["dilations"] = list(pool.dilation)
-    return _run(pool, x, graph, "AveragePool", [x.name], path, count_include_pad=int(pool.count_include_pad),
-                **attributes)
+    return _pool(graph, pool, x, path, "AveragePool", **attributes)
 
 
 @register(nn.AdaptiveAvgPool2d)

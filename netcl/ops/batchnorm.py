@@ -23,8 +23,8 @@ REDUCE_LOCAL = 64
 
 def _reduce_local(device) -> int:
     """Items per channel in the reductions. On CPUs one: a single sequential loop per channel (in double
-    where the device has it) ran 10-20x faster under PoCL than a 64-item group with a tree reduction,
-    and the channels alone keep the cores busy."""
+    where the device has it) runs an order of magnitude faster under PoCL than a 64-item group with a
+    tree reduction, and the channels alone keep the cores busy."""
     if _item_runs(device):
         return 1
     return min(REDUCE_LOCAL, 1 << (device.max_work_group_size.bit_length() - 1))
@@ -68,7 +68,7 @@ def _item_runs(device) -> bool:
 def _run_lanes(device, acc: str) -> int:
     """Independent accumulators of a CPU reduction item: two of the device's native vectors of the
     accumulator type, so the adds of one run overlap instead of waiting on each other (one scalar chain
-    made bn_stats 10x slower than memory allows)."""
+    keeps bn_stats far below what memory allows)."""
     if not _item_runs(device):
         return 1
     native = device.native_vector_width.get("float64" if acc == "double" else "float32", 1)

@@ -1,16 +1,16 @@
-"""conv2d's ops: validate a convolution, choose the strategy of each pass and run it.
+"""conv2d: validate a convolution, choose the strategy of each pass and run it, differentiably.
 
-The differentiable entry point is netcl.autograd.rules_conv.conv2d (also reached as
-``netcl.ops.conv2d.conv2d``, shared/API.md's name, and as ``nn.functional.conv2d``): functional ->
-autograd rule -> these ops, as for linear and pooling. Strategies are listed in netcl.ops.conv_registry;
-"auto" asks netcl.ops.conv2d_planner per pass and, in training, measures its choices over the first
-steps (netcl.ops.conv_online).
+:func:`conv2d` (also ``nn.functional.conv2d``) is differentiable in x, w and bias: its forward and
+backward passes sit side by side in :class:`Conv2dFunction`, built on the autograd engine
+(netcl.autograd.function), which imports nothing from ops. Each pass runs the strategy forced for it or
+chosen by the planner: strategies are listed in netcl.ops.conv_registry; "auto" asks
+netcl.ops.conv2d_planner per pass and, in training, measures its choices over the first steps
+(netcl.ops.conv_online).
 """
 from __future__ import annotations
 
-import os
-
-from .. import dtypes
+from .. import dtypes, settings
+from ..autograd.function import Function, is_grad_enabled
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from .conv_common import ConvLayer
@@ -23,7 +23,6 @@ CONV2D_IMPLICIT_GEMM = "implicit_gemm"
 CONV2D_WINOGRAD = "winograd"
 CONV2D_MEC = "mec"
 CONV2D_AUTO = "auto"
-ALL_STRATEGIES = (CONV2D_DIRECT, CONV2D_IM2COL, CONV2D_GEMM, CONV2D_IMPLICIT_GEMM, CONV2D_WINOGRAD, CONV2D_MEC)
 
 
 def check_conv2d(x: Tensor, w: Tensor, bias: Tensor | None, stride, padding, dilation, groups) -> ConvLayer:
@@ -48,7 +47,7 @@ def check_conv2d(x: Tensor, w: Tensor, bias: Tensor | None, stride, padding, dil
 def resolve_strategy(strategy) -> str:
     """"auto" unless the caller or NETCL_CONV_STRATEGY names one."""
     if strategy in (None, CONV2D_AUTO):
-        return os.environ.get("NETCL_CONV_STRATEGY", CONV2D_AUTO).strip() or CONV2D_AUTO
+        return settings.CONV_STRATEGY.get() or CONV2D_AUTO
     return strategy
 
 
@@ -58,9 +57,8 @@ def strategy_for(layer: ConvLayer, pass_: str, strategy: str, device=None) -> ob
     from ..runtime.device import resolve_device
     device = resolve_device(device)
     if strategy in (None, CONV2D_AUTO):
-        from .conv2d_planner import env_mode, plan_conv2d_layer
-        mode = env_mode()
-        strategy = plan_conv2d_layer(layer, pass_, "heuristic" if mode == "online" else mode, device=device).strategy
+        from .conv2d_planner import plan_conv2d_layer
+        strategy = plan_conv2d_layer(layer, pass_, device=device).strategy
     impl = strategies().get(strategy)
     if impl is None:
         raise ShapeError(f"unknown conv2d strategy {strategy!r}; choose one of {', '.join(strategies())} or 'auto'")
@@ -87,18 +85,44 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, layer: ConvLayer, strategy: str, 
             return impl.forward(a, b, layer, bias=bias.contiguous())
         from .bias import add_bias_
         return add_bias_(impl.forward(a, b, layer), bias)
-    if strategy in (None, CONV2D_AUTO) and training:
-        from .conv2d_planner import env_mode
-        if env_mode("online") == "online":
-            from . import conv_online
-            return conv_online.run(pass_, layer, a, b, device, execute)
+    if strategy in (None, CONV2D_AUTO) and training and settings.CONV_PLAN_MODE.get() == "online":
+        from . import conv_online
+        return conv_online.run(pass_, layer, a, b, device, execute)
     return execute(strategy)
 
 
-def __getattr__(name):
-    # shared/API.md names netcl.ops.conv2d.conv2d; the differentiable function is the autograd rule's,
-    # resolved at first use so that no module of netcl.ops imports netcl.autograd.
-    if name == "conv2d":
-        import importlib
-        return importlib.import_module("netcl.autograd.rules_conv").conv2d
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+class Conv2dFunction(Function):
+    """Each pass runs the strategy chosen (or forced) for it by :func:`run_pass`; the bias is added by the
+    forward pass (fused where the strategy can) and its gradient is one channel sum (netcl.ops.bias)."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias, layer, strategy, training=False):
+        ctx.x, ctx.w, ctx.layer, ctx.strategy, ctx.training = x, w, layer, strategy, training
+        return run_pass("forward", x, w, layer, strategy, bias=bias, training=training)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        layer = ctx.layer
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = run_pass("backward_data", grad_y, ctx.w, layer, ctx.strategy, training=ctx.training)
+        if ctx.needs_input_grad[1]:
+            grad_w = run_pass("backward_weight", ctx.x, grad_y, layer, ctx.strategy, training=ctx.training)
+        if ctx.needs_input_grad[2]:
+            from .bias import bias_grad
+            grad_b = bias_grad(grad_y.contiguous())
+        return grad_x, grad_w, grad_b, None, None, None
+
+
+def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1,
+           strategy: str = CONV2D_AUTO) -> Tensor:
+    """2-D cross-correlation of an (N, C, H, W) input with a (K, C/groups, R, S) weight.
+
+    Output shape: (N, K, Ho, Wo) with Ho = (H + 2·pad_h − dil_h·(R−1) − 1) // stride_h + 1 (same for Wo).
+    ``strategy`` forces one algorithm (a ShapeError says why when it cannot serve the layer); "auto" lets
+    the planner choose per pass for the input's device, measuring its choices over the first training
+    steps. NETCL_CONV_STRATEGY overrides "auto" globally.
+    """
+    layer = check_conv2d(x, w, bias, stride, padding, dilation, groups)
+    training = is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, bias))
+    return Conv2dFunction.apply(x, w, bias, layer, resolve_strategy(strategy), training)

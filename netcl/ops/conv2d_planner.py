@@ -18,11 +18,11 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
-import os
 import time
 
 import numpy as np
 
+from .. import settings
 from ..errors import NetclError, ShapeError
 from ..runtime.memo import DeviceMemo
 from ..tuning import db
@@ -36,50 +36,32 @@ MODES = ("heuristic", "measure", "exhaustive")
 MEASURE_MARGIN = 10.0   # measure mode skips candidates predicted this many times slower than the best
 PLAN_FAMILY = "conv_plans"
 # Timing rules of measure mode (netcl.runtime.timing.compare): at least 7 interleaved runs, up to 40 for
-# candidates within 1.3× of the best while 3 s last, all of them for at least 1 s; two untimed runs first (PoCL finishes code generation
-# and GEMM's workspaces reach their size over the first runs, not only the first). The fastest sample
-# counts: under load from other processes (load average 9 on the 2-core machine) three sessions of the
-# same candidates gave medians of 0.56-1.81 ms for one and 0.78-2.42 ms for another, minimums of
-# 0.52-0.53 and 0.65-0.68 ms; what the planner ranks is the device's speed, which load only hides.
+# candidates within 1.3× of the best while 3 s last, all of them for at least 1 s; two untimed runs first
+# (PoCL finishes code generation and GEMM's workspaces reach their size over the first runs, not only the
+# first). The fastest sample counts: under load from other processes the medians of the same candidates
+# scatter widely while their minimums agree, and what the planner ranks is the device's speed, which load
+# only hides.
 MEASURE_TIMING = dict(warmup=2, min_runs=7, max_runs=40, time_budget_s=3.0, contention=1.3, settle_below_s=0.05,
                       statistic="min", min_time_s=1.0)
-# Sessions per measured plan, the lower result counting: the first session on a layer in a process still
-# disagreed with later ones on 4 of 15 passes (×1.10-1.69) under load 9; a stored plan is worth 2 s.
-MEASURE_SESSIONS = 2
+# Independent series of timings per measured plan, the lower result counting: under load the first series
+# on a layer in a process can still disagree with later ones, and a stored plan is worth a second series.
+MEASURE_SERIES = 2
 
 _plans = DeviceMemo("conv plans")
 
 
-def _parse_bytes(text: str, what: str) -> int:
-    t = str(text).strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    digits = t[:-1] if scale > 1 else t
-    try:
-        value = float(digits) * scale
-    except ValueError:
-        raise NetclError(f"{what} must be a byte count such as 268435456 or 256M, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise NetclError(f"{what} must be ≥ 0, got {text!r}")
-    return int(value)
-
-
 def default_budget(device) -> int:
-    env = os.environ.get("NETCL_CONV_WORKSPACE_LIMIT", "").strip()
-    if env:
-        return _parse_bytes(env, "NETCL_CONV_WORKSPACE_LIMIT")
+    limit = settings.CONV_WORKSPACE_LIMIT.get()
+    if limit is not None:
+        return limit
     return int(min(device.max_alloc_bytes, device.global_mem_bytes // 2))
 
 
-def env_strategy() -> str | None:
-    value = os.environ.get("NETCL_CONV_STRATEGY", "").strip()
-    return None if value in ("", "auto") else value
-
-
-def env_mode(default: str = "heuristic") -> str:
-    mode = os.environ.get("NETCL_CONV_PLAN_MODE", default).strip() or default
-    if mode not in MODES + ("online",):
-        raise NetclError(f"NETCL_CONV_PLAN_MODE must be one of {', '.join(MODES + ('online',))}, got {mode!r}")
-    return mode
+def planning_mode() -> str:
+    """The mode of a plan made when the caller names none: NETCL_CONV_PLAN_MODE, whose "online" (the
+    default; training's trials, netcl.ops.conv_online) plans by the heuristic outside the trials."""
+    mode = settings.CONV_PLAN_MODE.get()
+    return "heuristic" if mode == "online" else mode
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -187,7 +169,7 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
     from ..runtime.device import resolve_device
     if pass_ not in PASSES:
         raise ShapeError(f"pass_ must be one of {', '.join(PASSES)}, got {pass_!r}")
-    mode = env_mode() if mode is None else mode
+    mode = planning_mode() if mode is None else mode
     if mode not in MODES:
         raise ShapeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     device = resolve_device(device)
@@ -198,8 +180,9 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
     names = tuple(registry)
     chosen = strategy if strategy not in (None, "auto") else None
     how = "the caller" if chosen else None
-    if chosen is None and env_strategy():
-        chosen, how = env_strategy(), f"NETCL_CONV_STRATEGY={env_strategy()}"
+    if chosen is None and settings.CONV_STRATEGY.get():
+        chosen = settings.CONV_STRATEGY.get()
+        how = f"{settings.CONV_STRATEGY.name}={chosen}"
     key = (layer.signature(), pass_, mode, budget, names, chosen)
     plan = _plans.get(device, key)
     if plan is not None:
@@ -240,9 +223,9 @@ def _free_plan(layer, pass_, mode, budget, device, names, candidates) -> Plan:
     registry = strategies()
     started = time.perf_counter()
     impls = {c.strategy: registry[c.strategy] for c in chosen}
-    sessions = [time_strategies(impls, layer, pass_, device) for _ in range(MEASURE_SESSIONS)]
-    timed = {name: next((s[name] for s in sessions if isinstance(s[name], Exception)), None)
-             or min(s[name] for s in sessions) for name in impls}
+    series = [time_strategies(impls, layer, pass_, device) for _ in range(MEASURE_SERIES)]
+    timed = {name: next((s[name] for s in series if isinstance(s[name], Exception)), None)
+             or min(s[name] for s in series) for name in impls}
     for c in chosen:
         result = timed[c.strategy]
         if isinstance(result, Exception):

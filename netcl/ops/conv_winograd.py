@@ -40,7 +40,7 @@ def gemm_packing_bytes(device, dtype, calls) -> int:
 def _tile_local(th: int, tw: int) -> tuple[int, int, int]:
     """Work-group shape of the tile kernels: up to 8×8 tiles of one plane, the rest of the 64 work-items
     along the planes, so that small tile grids (7×7 inputs: 3×3 tiles) do not leave most of a work-group
-    idle (measured on PoCL: 4×4×4 beats 8×8×1 on cv12, 8×8×1 wins on cv10)."""
+    idle (on PoCL 4×4×4 beats 8×8×1 on small planes such as cv12's, and loses on larger ones)."""
     lx = 1 << max(0, (min(tw, 8) - 1).bit_length())
     ly = 1 << max(0, (min(th, 64 // lx) - 1).bit_length())
     ly = min(ly, 64 // lx)
@@ -51,16 +51,15 @@ def _filter_local(cols: int) -> tuple[int, int]:
     """Work-group shape of the filter kernels (one work-item per (column, row) of a transformed matrix, or
     per 8 columns for wino_filter_transform8: pass the work-items along a row):
     up to 64 work-items along the columns, so each of the 16 matrices is written in long contiguous runs
-    (PoCL, 512×512 filter transform: 1.7 ms with (64, 1), 7.0 ms with (8, 8))."""
+    (square groups write short runs, several times slower on PoCL)."""
     lx = 1 << max(0, (min(cols, 64) - 1).bit_length())
     return lx, max(1, 64 // lx)
 
 
 def _channel_major(th: int, tw: int) -> int:
     """Whether the tile kernels walk planes channel-major (kernels/winograd.cl, CMAJOR): below 256 tiles
-    per plane, where it made neighbouring work-items share cache lines of the transformed rows (output
-    transform at batch 32: cv6 6.0 → 4.2 ms, cv10 7.0 → 5.4 ms, cv12 1.6 → 1.2 ms; no difference on cv8
-    and cv9, 729 tiles and more)."""
+    per plane, where it makes neighbouring work-items share cache lines of the transformed rows (it
+    makes no difference on planes of hundreds of tiles)."""
     return int(th * tw < 256)
 
 
@@ -73,7 +72,7 @@ def matrix_stride(rows: int, cols: int, groups: int, itemsize: int) -> int:
     """Elements from one of the 16 transformed matrices to the next. A transform kernel writes (or reads)
     all 16 at once, so the stride decides which cache sets its 16 streams share: rows·cols is a multiple
     of 4 KiB on most real layers (cv12: 512·288 floats), which puts every stream in one L1 set, more
-    streams than ways. Measured on PoCL (512×512 filter transform): 5.9 ms, against 2.1 ms for 500×500.
+    streams than ways, and the transform runs several times slower than at a slightly different size.
     So the stride is padded to an odd number of 64-byte lines, which sends the 16 streams to 16
     different sets. With groups > 1 the group blocks of a matrix and the matrices form one uniform
     batch (16·groups GEMM operands, netcl.ops.gemm.gemm_batched), so the stride stays rows·cols."""
@@ -204,9 +203,8 @@ def plane_lanes(device, samples: int, th: int, tw: int) -> int:
     """Samples per work-item of the whole-plane transforms (kernels/winograd_plane.cl), or 0 for the
     general tile kernels. Those parallelize over the tiles of a plane; on small images a CPU driver gets
     too few of them to vectorize, and each tile pays run-time bounds checks. The plane kernels put VN
-    samples in the lanes of a vector instead, with the geometry compiled in (batch 32, PoCL: cv12's input
-    transform 3.4 -> 0.9 ms, output 2.4 -> 0.6 ms; cv6 3.9 -> 1.4 and 5.2 -> 1.6 ms; cv11 4.4 -> 1.5 and
-    3.0 -> 1.1 ms). They hold a whole plane per work-item, which a GPU would spill from its registers, so
+    samples in the lanes of a vector instead, with the geometry compiled in, which makes the transforms of
+    small planes several times faster on PoCL. They hold a whole plane per work-item, which a GPU would spill from its registers, so
     they serve CPU devices only, and only batches with a multiple of 4 samples: with fewer lanes the
     general kernels were as fast."""
     if device.kind != "cpu" or th * tw > PLANE_MAX_TILES:
@@ -229,9 +227,9 @@ def samples_per_chunk(n: int, ch_in: int, ch_out: int, out_h: int, out_w: int, i
 
     With small filters the products stream V and M: cv9 at batch 32 (64 channels, 23,328 tiles) writes
     95 MB of V, which the GEMM then reads back from memory, and the same for M. Chunks of CHUNK_BYTES keep
-    them in cache (cv9: 62 -> 48 ms). Every chunk re-reads the transformed filters U and adds three
-    launches, and its GEMM has fewer columns: with U above CHUNK_MAX_FILTER_BYTES that costs more than it
-    saves (cv10, U = 1 MiB: 36 -> 40-44 ms; cv6, cv12: 1.5-3x slower), so those layers run whole."""
+    them in cache. Every chunk re-reads the transformed filters U and adds three launches, and its GEMM
+    has fewer columns: with U above CHUNK_MAX_FILTER_BYTES that costs more than it saves, so those layers
+    run whole."""
     th, tw, _ = _tiles(1, out_h, out_w)
     filter_bytes = 16 * ch_out * (ch_in // groups) * itemsize
     per_sample = 16 * (ch_in + ch_out) * th * tw * itemsize

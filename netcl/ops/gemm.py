@@ -53,7 +53,7 @@ def normalize(params: dict) -> dict:
 def shape_class(M: int, N: int, K: int, batch: int = 1) -> str:
     """The tuning database's key suffix for a product: the tuner measures one representative per class.
     "tiny" products take about one launch's time, so their best tile is the one that keeps the grid
-    small and its edges cheap (64x10x500, LeNet's last layer: 28 µs with 8x8 tiles, 56 µs with the
+    small and its edges cheap (64x10x500, LeNet's last layer, runs faster with 8x8 tiles than with the
     small_mn class's). A batched launch is tiny only if the whole batch is."""
     if 2 * M * N * K * batch <= TINY_PRODUCT_FLOP:
         return "tiny"
@@ -122,10 +122,9 @@ def _lookup_params(device, name: str, cls: str) -> dict:
             break
     if p and cls == "large" and device.kind == "cpu" and db.source(device, "gemm", key) == "builtin":
         # The built-in CPU tiles were measured on 256-bit vectors. For large products an untuned device
-        # keeps the tile's shape in vectors at its own vector's width (AVX-512 on a Zen 5: 1024² 148 ->
-        # 370 GFLOP/s). Smaller classes stay at 256 bits: their time is launches and edges, and PoCL
-        # takes twice as long to compile a 16-lane tile (0.6 s against 0.3 s at a first launch), which
-        # a cold first step pays once per class.
+        # keeps the tile's shape in vectors at its own vector's width (AVX-512 more than doubles the rate
+        # of a large product). Smaller classes stay at 256 bits: their time is launches and edges, and
+        # PoCL takes twice as long to compile a 16-lane tile, which a cold first step pays once per class.
         p["VW"] = native_lanes(device, name)
     try:
         return normalize(p)
@@ -236,8 +235,8 @@ def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta
 
 
 # Launch plans, one per device, operand layout, parameter override and tuning-database generation: a
-# small product's host work (parameter lookup, packing rules, argument setting) cost 5-10x its kernel
-# time on PoCL (64x10x500: 125 µs of host time per call against 12 µs on the device).
+# small product's host work (parameter lookup, packing rules, argument setting) costs several times its
+# kernel time on a CPU driver when done at every call.
 _plans: dict[tuple, "_Plan"] = {}
 _MAX_PLANS = 512
 

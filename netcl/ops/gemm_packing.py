@@ -7,7 +7,7 @@ import threading
 
 from ..runtime import memory
 
-# A product this small runs in about the time of one launch on PoCL (~20 µs): it has its own tuning
+# A product this small runs in about the time of one launch on a CPU driver: it has its own tuning
 # class, and packing an operand (one more launch) would double its time.
 TINY_PRODUCT_FLOP = 4_000_000
 # An operand this small is re-read from L1 anyway: packing it would only add a launch.
@@ -18,7 +18,7 @@ def set_conflicts(k: int, row_bytes: int, tile_bytes: int, line: int = 64, sets:
     """Whether a k-row strip of B (tile_bytes wide, rows row_bytes apart) overflows the cache sets its rows
     map to (a typical 32 KiB 8-way L1): a stride with a large power-of-two factor reuses few sets. Such a
     B is packed; other strips are read in place, saving the pack launch. Strips of at most 128 lines are
-    always read in place: L2 absorbs their conflicts (500x4096x50: 90 GFLOP/s in place, 60 packed)."""
+    always read in place: L2 absorbs their conflicts, and the pack would cost more than it saves."""
     lines = k * -(-tile_bytes // line)
     used = sets // math.gcd(row_bytes // line, sets) if row_bytes % line == 0 else sets
     return lines > max(used * ways // 2, 128)

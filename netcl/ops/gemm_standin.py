@@ -1,7 +1,7 @@
 """Products during the cold start: one whose own kernel is not built yet runs on a GEMM kernel that is.
 
 A LeNet training step makes products of five shape classes, and each class's tile is a program of its own:
-on PoCL 3.1 five builds and six first launches, 2.5 s of a 6 s cold first step. Any tile computes any
+on PoCL their builds and first launches are a large part of a cold first step. Any tile computes any
 product, so until the first step is over (netcl.runtime.first_step) a product whose program is neither built
 nor in the disk cache borrows one this process has built (same dtype, a packing of B it can serve, a
 work-group shape it was launched with, so no new code is generated), and builds its own at its first

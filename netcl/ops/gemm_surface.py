@@ -1,9 +1,9 @@
 """The device's GEMM rate as a function of the product's shape, measured on a grid and interpolated.
 
 The cost model prices a strategy's products by the rate netcl's GEMM reaches on them. One rate per shape
-class was not enough: on a Zen 5 with PoCL, products of the "large" class ran at 166 GFLOP/s
-(128×144×1152) to 400 GFLOP/s (256×400×2400) against the class's one measured 208, which made im2col look
-1.5-2× slower than it was on the MEC paper's batch-1 layers. So calibration times the GEMM on a grid of
+class is not enough: products of one class run at rates more than twice apart, and pricing them all at
+the class's one measured rate made im2col look much slower than it was on the MEC paper's batch-1 layers.
+So calibration times the GEMM on a grid of
 shapes (powers of four in M, N and K, batches 1 and 16) and a product's rate is the multilinear
 interpolation of log rate in log M, log N, log K and log batch, clamped to the grid above its largest
 sizes; below its smallest N or K a product takes as long as the smallest one (its tiles are padded to

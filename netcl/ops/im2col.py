@@ -1,11 +1,11 @@
 """im2col / col2im: the lowering of a convolution input to a matrix and its adjoint.
 
-``im2col(x, kh, kw, ...)`` gives the (N·Ho·Wo, C·kh·kw) matrix of shared/API.md (row = one receptive field,
+``im2col(x, kh, kw, ...)`` gives the (N·Ho·Wo, C·kh·kw) matrix of the public API (row = one receptive field,
 column = one (channel, tap)); ``transposed=True`` gives its (C·kh·kw, N·Ho·Wo) transpose, the memo's layout
 that the im2col conv strategy feeds to GEMM. ``col2im`` adds a column matrix back into an input-shaped
-tensor: by atomic scatter-add, or by the deterministic gather form, which runs whenever
-``netcl.config.deterministic_enabled()`` (and on CPUs, where it is faster). Kernels: kernels/im2col.cl,
-kernels/col2im.cl.
+tensor: by atomic scatter-add, or by the deterministic gather form, which runs in deterministic mode
+(``nc.use_deterministic``, ``NETCL_DETERMINISTIC``) and on CPUs, where it is faster. Kernels:
+kernels/im2col.cl, kernels/col2im.cl.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numbers
 
 import numpy as np
 
-from .. import config, dtypes
+from .. import dtypes, settings
 from ..errors import DTypeError, ShapeError
 from ..runtime.memo import DeviceMemo
 from ..runtime.kernels import get_kernel, launch, local_size_1d
@@ -68,7 +68,7 @@ _kernels = DeviceMemo("im2col layer kernels", scope="context")  # compiled for o
 def _layer_kernel(device, template: str, name: str, layer: ConvLayer, dtype, transposed: bool, local: int,
                   runs: int = 0, chunks_per_item: int = 0):
     """get_kernel for one layer's geometry, memoized on the layer itself: rebuilding the parameter dict
-    and its sorted key costs ~30 µs a call, a sixth of a small layer's whole im2col."""
+    and its sorted key costs a noticeable share of a small layer's whole im2col."""
     key = (template, name, layer, np.dtype(dtype).str, bool(transposed), local, runs, chunks_per_item)
     kernel = _kernels.get(device, key)
     if kernel is None:
@@ -90,8 +90,8 @@ def run_length(device, layer: ConvLayer, transposed: bool, local: int, lanes: in
     for the chunk form (``lanes`` > 0).
 
     CPUs run a work-group's items one after another, so a work-item that walks a contiguous run of the
-    matrix (one closed-form decode, then vectorizable row copies) beats per-entry index arithmetic by 5–10×
-    there; GPUs want neighbouring work-items on neighbouring entries (the interleaved form). Runs are as
+    matrix (one closed-form decode, then vectorizable row copies) beats per-entry index arithmetic several
+    times over there; GPUs want neighbouring work-items on neighbouring entries (the interleaved form). Runs are as
     long as possible (up to about 2048 entries: longer ones measured no faster) while still leaving two
     work-groups per compute unit."""
     if device.kind != "cpu":
@@ -176,9 +176,10 @@ def im2col_launch(device, layer: ConvLayer, dtype, transposed: bool, runs: int |
 
 def prefers_gather(device) -> bool:
     """The col2im form used when the caller does not ask for one: the deterministic gather when
-    ``netcl.config.deterministic_enabled()``, and on CPUs, where compare-and-swap loops cost more than
-    the gather's R·S divisibility tests (2–30× slower in `netcl bench im2col`); else the atomic scatter."""
-    return config.deterministic_enabled() or device.kind == "cpu"
+    in deterministic mode (``nc.use_deterministic``, ``NETCL_DETERMINISTIC``), and on CPUs, where
+    compare-and-swap loops cost more than the gather's R·S divisibility tests (`netcl bench im2col`
+    compares them); else the atomic scatter."""
+    return settings.DETERMINISTIC.get() or device.kind == "cpu"
 
 
 def col2im_into(cols: Tensor, layer: ConvLayer, out: Tensor, transposed: bool = True,
@@ -234,7 +235,7 @@ def col2im(cols: Tensor, input_shape, kernel_h: int, kernel_w: int, stride=1, pa
 
     ``deterministic=False`` runs the atomic scatter-add (one work-item per column entry, float adds by
     compare-and-swap), ``True`` the deterministic gather (one work-item per input element). ``None``
-    (the default) takes the gather when ``netcl.config.deterministic_enabled()`` and on CPU devices
+    (the default) takes the gather in deterministic mode and on CPU devices
     (where it is the faster one), else the scatter.
     """
     _check_float(cols, "col2im columns")

@@ -129,14 +129,3 @@ def loss_backward(grad_loss: Tensor, x: Tensor, target: Tensor, weight: Tensor |
            np.int64(aux.offset), grad_loss.buffer, np.int64(grad_loss.offset), gx.buffer, np.int64(gx.offset),
            np.int32(n), np.int32(c), np.int64(opts.ignore_index), x.dtype.type(opts.label_smoothing))
     return gx
-
-
-def cross_entropy_forward(logits: Tensor, target: Tensor, reduction: str = "mean"):
-    """The plain loss (no weights, smoothing or ignored rows but PyTorch's default ignore_index -100):
-    (loss, saved) as loss_forward."""
-    return loss_forward(logits, target, None, LossOptions("ce", reduction))
-
-
-def cross_entropy_backward(grad_loss: Tensor, logits: Tensor, target: Tensor, saved,
-                           reduction: str = "mean") -> Tensor:
-    return loss_backward(grad_loss, logits, target, None, saved, LossOptions("ce", reduction))

@@ -2,7 +2,9 @@
 
 Dilation d spreads the k×k taps d pixels apart: the d-regularly sparse pooling kernel P_{k,d} of
 Li, Zhao & Wang, which lets a strided patch classifier run densely over a whole image (netcl.dense).
-Output size per axis: (H + 2·pad − dil·(k − 1) − 1) // stride + 1, as in PyTorch without ceil_mode.
+Output size per axis: (H + pad + pad_end − dil·(k − 1) − 1) // stride + 1 (pad_end, the bottom or right
+padding, equals pad unless given: ONNX's asymmetric pads), rounded up instead with ceil_mode, minus a last
+window that would start inside the end padding (PyTorch's and onnxruntime's rule).
 These are the raw ops; the differentiable versions are netcl.nn.functional.max_pool2d / avg_pool2d.
 """
 from __future__ import annotations
@@ -35,9 +37,19 @@ class PoolGeometry:
     pw: int
     dh: int
     dw: int
+    ph_end: int = None
+    pw_end: int = None
+    ceil_mode: bool = False
+
+    def __post_init__(self):
+        for name, begin in (("ph_end", "ph"), ("pw_end", "pw")):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(self, begin))
 
     @classmethod
-    def make(cls, input_shape, kernel_size, stride=None, padding=0, dilation=1) -> "PoolGeometry":
+    def make(cls, input_shape, kernel_size, stride=None, padding=0, dilation=1, padding_end=None,
+             ceil_mode: bool = False) -> "PoolGeometry":
+        """The geometry of one pooling call; ``padding_end`` (bottom, right) defaults to ``padding``."""
         input_shape = tuple(int(d) for d in input_shape)
         if len(input_shape) != 4:
             raise ShapeError(f"pooling expects a 4-D (N, C, H, W) input, got shape {input_shape}")
@@ -47,24 +59,34 @@ class PoolGeometry:
         sh, sw = pair(kernel_size if stride is None else stride, "pooling stride", 1)
         ph, pw = pair(padding, "pooling padding", 0)
         dh, dw = pair(dilation, "pooling dilation", 1)
-        for p, k, d, axis in ((ph, kh, dh, "height"), (pw, kw, dw, "width")):
+        ph_end, pw_end = (ph, pw) if padding_end is None else pair(padding_end, "pooling padding_end", 0)
+        for p, k, d, axis in ((ph, kh, dh, "height"), (pw, kw, dw, "width"), (ph_end, kh, dh, "height (end)"),
+                              (pw_end, kw, dw, "width (end)")):
             effective = d * (k - 1) + 1
             if p > effective // 2:
                 raise ShapeError(f"pooling padding {p} along {axis} is more than half the effective kernel size "
                                  f"{effective} (kernel {k}, dilation {d})")
-        g = cls(*input_shape, kh, kw, sh, sw, ph, pw, dh, dw)
+        g = cls(*input_shape, kh, kw, sh, sw, ph, pw, dh, dw, ph_end, pw_end, bool(ceil_mode))
         if g.out_h <= 0 or g.out_w <= 0:
             raise ShapeError(f"pooling kernel {kh}×{kw} (dilation {dh}×{dw}) is larger than the padded input "
-                             f"{g.h + 2 * ph}×{g.w + 2 * pw} (input {input_shape}, padding {(ph, pw)})")
+                             f"{g.h + ph + ph_end}×{g.w + pw + pw_end} (input {input_shape}, padding "
+                             f"{(ph, pw, ph_end, pw_end)})")
         return g
+
+    def _out(self, size, k, s, p, p_end, d) -> int:
+        span = size + p + p_end - d * (k - 1) - 1
+        if not self.ceil_mode:
+            return span // s + 1
+        out = -(-span // s) + 1
+        return out - 1 if (out - 1) * s >= size + p else out
 
     @property
     def out_h(self) -> int:
-        return (self.h + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
+        return self._out(self.h, self.kh, self.sh, self.ph, self.ph_end, self.dh)
 
     @property
     def out_w(self) -> int:
-        return (self.w + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
+        return self._out(self.w, self.kw, self.sw, self.pw, self.pw_end, self.dw)
 
     @property
     def input_shape(self) -> tuple[int, int, int, int]:
@@ -83,7 +105,7 @@ class PoolGeometry:
     def covering(self) -> bool:
         """Disjoint windows that tile the whole input: backward then writes every input element."""
         return (self.dh == 1 and self.dw == 1 and self.sh == self.kh and self.sw == self.kw and self.ph == 0
-                and self.pw == 0 and self.out_h * self.sh == self.h and self.out_w * self.sw == self.w)
+                and self.pw == 0 and self.ph_end == 0 and self.pw_end == 0 and self.out_h * self.sh == self.h and self.out_w * self.sw == self.w)
 
     def _args(self):
         return (np.int32(self.h), np.int32(self.w), np.int32(self.out_h), np.int32(self.out_w))
@@ -99,16 +121,15 @@ def _check_input(x: Tensor, what: str) -> Tensor:
 def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: bool = True, relu: bool = False):
     # The geometry is compiled in (see kernels/pool.cl); batch size and image size stay arguments.
     return get_kernel(x.device, "pool.cl", name, T=dtypes.c_type(x.dtype), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
-                      PH=g.ph, PW=g.pw, DH=g.dh, DW=g.dw, OP=op, COUNT_PAD=bool(count_include_pad) or op == "max",
+                      PH=g.ph, PW=g.pw, PH_END=g.ph_end, PW_END=g.pw_end, CEIL=g.ceil_mode, DH=g.dh, DW=g.dw, OP=op, COUNT_PAD=bool(count_include_pad) or op == "max",
                       RELU=bool(relu))
 
 
 def _row_groups(device, rows: int):
     """Work-groups for the row kernels (dimension 0: output or input rows of a plane). A CPU driver
     vectorizes across dimension 0, and these items write different rows, so a wide group buys no
-    contiguous stores, only a longer compile: the PoCL wheel's own choice compiled
-    pool_backward_disjoint in 0.46 s at LeNet's first step, against 0.16 s for 4 rows a group, and ran
-    no faster. GPUs keep the driver's choice."""
+    contiguous stores, only a longer compile (the PoCL wheel's own choice compiles several times longer
+    than 4 rows a group and runs no faster). GPUs keep the driver's choice."""
     if device.kind != "cpu":
         return None
     return (min(ROWS_PER_CPU_GROUP, rows), 1)
@@ -152,16 +173,6 @@ def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | Non
     launch(grad_y.device, kernel, (rows, g.n * g.c), _row_groups(grad_y.device, rows), grad_y.buffer,
            np.int64(grad_y.offset), arg_buf, np.int64(arg_off), gx.buffer, np.int64(gx.offset), *g._args())
     return gx
-
-
-def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, dilation=1):
-    """(y, argmax) of max pooling; see pool_forward."""
-    return pool_forward(x, PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation), "max")
-
-
-def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, count_include_pad=True):
-    g = PoolGeometry.make(x.shape, kernel_size, stride, padding, dilation)
-    return pool_forward(x, g, "avg", count_include_pad)[0]
 
 
 def adaptive_output_size(input_shape, output_size) -> tuple[int, int]:

@@ -24,8 +24,8 @@ MAX_FUSED = 8
 
 def fused_tensors_per_launch(device) -> int:
     """How many tensors one update launch serves. GPUs: MAX_FUSED (a launch costs more than the update of a
-    small tensor). CPU devices: 1, because PoCL runs a multi-tensor update pathologically slowly (LeNet's
-    eight parameters: 1.2 ms in eight launches, 3-30 ms in one, depending on where the buffers lie)."""
+    small tensor). CPU devices: 1, because PoCL runs a multi-tensor update many times slower than one
+    launch per tensor, by an amount that depends on where the buffers lie."""
     return 1 if device.kind == "cpu" else MAX_FUSED
 
 

@@ -1,8 +1,8 @@
 """Program binaries on disk: loading them, and writing them where it is safe and cheap.
 
 Asking PoCL for a program's binary compiles every kernel in it once more, which takes as long as the
-build itself (gemm_tiled: 0.69 s build, 0.70 s binary). Fetching binaries at build time doubled the time
-to a cold first training step (14.0 s -> 9.6 s without). So a program built from source is remembered,
+build itself; fetching binaries at build time would nearly double a cold first training step. So a
+program built from source is remembered,
 and its binary is written later, by :func:`save_binaries`: at exit, after each training epoch
 (netcl.training), or when a caller asks.
 

@@ -13,23 +13,25 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from .. import settings
+
 CACHE_FORMAT_VERSION = 1
 
 
 def cache_enabled() -> bool:
-    return os.environ.get("NETCL_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return settings.CACHE.get()
 
 
 def cache_root() -> Path:
-    return _root_for(os.environ.get("NETCL_CACHE_DIR"))
+    return _root_for(settings.CACHE_DIR.get())
 
 
 # Hot paths (the tuning lookup of every GEMM) ask for cache paths: resolve the root once per setting and
 # create each directory once per process.
 @functools.lru_cache(maxsize=8)
-def _root_for(configured: str | None) -> Path:
-    if configured:
-        return Path(configured).expanduser()
+def _root_for(configured: Path | None) -> Path:
+    if configured is not None:
+        return configured
     try:
         from platformdirs import user_cache_dir
         return Path(user_cache_dir("netcl", appauthor=False))

@@ -4,10 +4,9 @@ A CPU driver runs a work-group as a loop over its work-items and vectorizes that
 ``if (i >= n) return;`` is a condition that differs between work-items, so the vectorized loop masks every
 load and store with it. Where the target has no mask registers (AVX2, which is what the PoCL wheel's
 LLVM 14 compiles for on an AVX-512 Zen 4, named ``znver3``) the masked stores are ``vmaskmovps``,
-microcoded on AMD CPUs: a guarded ``y[i] -= a * x[i]`` over 2^20 floats took 312-438 µs there, 53-64 µs
-unguarded or guarded as below (256-1024 work-items a group). Debian's PoCL (AVX-512 masks) lost 2.7x
-too with 64 work-items a group: 279-288 µs against 102-105 µs (docs/explanation/gemm.md, "Tail guards
-uniform per work-group").
+microcoded on AMD CPUs, which makes a guarded ``y[i] -= a * x[i]`` several times slower than an unguarded
+one; Debian's PoCL (AVX-512 masks) loses too with small work-groups (docs/explanation/gemm.md, "Tail
+guards uniform per work-group").
 
 So the guard is tested only in the one work-group that straddles the bound: ``whole && …`` is the same
 for every work-item of a group, LLVM unswitches the work-item loop on it, and every other group runs the

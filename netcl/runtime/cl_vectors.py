@@ -2,10 +2,11 @@
 
 A driver whose built-in library was compiled for other CPU features than the kernel cannot inline
 ``vloadN``, ``vstoreN``, ``fma`` or ``min`` (the PoCL wheel on CPUs its LLVM does not know;
-docs/explanation/gemm.md): each becomes a function call, 7x slower in the GEMM, and with 16-lane vectors
-LLVM 14 aborts the process ("Do not know how to scalarize this operator's operand!"). Vectors assembled
-from element loads and stored element by element compile to the same unaligned vector loads and stores,
-and ``a * b + c`` is contracted into an FMA where the target has one. Templates import these with
+docs/explanation/gemm.md): each becomes a function call, which makes the GEMM several times slower, and
+with 16-lane vectors LLVM 14 aborts the process ("Do not know how to scalarize this operator's operand!").
+Vectors assembled from element loads and stored element by element compile to the same unaligned vector
+loads and stores, and ``a * b + c`` is contracted into an FMA where the target has one. Templates import
+these with
 ``<%! from netcl.runtime.cl_vectors import vload, vstore, lesser %>``.
 """
 from __future__ import annotations

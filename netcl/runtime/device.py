@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pyopencl as cl
 
+from .. import settings
 from ..errors import DeviceError
 from .device_figures import stored_figures
 
@@ -187,9 +188,9 @@ def devices() -> list[Device]:
 
 def config_dir() -> Path:
     """Where ci/setup.sh records what it installed: NETCL_CONFIG_DIR, else the user's config directory."""
-    configured = os.environ.get("NETCL_CONFIG_DIR")
-    if configured:
-        return Path(configured).expanduser()
+    configured = settings.CONFIG_DIR.get()
+    if configured is not None:
+        return configured
     try:
         from platformdirs import user_config_dir
         return Path(user_config_dir("netcl", appauthor=False))
@@ -209,7 +210,7 @@ def recorded_vendors_dir() -> Path | None:
 def _apply_recorded_vendors() -> None:
     # The ICD loader reads OCL_ICD_VENDORS at its first call, which is the get_platforms() that follows;
     # a value the user set always wins.
-    if "OCL_ICD_VENDORS" in os.environ:
+    if settings.environment_has("OCL_ICD_VENDORS"):
         return
     recorded = recorded_vendors_dir()
     if recorded is not None:
@@ -261,10 +262,10 @@ def default_device() -> Device:
     global _default
     if _default is not None:
         return _default
-    for variable in ("NETCL_DEVICE", "PYOPENCL_CTX"):
-        selector = os.environ.get(variable)
+    for setting in (settings.DEVICE, settings.OPENCL_CONTEXT):
+        selector = setting.get()
         if selector:
-            _default = _select(selector, variable)
+            _default = _select(selector, setting.name)
             return _default
     all_devices = devices()
     if not all_devices:

@@ -59,13 +59,3 @@ def store_figures(device, figures: dict, source: str) -> dict:
         data["devices"][ident] = dict(entry if isinstance(entry, dict) else {}, **update)
 
     return dict(update_json(figures_path(), "device figures", mutate)["devices"][ident])
-
-
-def forget_figures(device) -> None:
-    ident = _identity_of(device)
-    if not cache_enabled():
-        _overlay.pop(ident, None)
-        return
-    update_json(figures_path(), "device figures",
-                lambda data: data.get("devices", {}).pop(ident, None) if isinstance(data.get("devices"), dict)
-                else None)

@@ -1,10 +1,9 @@
 """The cold start: what a process's first training step does not need is deferred past it.
 
-A fresh process builds every kernel it launches, and on PoCL 3.1 each program costs about 0.1 s to build
-and each kernel another 0.1-0.5 s of code generation at its first launch per work-group size
-(docs/architecture.md, "The first step"). Work that only makes later steps faster, such as a
-product's best tile when a kernel that computes the same product is already built, waits until the first
-step is over:
+A fresh process builds every kernel it launches, and on a CPU driver such as PoCL each program costs a
+build and each kernel more code generation at its first launch per work-group size (docs/architecture.md,
+"The first step"). Work that only makes later steps faster, such as a product's best tile when a kernel
+that computes the same product is already built, waits until the first step is over:
 
 - the first step ends at the first optimizer update (:func:`end`; `Optimizer.step` calls it), or when
   anything times kernels (netcl.runtime.timing), which must time the kernels the process will keep using;
@@ -17,9 +16,7 @@ call builds its best kernel at once), and so does deterministic mode (``nc.use_d
 """
 from __future__ import annotations
 
-import os
-
-from ..config import deterministic_enabled
+from .. import settings
 
 PATIENCE = 8  # uses of a deferred choice before a process that never trains revisits it
 
@@ -27,9 +24,7 @@ _first_step_over = False
 
 
 def enabled() -> bool:
-    if deterministic_enabled():
-        return False
-    return os.environ.get("NETCL_DEFER_BUILDS", "1").strip().lower() not in ("0", "false", "no", "off")
+    return settings.DEFER_BUILDS.get() and not settings.DETERMINISTIC.get()
 
 
 def in_progress() -> bool:

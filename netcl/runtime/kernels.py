@@ -21,6 +21,7 @@ from pathlib import Path
 import pyopencl as cl
 from mako.lookup import TemplateLookup
 
+from .. import settings
 from ..errors import DeviceError, KernelBuildError
 from . import binaries
 from .binaries import save_binaries  # noqa: F401  (public: fill the disk cache now)
@@ -38,7 +39,7 @@ QUIET_BUILD_OPTIONS = ("-w",)
 
 
 def debug_enabled() -> bool:
-    return os.environ.get("NETCL_DEBUG", "0").strip().lower() not in ("", "0", "false", "no", "off")
+    return settings.DEBUG.get()
 
 
 def build_options(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -82,9 +83,8 @@ def templates_digest(skip: frozenset = frozenset()) -> str:
 
 def convolution_templates_digest() -> str:
     """The digest the conv planner's plans and calibration carry: the templates a convolution pass may
-    launch (GEMM, every strategy's kernels, the copies and maps around them). Adding an optimizer or a
-    loss kernel used to send every device back to the uncalibrated fallback, whose plans ran LeNet 20 %
-    slower on PoCL until `netcl tune conv` ran again."""
+    launch (GEMM, every strategy's kernels, the copies and maps around them), and no other: a change to an
+    optimizer's or a loss's kernel must not send every device back to the uncalibrated fallback."""
     return templates_digest(NOT_IN_CONVOLUTION)
 
 
@@ -106,8 +106,8 @@ build_stats = {"source_builds": 0, "binary_loads": 0, "seconds": 0.0}
 def render(template_name: str, **params) -> str:
     global _lookup
     if _lookup is None:
-        # Mako's compiled templates are kept on disk: compiling the eleven templates of a LeNet step cost
-        # 0.3-0.6 s of every process's first step, the largest part of a warm start. Kept per content of
+        # Mako's compiled templates are kept on disk: compiling the templates of a training step is the
+        # largest part of a warm start otherwise. Kept per content of
         # the templates, not per folder: Mako's own staleness test compares whole-second mtimes, so a
         # template edited within a second of its compilation ran the old kernel in every later process.
         folder = hashlib.sha256(f"{kernels_dir()}|{templates_digest()}".encode()).hexdigest()[:16]
@@ -219,8 +219,8 @@ def _show_build_log(device: Device, program: cl.Program, key: str) -> None:
 def get_kernel(device: Device, template_name: str, kernel_name: str, options: tuple[str, ...] = (),
                **params) -> cl.Kernel:
     """A built kernel from a template; memoized on (device, template, parameters, options). The program
-    holds every kernel of the template: on PoCL a program costs 0.14 s to build and each further kernel
-    in it about 0.01 s, so kernels rendered with the same parameters share one build."""
+    holds every kernel of the template: on PoCL a further kernel in a program costs a small fraction of
+    the program's build, so kernels rendered with the same parameters share one build."""
     fast = (id(device.context), template_name, kernel_name, options, *params.items())
     table, by_call = _call_index
     if table is _kernels:

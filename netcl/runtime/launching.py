@@ -82,9 +82,8 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
         _declare_scalar_types(kernel, args)
         kernel._netcl_local_sizes = set()  # work-group sizes launched so far (see the first-launch rule)
     try:
-        # PoCL generates a kernel's machine code for each work-group size at its first launch. With
-        # other kernels queued around it that ran 1.35x slower (LeNet's cold first step: 10.9 s, against
-        # 8.1 s when the queue is drained before and after), so a first launch runs on a quiet device.
+        # PoCL generates a kernel's machine code for each work-group size at its first launch, and does
+        # so markedly slower with other kernels queued around it, so a first launch runs on a quiet device.
         new_size = local_size not in kernel._netcl_local_sizes
         first = new_size and device.kind == "cpu"
         if first:
@@ -132,8 +131,8 @@ def _launch_error(device: Device, kernel: cl.Kernel, exc: cl.Error) -> Exception
 
 
 # pyopencl's Kernel.set_arg tries a scalar as a memory object, local memory, a sampler and an SVM pointer
-# first, each a C++ exception caught: 7.2 µs per numpy scalar on PoCL, against 0.4 µs for handing its bytes
-# over directly, which is what pyopencl's own typed invoker does (a GEMM row loop sets three offsets a call).
+# first, each a C++ exception caught: many times the cost of handing its bytes over directly, which is
+# what pyopencl's own typed invoker does (a GEMM row loop sets three offsets a call).
 _set_scalar_arg = getattr(cl.Kernel, "_set_arg_buf", cl.Kernel.set_arg)
 
 
@@ -141,8 +140,8 @@ class PreparedLaunch:
     """A launch of one kernel with a fixed geometry and fixed arguments, repeated with new values for the
     few arguments that change (buffers, offsets, scalars).
 
-    Setting a kernel's arguments is most of the host cost of a small launch (about 17 µs for the GEMM's
-    21 arguments through pyopencl's typed path on PoCL, against 2-3 µs for the enqueue itself), and on a
+    Setting a kernel's arguments is most of the host cost of a small launch (the GEMM has 21, each set
+    through pyopencl's typed path costing about what the enqueue itself does), and on a
     CPU device host time is taken from the cores that run the kernels. So the launch owns a private copy
     of the kernel with the fixed arguments set once, and sets a changing argument only when it differs
     from the previous call. Buffers are compared by their OpenCL handle, so a buffer the pool hands out
@@ -227,8 +226,8 @@ VARYING = object()  # a PreparedLaunch argument that each call supplies
 
 def _declare_scalar_types(kernel: cl.Kernel, args) -> None:
     """Tell pyopencl the scalar argument types from the first launch's NumPy scalars: it then packs the
-    arguments in one generated call (6 µs a launch on PoCL) instead of setting each through the generic
-    path (60 µs with eight arguments). Our launches always pass the same types for a given kernel."""
+    arguments in one generated call instead of setting each through the generic path, which costs many
+    times more. Our launches always pass the same types for a given kernel."""
     if all(isinstance(a, np.generic) or not isinstance(a, (int, float, complex)) for a in args):
         kernel.set_scalar_arg_dtypes([a.dtype if isinstance(a, np.generic) else None for a in args])
     kernel._netcl_typed = True

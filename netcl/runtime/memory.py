@@ -2,8 +2,8 @@
 
 Buffers come from a caching pool per device (pyopencl's MemoryPool): a buffer whose last user is gone
 returns to the pool and serves the next request of its size class. Fresh buffers cost a CPU device page
-faults on first touch: conv1 of LeNet (batch 64) took 4-6 ms instead of 1.2 ms for the first few runs
-after any other layer had run, which misled the planner's measurements. Reuse is safe because every
+faults on first touch, which slow a layer's first runs several times over and would mislead the
+planner's measurements. Reuse is safe because every
 kernel goes to the device's one in-order queue: a buffer handed out again is only written by commands
 queued after the ones that read it. A new buffer therefore holds arbitrary old data; every op writes
 its whole output. ``release_cached`` hands the held buffers back to the driver, and so does an allocation

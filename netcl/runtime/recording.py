@@ -1,8 +1,7 @@
 """Recording the commands a piece of host code enqueues, and replaying them without that host code.
 
-A training step of a small network costs the host about as much Python as the device spends computing
-it (LeNet at batch 64: ~2 ms of host CPU against ~20 ms on one PoCL thread, 40 launches, 4,600 Python
-calls). On a CPU device that host time comes from the cores the kernels run on. A ``Recording`` made while
+A training step of a small network makes thousands of Python calls on the host to enqueue a few dozen
+launches (LeNet). On a CPU device that host time comes from the cores the kernels run on. A ``Recording`` made while
 the step runs holds every command the step enqueued — kernel launches with their arguments, uploads,
 fills, copies — and the host work that must happen between them (gradient hooks such as
 DistributedDataParallel's allreduce). ``Replay`` enqueues the same commands again, each kernel a private

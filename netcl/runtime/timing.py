@@ -91,22 +91,21 @@ def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_ru
     turns in timed rounds whose order rotates. A runner whose warm-up took more than ``isolate_above``
     times the fastest one's is timed in its own later rounds, ``min_runs`` samples and no more (without
     ``time_isolated``, its warm-up time is its one sample: it cannot be the fastest; one over ``slow_s``
-    also gets a single warm-up run): between the others' samples, a 40 ms direct convolution made a
-    0.7 ms Winograd pass take 3.3 ms in every sample of a session. Every runner gets
+    also gets a single warm-up run): run between the others' samples, a runner many times slower leaves
+    the caches and the driver in a state that slows every sample of the fast ones. Every runner gets
     ``min_runs`` samples, except one whose single sample already exceeds ``slow_s`` and three times the
     best; runners within ``contention`` of the best get further rounds, up to ``max_runs``, while the
     timed total stays within ``time_budget_s``; all of them keep going (up to ``max_runs``) until the
-    rounds span ``min_time_s``: a burst of load from another process lasts longer than a session of a
-    few short runners, and moved whole sessions' fastest samples 2-3×. A runner faster than
-    ``settle_below_s`` runs once untimed before each sample: what ran before it left caches that slowed a
-    5 ms runner 1.5×.
+    rounds span ``min_time_s``: a burst of load from another process can outlast the rounds of a few
+    short runners and slow all their fastest samples. A runner faster than ``settle_below_s`` runs once
+    untimed before each sample: what ran before it leaves caches that slow it.
     """
     _check_statistic(statistic)
     first_step.end()
     results: dict[str, object] = {}
     warm: dict[str, float] = {name: 0.0 for name in runners}
-    # Warm-up in interleaved rounds too: runners warmed one after the other were still 1.5-3x slow in
-    # every sample of the first session on a layer (PoCL, buffers, caches), and fine in the next.
+    # Warm-up in interleaved rounds too: runners warmed one after the other stay slow in every sample of
+    # the first timing of a layer (PoCL's code generation, buffers, caches), and are fine in the next.
     for round_ in range(warmup):
         fastest = min((t for t in warm.values() if t > 0), default=0.0)
         for name in [n for n in runners if n in warm]:

@@ -62,11 +62,6 @@ def wrap(model, ranks: Ranks):
     return DistributedDataParallel(model)
 
 
-def unwrap(model):
-    """The module a DistributedDataParallel wraps (its state_dict has no "module." prefix), or the model."""
-    return getattr(model, "module", model)
-
-
 def eval_shard(num_images: int, ranks: Ranks) -> np.ndarray | None:
     """The test images this rank scores: positions rank, rank + N, ... (no padding: each scored once)."""
     if not ranks.distributed:

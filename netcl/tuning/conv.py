@@ -20,11 +20,10 @@ import numpy as np
 # (input NCHW, weight KCRS, stride, padding[, groups[, dilation]]): small enough that direct convolution
 # stays in tens of ms. Every kind of layer a network brings (stride 1, 2 and 4; 1×1, 3×3, 5×5, 7×7, 11×11;
 # depthwise; dilated; few and many channels; batch 1 to 64) has neighbours here: the model's residual
-# model learns from measured layers like the one it predicts. Each layer costs a cold calibration 3-4 s,
-# most of it building its kernels: six more layers (LeNet at batch 16, and 3×3 layers with neighbours
-# here) took a fresh calibration past its 2 minutes; taken out, they left the planner's choices unchanged
-# on both drivers' stored Zen 4 runs (benchmarks/planner_offline.py --exclude; the planner-accuracy
-# figures of docs/benchmarks.md were measured without them).
+# model learns from measured layers like the one it predicts. Each layer costs a cold calibration
+# seconds, most of it building its kernels, so a layer whose neighbours are already here is left out:
+# leaving such layers out does not change the planner's choices (benchmarks/planner_offline.py --exclude
+# checks that on stored calibrations).
 LAYERS = [
     ((8, 64, 8, 8), (64, 64, 3, 3), 1, 1),
     ((1, 128, 14, 14), (128, 128, 3, 3), 1, 0),
@@ -44,14 +43,14 @@ LAYERS = [
     ((2, 192, 8, 8), (96, 192, 1, 1), 1, 0),
     ((4, 24, 20, 20), (24, 24, 3, 3), 1, 2, 1, 2),  # dilated
     ((2, 3, 48, 48), (24, 3, 7, 7), 2, 3),        # a 7×7 stem
-    # Large layers (0.4-0.8 GFLOP, 3-15 ms a pass for the fast strategies): without them every sample of
-    # Winograd and direct_blocked took under 1.3 ms, their fits priced the arithmetic from launches and
-    # transforms alone (Winograd forward: a = 0.14), and layers 10x larger were predicted 2-3x too fast.
+    # Large layers (0.4-0.8 GFLOP): without them every sample of Winograd and direct_blocked is short,
+    # their fits price the arithmetic from launches and transforms alone, and layers ten times larger are
+    # predicted far too fast.
     ((1, 48, 96, 96), (96, 48, 3, 3), 1, 1),
     ((1, 32, 128, 128), (64, 32, 5, 5), 2, 2),
     ((4, 256, 28, 28), (256, 256, 1, 1), 1, 0),
-    # A working set past the others (19 MB of input): ResNet-50's bottleneck 1×1 at 56 pixels and batch 8,
-    # 26 MB, was mispriced by the layers above (MEC forward predicted 2.5x too fast on Debian's PoCL).
+    # A working set past the others' (19 MB of input): the layers above misprice layers whose data leave
+    # the caches, such as ResNet-50's bottleneck 1×1 at 56 pixels and batch 8.
     ((8, 192, 56, 56), (96, 192, 1, 1), 1, 0),
     # Batch-1 layers of an ImageNet-sized network (the MEC paper's): a wide RGB input, a 7×7 strided layer
     # on 64 channels at 56 pixels, and many channels on few pixels, where im2col, implicit GEMM and
@@ -60,33 +59,33 @@ LAYERS = [
     ((1, 64, 56, 56), (64, 64, 7, 7), 2, 3),
     ((1, 256, 12, 12), (384, 256, 3, 3), 1, 1),
     # More depthwise layers (MobileNet-like: many batches, many channels, a 5×5 kernel) and a batch-8 3×3
-    # layer: with two depthwise layers the residual model met Winograd's and direct convolution's depthwise
-    # behaviour once each and priced a 64-channel layer's passes up to 2.5x off.
+    # layer: with two depthwise layers the residual model meets Winograd's and direct convolution's
+    # depthwise behaviour once each, too few to price a wider depthwise layer.
     ((16, 32, 24, 24), (32, 1, 3, 3), 1, 1, 32),
     ((2, 128, 28, 28), (128, 1, 3, 3), 1, 1, 128),
     ((4, 96, 14, 14), (96, 1, 5, 5), 1, 2, 96),
     ((8, 80, 20, 20), (80, 80, 3, 3), 1, 1),
 ]
 QUICK_LAYERS = [LAYERS[0], LAYERS[2], LAYERS[4], LAYERS[8]]
-# The fastest sample: a device characteristic, which load from other processes only slows down (medians
-# of a few samples moved 3-10x between sessions on the shared 2-core machine). Two warm-up runs: PoCL
-# generates code at the first launch and GEMM's packing buffers reach their size over the first runs.
-# Samples spread over at least 0.4 s (0.15 s quick): a burst of load outlasts a few short runs. A runner
-# over 0.1 s and 3x the fastest gets one sample: direct convolution's 0.1-0.5 s passes on the largest
-# layers took 3 samples and 2 warm-ups each, 10-15 s of a calibration, to place a strategy 30-150x slow.
+# The fastest sample: a device characteristic, which load from other processes only slows down (the
+# median of a few samples moves with the load). Two warm-up runs: PoCL generates code at the first launch
+# and GEMM's packing buffers reach their size over the first runs. Samples spread over at least 0.4 s
+# (0.15 s quick): a burst of load outlasts a few short runs. A runner over 0.1 s and 3x the fastest gets
+# one sample: more samples of a strategy that slow would cost the calibration seconds to place a strategy
+# that cannot win.
 TIMING = dict(warmup=2, min_runs=3, max_runs=20, time_budget_s=0.25, contention=1.2, settle_below_s=0.01,
               statistic="min", min_time_s=0.4, slow_s=0.1)
 QUICK_TIMING = dict(warmup=2, min_runs=2, max_runs=10, time_budget_s=0.1, contention=1.1, settle_below_s=0.0,
                     statistic="min", min_time_s=0.15, slow_s=0.1)
-# The shortest timed rounds a pass gets: on a fresh PoCL cache builds and warm-ups alone took 69 of a
-# calibration's 119 s (2 Zen 4 cores), and rounds at --quick's spans 25 s of the rest.
+# The shortest timed rounds a pass gets: on a fresh cache builds and warm-ups alone take over half of a
+# calibration, so the timed rounds must be able to shrink well below --quick's spans.
 SHORTEST = dict(time_budget_s=0.05, min_time_s=0.08)
 # Seconds the whole calibration aims at, by quick (the targets are 2 minutes and 30 s). Kernel builds and
-# warm-ups take what they take (a fresh cache on 2 Zen 4 cores: 84 of 168 s); when the passes so far
+# warm-ups take what they take (with a fresh cache, about half of the calibration); when the passes so far
 # project past the budget, the timed rounds of the rest are shortened, never below SHORTEST.
 BUDGET_S = {False: 100.0, True: 25.0}
-# Seconds for the GEMM rate surface (netcl.ops.gemm_surface), by quick: its full grid took 12-13 s on
-# 2 Zen 5 cores with PoCL and Intel's runtime, the quick one about 4 s.
+# Seconds for the GEMM rate surface (netcl.ops.gemm_surface), by quick: about twice what its grid takes
+# on a 2-core CPU.
 SURFACE_BUDGET_S = {False: 25.0, True: 5.0}
 
 

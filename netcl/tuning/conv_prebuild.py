@@ -1,10 +1,10 @@
 """Compiling a calibration's kernels before it times them, in two processes where that pays.
 
-A cold `netcl tune conv` builds about 160 programs. On Intel's OpenCL CPU runtime a build takes 0.5-2 s,
-and builds serialize inside one process: two threads building at once took as long as one after the
-other, so 87 of a cold calibration's 130 s were builds (2 Xeon cores, model 167). Two *processes* do
-build at the same time, and that driver hands a built program over as a binary for next to nothing
-(3 ms to fetch, 3 ms to load). So before any timing the calibration runs each GEMM product and each
+A cold `netcl tune conv` builds about 160 programs. On Intel's OpenCL CPU runtime a build takes a
+second or so, and builds serialize inside one process (two threads building at once take as long as one
+after the other), so builds are most of a cold calibration. Two *processes* do build at the same time,
+and that driver hands a built program over as a binary for next to nothing (milliseconds to fetch and
+load). So before any timing the calibration runs each GEMM product and each
 conv pass it will time once with nothing launched (netcl.runtime.launching.builds_only), sharing them
 with a helper process (``python -m netcl.tuning.conv_prebuild``) that writes what it builds to netcl's
 kernel cache; the timed passes then load those binaries instead of building.
@@ -27,6 +27,8 @@ import tempfile
 import threading
 import time
 import warnings
+
+from .. import settings
 
 BINARY_SHARE = 0.25   # a binary must come back in under this share of its program's build time
 HELPER_GRACE_S = 60.0  # how long the helper may run on after this process has built its share
@@ -153,8 +155,7 @@ class _Helper:
         from ..runtime.cache import cache_root
         # the same cache and the same netcl as this process, however this one found them
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        path = os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))
-        env = dict(os.environ, PYTHONUNBUFFERED="1", NETCL_CACHE_DIR=str(cache_root()), PYTHONPATH=path)
+        env = settings.child_environment(package_root, PYTHONUNBUFFERED="1", NETCL_CACHE_DIR=str(cache_root()))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "netcl.tuning.conv_prebuild", "--device-identity", device.identity],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)

@@ -29,6 +29,7 @@ import threading
 import time
 import warnings
 
+from .. import settings
 from ..runtime.cache import cache_enabled, cache_path, update_json
 
 FORMAT = 1
@@ -44,11 +45,11 @@ BUILTIN: dict[str, dict[str, dict[str, dict]]] = {
         "gemm": {
             "float32": {"MR": 6, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
                         "ORDER": "mn"},
-            # small K: a group of 8 work-items along N (cv9's Winograd product 16×64×23328×64: 121 GFLOP/s,
-            # against 100 for 8 along M; LeNet conv1's 20×36864×25: 58 against 48)
+            # small K: a group of 8 work-items along N, faster than 8 along M on products such as cv9's
+            # Winograd product (16×64×23328×64) and LeNet conv1's (20×36864×25)
             "float32/small_k": {"MR": 6, "VW": 8, "NV": 2, "WG_M": 1, "WG_N": 8, "KU": 1, "LOCAL": 0,
                                 "PACK_B": 1, "ORDER": "mn"},
-            # launch-bound products: a small grid of 8x8 tiles (64x10x500: 28 µs a call, pipelined)
+            # launch-bound products (64x10x500): a small grid of 8x8 tiles
             "float32/tiny": {"MR": 8, "VW": 8, "NV": 1, "WG_M": 1, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1,
                              "ORDER": "mn"},
             "float32/small_mn": {"MR": 4, "VW": 8, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0,
@@ -129,7 +130,7 @@ def generation() -> tuple:
     replaced or removed, or an entry stored), so callers can memoize lookups on it. An edit made to the
     file by another program is seen within GENERATION_RECHECK_SECONDS."""
     # The settings that decide where the file is (netcl.runtime.cache): cheaper to compare than the path.
-    where = (os.environ.get("NETCL_CACHE"), os.environ.get("NETCL_CACHE_DIR"), _overlay_edits[0])
+    where = (settings.CACHE.text(), settings.CACHE_DIR.text(), _overlay_edits[0])
     now = time.monotonic()
     memo = _generation_memo
     if memo["where"] == where and now - memo["at"] < GENERATION_RECHECK_SECONDS:

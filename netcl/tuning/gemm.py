@@ -44,12 +44,12 @@ def calls_per_sample(flop: float) -> int:
 def _tiles(lanes: int, quick: bool, dtype: str = "float32"):
     """Register tiles (MR rows x NV vectors of VW lanes). A CPU with 32 vector registers (AVX-512) wants 16-24
     accumulators, one with 16 (AVX2) 8-12: both kinds are tried and the device's measurement decides,
-    so no tile count is assumed from the instruction set (a 256-bit-only search left AVX-512 at half
-    speed: 1024² 148 GFLOP/s with 4x(8x3), 426 with 8x(16x2) on the same Zen 5).
+    so no tile count is assumed from the instruction set (a search of 256-bit tiles only leaves an
+    AVX-512 CPU at a fraction of its speed).
 
     The reported width is not always the compiled one: the PoCL wheel (LLVM 14) reports 16 floats on a
-    Zen 4 but compiles for znver3, AVX2, where a 16-lane tile of 16-32 accumulators spills (1536³ 131-143
-    GFLOP/s against 201-215 with 4x(8x2) there). So a device reporting more than 256 bits also gets
+    Zen 4 but compiles for znver3, AVX2, where a 16-lane tile of 16-32 accumulators spills and runs far
+    slower than an 8-lane one. So a device reporting more than 256 bits also gets
     256-bit tiles."""
     from ..ops.gemm import lanes_in_256_bits
     narrow = lanes_in_256_bits(dtype)
@@ -147,9 +147,8 @@ def _settle(cases, leaders: list, repeat: int) -> dict:
 
     The search's scores are each the fastest of a few samples taken minutes apart from its rivals', so
     the top few differ by less than their noise. Keeping the larger of a search score and one re-timing,
-    as the tuner once did, picked whichever leader had the luckier sample: on Intel's runtime on a Zen 4
-    it chose packed A and B (149 / 165 / 189 GFLOP/s at 512³ / 1024³ / 2048³ when timed afterwards)
-    over packed B alone (166 / 175 / 198)."""
+    picks whichever leader had the luckier sample, which can be one that is slower at every size when
+    the leaders are timed against each other."""
     from ..runtime.timing import compare
     logs = {key: [] for key in leaders}
     for case in cases:

@@ -15,8 +15,8 @@ from . import db
 def choose_threshold(results) -> int:
     """The T (0 or a measured ow) that minimizes the total time of the measured layers when each runs A
     if its ow ≤ T, else B; the smaller T on a tie. A rule like "the largest ow up to which A never lost"
-    let one near-tie decide: a run where B beat A by 2.5 % on cv11 (ow 12, within the noise) set T = 10,
-    which sent cv10 (ow 26) to B, 29 % slower than A in the same tuning run."""
+    lets one near-tie within the noise set T, and sends larger layers to the variant that lost on them
+    clearly in the same tuning run."""
     candidates = sorted({0, *(r["ow"] for r in results)})
     def total(t):
         return sum(r["A_ms"] if r["ow"] <= t else r["B_ms"] for r in results)

@@ -1,0 +1,55 @@
+"""Imports run downward: the ops and the runtime reach no layer above them, and nothing works around that
+with importlib."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "netcl"
+
+# What each lower layer may not import (the autograd engine, netcl.autograd.function, sits below ops).
+ABOVE = {
+    "runtime": ("netcl.ops", "netcl.autograd", "netcl.nn", "netcl.optim", "netcl.training", "netcl.models",
+                "netcl.data", "netcl.distributed", "netcl.cli", "netcl.bench"),
+    "ops": ("netcl.autograd.rules", "netcl.nn", "netcl.optim", "netcl.training", "netcl.models", "netcl.data",
+            "netcl.distributed", "netcl.cli", "netcl.bench"),
+}
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import in ``path``, at any depth (lazy imports count)."""
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            found += [(node.lineno, f"{base}.{alias.name}" if not node.module else base) for alias in node.names]
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(ABOVE))
+def test_a_lower_layer_imports_nothing_above_it(layer):
+    offenders = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
+                 for path in sorted((PACKAGE / layer).rglob("*.py")) for line, module in _imports(path)
+                 if module.startswith(ABOVE[layer])]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_import_resolution_sees_relative_imports():
+    ops_conv2d = dict((module, line) for line, module in _imports(PACKAGE / "ops" / "conv2d.py"))
+    assert "netcl.autograd.function" in ops_conv2d and "netcl.ops.conv_registry" in ops_conv2d
+
+
+def test_no_importlib_below_the_command_line():
+    users = sorted(str(path.relative_to(PACKAGE.parent)) for path in PACKAGE.rglob("*.py")
+                   if any(module == "importlib" or module.startswith("importlib.") for _, module in _imports(path)))
+    # netcl/__init__.py loads its subpackages on first use (PEP 562); the command line dispatches to the
+    # module a subcommand names. Both import downward.
+    assert set(users) <= {"netcl/__init__.py", "netcl/cli/main.py", "netcl/cli/bench.py", "netcl/cli/tune.py"}, users
