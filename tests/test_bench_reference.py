@@ -126,8 +126,8 @@ def test_reference_process_runs_onnxruntime_on_an_onnx_file(device, rng, tmp_pat
     x = rng.standard_normal((3, 3, 7, 7)).astype(np.float32)
     nc.onnx.export(model, nc.tensor(x, device=device), tmp_path / "m.onnx")
     np.save(tmp_path / "x.npy", x)
-    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
-    expected = session.run(None, {"input": x})[0]
+    runtime = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    expected = runtime.run(None, {"input": x})[0]
     with ReferenceProcess(python=sys.executable) as ref:
         assert ref.onnxruntime_version == ort.__version__
         request = {"model": "onnx", "path": str(tmp_path / "m.onnx"), "input": str(tmp_path / "x.npy")}

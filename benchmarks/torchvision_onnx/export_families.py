@@ -104,11 +104,11 @@ def export_family(torch, name: str, modules, out: str, opset: int, rng) -> dict:
     entry = {"name": name, "file": name + ".onnx", "input_shape": [3, size, size], "opset": opset,
              "exporter": exporter, "export_s": round(time.perf_counter() - start, 2), "batches": {}}
     import onnxruntime as ort
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    input_name = session.get_inputs()[0].name
+    runtime = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    input_name = runtime.get_inputs()[0].name
     for batch in BATCHES:
         x = rng.standard_normal((batch, 3, size, size)).astype(np.float32)
-        (y_ort,) = session.run(None, {input_name: x})
+        (y_ort,) = runtime.run(None, {input_name: x})
         with torch.no_grad():
             y_torch = model(torch.from_numpy(x)).numpy()
         stem = os.path.join(out, f"{name}.b{batch}")

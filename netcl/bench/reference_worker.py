@@ -83,9 +83,9 @@ def _resnet20():
 def _onnx(request):
     if onnxruntime is None:
         raise RuntimeError("onnxruntime is not installed for this interpreter")
-    session = onnxruntime.InferenceSession(request["path"], providers=["CPUExecutionProvider"])
-    feed = {session.get_inputs()[0].name: np.load(request["input"])}
-    return lambda: session.run(None, feed)[0]
+    runtime = onnxruntime.InferenceSession(request["path"], providers=["CPUExecutionProvider"])
+    feed = {runtime.get_inputs()[0].name: np.load(request["input"])}
+    return lambda: runtime.run(None, feed)[0]
 
 
 def _build(request):

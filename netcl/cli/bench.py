@@ -8,7 +8,8 @@ BENCHMARKS = ("gemm", "im2col", "conv", "lenet", "resnet", "dense")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("name", help=f"which benchmark ({', '.join(BENCHMARKS)}), or a MODEL.onnx file")
+    p.add_argument("name", metavar="|".join(BENCHMARKS + ("MODEL.onnx",)),
+                   help=f"which benchmark ({', '.join(BENCHMARKS)}), or a MODEL.onnx file")
     p.add_argument("--json", action="store_true", help="end with one JSON object")
     p.add_argument("--quick", action="store_true", help="fewer repetitions and shapes (a smoke run)")
     p.add_argument("--device", default=None, help="device index or name substring")
