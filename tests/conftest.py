@@ -26,7 +26,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 # Tests check the kernels a process keeps running: products borrowing another's kernel during a cold
 # first step are the subject of tests/test_first_step.py alone (and of the fresh-process runs).
-first_step.end()
+first_step.end(nc.default_device())
 
 GUARD = 37  # elements on each side; odd so that guarded tensors are misaligned for vector loads
 SENTINEL = {np.dtype(np.float32): np.float32(-7.654321e29), np.dtype(np.float64): np.float64(-7.654321e29),

@@ -305,7 +305,7 @@ def _damage_json_files(root: Path) -> list[Path]:
 
 
 def test_damaged_tuning_database_is_ignored_with_a_warning(env, rng):
-    from netcl.tuning import db
+    from netcl.runtime import tuning_db as db
     path = db.db_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{ this is not json")

@@ -132,7 +132,7 @@ def test_workspace_bytes_is_exact(name, case, pass_, rng, device, monkeypatch):
     gy = nc.Tensor.from_host(rng.standard_normal(layer.output_shape).astype(np.float32), device)
     release = getattr(gemm_module, "release_workspaces", None)
     if release is not None:
-        release()  # GEMM's packing buffers are cached per device: start from none
+        release(device)  # GEMM's packing buffers are cached per device: start from none
     allocated = []
     real_allocate = memory.allocate
     monkeypatch.setattr(memory, "allocate",

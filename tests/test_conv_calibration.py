@@ -19,7 +19,8 @@ from netcl.ops import conv_cost, conv_online, conv_profile
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer
 from netcl.runtime import timing
-from netcl.tuning import conv_prebuild, db
+from netcl.runtime import tuning_db as db
+from netcl.tuning import conv_prebuild
 from util import assert_close, conv2d_ref
 
 REPO = Path(__file__).resolve().parent.parent
@@ -279,7 +280,7 @@ def test_training_measures_its_plan_over_the_first_steps_and_a_later_process_reu
     x = rng.uniform(-1, 1, (2, 3, 9, 9)).astype(np.float32)
     w = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
     heuristic = planner.plan_conv2d_layer(layer, "forward", "heuristic", device=device).strategy
-    before = conv_online.stats()
+    before = conv_online.stats(device)
     steps = 1 + conv_online.MAX_CANDIDATES * conv_online.RUNS
     for step in range(steps):
         X = nc.Tensor.from_host(x, device, requires_grad=True)
@@ -295,7 +296,7 @@ def test_training_measures_its_plan_over_the_first_steps_and_a_later_process_reu
     entry = db.lookup(device, "conv_plans", f"{layer.signature()}|forward")
     assert entry["mode"] == "training" and len(entry["measured_ms"]) >= 2 and heuristic in entry["measured_ms"]
     assert entry["cost_s"] >= 0 and entry["runs"] == conv_online.RUNS * len(entry["measured_ms"])
-    after = conv_online.stats()
+    after = conv_online.stats(device)
     assert after["trials_done"] - before["trials_done"] == 3  # all three passes measured
     winner = min(entry["measured_ms"], key=entry["measured_ms"].get)
     assert planner.plan_conv2d_layer(layer, "forward", device=device).strategy == winner
@@ -306,9 +307,10 @@ def test_training_measures_its_plan_over_the_first_steps_and_a_later_process_reu
 def test_training_trials_leave_the_losers_binaries_unwritten(device, rng, monkeypatch):
     """Programs that only losing candidates ran get no binary; every program the training then runs keeps
     its own, and the launches stop being watched once the trials are over."""
-    from netcl.runtime import binaries, kernels, launching
+    from netcl.runtime import binaries
+    from netcl.runtime.observers import watching_launches
     monkeypatch.setattr(conv_online, "MARGIN", 1e9)
-    conv_online.clear()
+    conv_online.clear(device)
     built = []
     remember = binaries.remember
     monkeypatch.setattr(binaries, "remember", lambda path, *rest: (built.append(path), remember(path, *rest)))
@@ -325,14 +327,11 @@ def test_training_trials_leave_the_losers_binaries_unwritten(device, rng, monkey
         return y
     for _ in range(1 + conv_online.MAX_CANDIDATES * conv_online.RUNS):
         step()
-    assert conv_online.measuring(device) == 0 and launching._launch_watcher is None
+    assert conv_online.measuring(device) == 0 and not device.state.observers
     waiting = {path: program.int_ptr for path, program in binaries.unsaved_programs().items() if path in built}
     used = set()
-    kernels.watch_launches(lambda kernel: used.add(kernel.program.int_ptr))
-    try:
+    with watching_launches(device, lambda kernel: used.add(kernel.program.int_ptr)):
         y = step()
-    finally:
-        kernels.watch_launches(None)
     assert_close(y.to_host(), conv2d_ref(x, w, padding=(1, 2)), 1e-4)
     assert set(waiting.values()) <= used  # every binary still to be written is of a program in use
     assert len(waiting) < len(built)  # and some built during the trials were the losers' alone

@@ -10,7 +10,7 @@ import netcl as nc
 from netcl.ops import conv_direct_blocked as blocked
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer
-from netcl.tuning import db
+from netcl.runtime import tuning_db as db
 from util import assert_close, conv2d_grads_ref, conv2d_ref
 
 

@@ -83,7 +83,7 @@ def check_workspace(name, case, device, monkeypatch, passes=("forward", "backwar
     for pass_ in passes:
         run(pass_)()  # build the kernels first
         device.synchronize()
-        gemm_module.release_workspaces()
+        gemm_module.release_workspaces(device)
         with allocated_bytes(monkeypatch) as sizes:
             out = run(pass_)()
             device.synchronize()

@@ -38,9 +38,9 @@ def test_builds_only_launches_nothing_in_its_thread_and_everything_in_others(dev
     canary = np.full(26, 7.0, np.float32)
     inside = nc.tensor(canary, device=device)
     other = nc.tensor(canary, device=device)
-    with builds_only():
+    with builds_only(device):
         copy_into(inside[::2], src)
-        with builds_only():  # nested: still only building
+        with builds_only(device):  # nested: still only building
             copy_into(inside[::2], src)
         worker = threading.Thread(target=lambda: copy_into(other[::2], src))
         worker.start()
@@ -70,14 +70,14 @@ def _layer(salt: int) -> ConvLayer:
 
 
 def _source_builds_of_a_real_run(device, layer) -> int:
-    before = kernels.build_stats["source_builds"]
+    before = kernels.build_stats(device)["source_builds"]
     for pass_ in ("forward", "backward_data", "backward_weight"):
         impls = {a.strategy: planner.strategies()[a.strategy]
                  for a in planner.answers(layer, pass_, device) if a.why_not is None}
         for run in planner.pass_runners(impls, layer, pass_, device).values():
             run()
     device.queue.finish()
-    return kernels.build_stats["source_builds"] - before
+    return kernels.build_stats(device)["source_builds"] - before
 
 
 def test_a_helper_builds_its_jobs_into_the_disk_cache_for_this_process(device, tmp_path, recwarn):
@@ -90,10 +90,10 @@ def test_a_helper_builds_its_jobs_into_the_disk_cache_for_this_process(device, t
     helper.finish(120.0)
     assert helper.jobs == 1 and not jobs and not [w for w in recwarn if "helper" in str(w.message)]
     assert sorted(Path(tmp_path / "cache").glob("kernels/*/*.bin")), "the helper wrote no binaries"
-    loads = kernels.build_stats["binary_loads"]
+    loads = kernels.build_stats(device)["binary_loads"]
     with binaries.unsaved_builds_discarded():
         assert _source_builds_of_a_real_run(device, layer) == 0
-    assert kernels.build_stats["binary_loads"] > loads
+    assert kernels.build_stats(device)["binary_loads"] > loads
 
 
 def test_compile_ahead_leaves_nothing_for_the_timed_passes_to_build(device, monkeypatch):

@@ -3,7 +3,6 @@ forced and run, then unregistered; every pass plans for the device it is asked a
 or a second context on the same device)."""
 from __future__ import annotations
 
-import gc
 
 import numpy as np
 import pytest
@@ -153,17 +152,3 @@ def test_why_not_and_workspace_answer_for_the_device_asked(device):
     assert not on_small.candidate("winograd").applicable
     registry = conv_registry.strategies()
     assert registry["mec"].why_not(layer, "forward", small) and not registry["mec"].why_not(layer, "forward", device)
-
-
-def test_device_memo_forgets_a_collected_device(device):
-    from netcl.runtime.memo import DeviceMemo
-    by_context = DeviceMemo("test", scope="context")
-    by_identity = DeviceMemo("test identity")
-    temporary = Device(device.cl_device, index=device.index)
-    by_context.put(temporary, "k", 1)
-    by_identity.put(temporary, "k", 2)
-    assert by_context.get(temporary, "k") == 1 and by_context.get(device, "k") is None
-    assert by_identity.get(device, "k") == 2  # same identity: same plans and profiles
-    del temporary
-    gc.collect()
-    assert len(by_context) == 0 and len(by_identity) == 1

@@ -17,18 +17,17 @@ from util import assert_close
 
 
 @pytest.fixture
-def cold(monkeypatch):
+def cold(monkeypatch, device):
     """A process in its first step, with no GEMM kernel built and none in the disk cache yet."""
     monkeypatch.setenv("NETCL_DEFER_BUILDS", "1")
     monkeypatch.setattr(settings, "_chosen", {})
     monkeypatch.delenv("NETCL_DETERMINISTIC", raising=False)
     monkeypatch.setattr(kernels, "is_built", lambda *a, **k: False)
-    monkeypatch.setattr(kernels, "_kernels", {})  # no kernel made yet in this "process"
-    gemm_mod._plans.clear()
-    first_step.restart()
+    device.clear_state()  # no kernel made yet in this "process", and its first step begins
+    assert first_step.in_progress(device)
     yield
-    first_step.end()
-    gemm_mod._plans.clear()
+    device.clear_state()  # nothing made during the cold step serves the later tests
+    first_step.end(device)
 
 
 def _product(rng, device, M, N, K, trans_b=False):
@@ -40,18 +39,18 @@ def _product(rng, device, M, N, K, trans_b=False):
 
 
 def _plan_of(device, M, N, K):
-    return next(p for key, p in gemm_mod._plans.items() if key[1][1:4] == (M, N, K))
+    return next(p for key, p in device.state.table(gemm_mod.PLANS).items() if key[0][1:4] == (M, N, K))
 
 
 def test_a_product_borrows_the_built_kernel_until_the_first_step_ends(cold, device, rng):
     _product(rng, device, 131, 127, 129)  # the first product builds its own kernel
     assert _plan_of(device, 131, 127, 129).deferred is None
-    builds = kernels.build_stats["source_builds"] + kernels.build_stats["binary_loads"]
+    builds = kernels.build_stats(device)["source_builds"] + kernels.build_stats(device)["binary_loads"]
     _product(rng, device, 7, 13, 31)  # another shape class: borrows, builds nothing
-    assert kernels.build_stats["source_builds"] + kernels.build_stats["binary_loads"] == builds
+    assert kernels.build_stats(device)["source_builds"] + kernels.build_stats(device)["binary_loads"] == builds
     borrowed = _plan_of(device, 7, 13, 31)
     assert borrowed.deferred is not None and borrowed.product.kernel.program == _plan_of(device, 131, 127, 129).product.kernel.program
-    first_step.end()
+    first_step.end(device)
     _product(rng, device, 7, 13, 31)  # its first use after the step: its own kernel
     own = _plan_of(device, 7, 13, 31)
     assert own is not borrowed and own.deferred is None
@@ -65,7 +64,7 @@ def test_a_process_that_never_trains_revisits_a_borrowed_kernel(cold, device, rn
         _product(rng, device, 7, 13, 31)
     assert _plan_of(device, 7, 13, 31) is borrowed
     _product(rng, device, 7, 13, 31)
-    assert _plan_of(device, 7, 13, 31) is not borrowed and first_step.in_progress()
+    assert _plan_of(device, 7, 13, 31) is not borrowed and first_step.in_progress(device)
 
 
 def test_a_transposed_b_does_not_borrow_a_kernel_that_reads_b_in_place(cold, device, rng):
@@ -89,11 +88,11 @@ def test_an_optimizer_step_or_a_timing_ends_the_first_step(cold, device):
     p = nc.tensor(np.zeros(3, np.float32), device=device, requires_grad=True)
     p.grad = nc.tensor(np.ones(3, np.float32), device=device)
     nc.optim.SGD([p], lr=0.5).step()
-    assert not first_step.in_progress()
+    assert not first_step.in_progress(device)
     np.testing.assert_allclose(p.to_host(), [-0.5] * 3)
-    first_step.restart()
+    first_step.restart(device)
     timing.timed_call(lambda: None, device)
-    assert not first_step.in_progress()
+    assert not first_step.in_progress(device)
 
 
 def test_implicit_gemm_runs_a_built_row_tile_during_the_first_step(cold, device, rng):
@@ -111,12 +110,12 @@ def test_implicit_gemm_runs_a_built_row_tile_during_the_first_step(cold, device,
         assert_close(out.to_host(), conv2d_ref(x, w), 1e-5, f"implicit GEMM forward, {k} channels")
 
     def row_tiles():
-        return sorted(dict(key[4])["TM"] for key, _ in kernels.built_variants() if key[2] == "igemm_forward")
+        return sorted(dict(key[3])["TM"] for key, _ in kernels.built_variants(device) if key[1] == "igemm_forward")
 
     forward(5)
     forward(50)  # the cold step: the 16-row kernel serves 50 rows
     assert row_tiles() == [16]
-    first_step.end()
+    first_step.end(device)
     forward(50)
     assert row_tiles() == [16, 64]
 
@@ -125,13 +124,12 @@ def test_the_cold_step_prefers_a_strategy_whose_kernels_it_holds(cold, device):
     from netcl.ops import conv_online
     from netcl.ops.conv_common import ConvLayer
     layer = ConvLayer(n=2, c=3, h=8, w=8, k=4, r=3, s=3)
-    conv_online._ran.clear()
     trial = conv_online.Trial("direct_blocked", ["im2col", "implicit_gemm"])
     assert conv_online._untimed_choice(trial, "backward_weight", layer, device) == "direct_blocked"
-    conv_online._ran.put(device, ("backward_weight", "float32"), {"implicit_gemm", "im2col"})
+    conv_online._online(device).ran[("backward_weight", "float32")] = {"implicit_gemm", "im2col"}
     # im2col ran for another layer, but its lowering kernel is specialized to that layer's shape
     assert conv_online._untimed_choice(trial, "backward_weight", layer, device) == "implicit_gemm"
     assert conv_online._untimed_choice(trial, "forward", layer, device) == "direct_blocked"
-    first_step.end()
+    first_step.end(device)
     assert conv_online._untimed_choice(trial, "backward_weight", layer, device) == "direct_blocked"
-    conv_online._ran.clear()
+    conv_online.clear(device)

@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent("""
     x = nc.tensor(np.arange(5, dtype=np.float32))
     y = (x * {factor} + 1).to_host()
     assert np.array_equal(y, np.arange(5) * {factor} + 1), y
-    print(json.dumps(kernels.build_stats))
+    print(json.dumps(kernels.build_stats(nc.default_device())))
 """)
 
 
@@ -147,7 +147,7 @@ def test_missing_template_is_a_build_error(device):
         kernels.get_kernel(device, "no_such_template.cl", "k")
 
 
-def test_memoized_per_context(device):
+def test_memoized_per_device(device):
     a = kernels.get_kernel(device, "elementwise.cl", "elementwise", EXPR="a0 * 2")
     b = kernels.get_kernel(device, "elementwise.cl", "elementwise", EXPR="a0 * 2")
     assert a is b

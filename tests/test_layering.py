@@ -15,6 +15,9 @@ ABOVE = {
                 "netcl.data", "netcl.distributed", "netcl.cli", "netcl.bench"),
     "ops": ("netcl.autograd.rules", "netcl.nn", "netcl.optim", "netcl.training", "netcl.models", "netcl.data",
             "netcl.distributed", "netcl.cli", "netcl.bench"),
+    # DistributedDataParallel's Module (nn/parallel.py) and DistributedSampler (data/) build on it
+    "distributed": ("netcl.nn", "netcl.optim", "netcl.training", "netcl.models", "netcl.data", "netcl.cli",
+                    "netcl.bench"),
 }
 
 

@@ -87,4 +87,4 @@ def test_a_driver_that_refuses_host_memory_buffers_averages_on_the_host(monkeypa
     def refuse(device, array):
         raise nc.DeviceError("clCreateBuffer(CL_MEM_USE_HOST_PTR) failed: INVALID_VALUE")
     monkeypatch.setattr(memory, "over_host_array", refuse)
-    assert bucket_reduce.kernels_read_host_memory.__wrapped__(device) is False  # the probe, uncached
+    assert bucket_reduce.probe_host_memory_sharing(device) is False  # the probe, uncached

@@ -331,18 +331,15 @@ def test_the_benchmark_layer_tables_plan_without_running_a_kernel(device):
     grouped or dilated) gets a heuristic plan for each pass among at least two applicable strategies,
     with a reason, and without running a kernel."""
     from netcl.cli.conv_layers import held_out_layers, second_held_out_layers
-    from netcl.runtime import kernels
+    from netcl.runtime.observers import watching_launches
     launched = []
-    kernels.watch_launches(launched.append)
-    try:
+    with watching_launches(device, launched.append):
         for name, layer in held_out_layers(3) + second_held_out_layers(2):
             for pass_ in PASSES:
                 plan = plan_conv2d_layer(layer, pass_, "heuristic", device=device)
                 applicable = [c.strategy for c in plan.candidates if c.applicable]
                 assert plan.strategy in applicable and plan.reason, (name, pass_)
                 assert len(applicable) >= 2, (name, pass_, applicable)  # a choice to make: direct and more
-    finally:
-        kernels.watch_launches(None)
     assert not launched
 
 

@@ -178,7 +178,7 @@ def test_host_calls_compare_lists_by_their_items(device):
     signatures = []
     for _ in range(2):
         with Recording(device) as recording:
-            host_call(lambda tensors, scale=None: calls.append(len(tensors)), [a], scale=1.0)
+            host_call(device, lambda tensors, scale=None: calls.append(len(tensors)), [a], scale=1.0)
             (a * 2.0).exp()
         signatures.append(recording.signature())
     assert calls == [1, 1]
@@ -237,7 +237,7 @@ def test_no_recording_while_the_conv_planner_measures(monkeypatch):
     and only those: a trial of another batch size (an epoch's last batch) does not hold the replay up."""
     from netcl.ops import conv_online
     state = {"calls": 0, "measured_steps": 5}
-    monkeypatch.setattr(conv_online, "calls_measuring", lambda: state["calls"])
+    monkeypatch.setattr(conv_online, "calls_measuring", lambda device: state["calls"])
     monkeypatch.setattr(conv_online, "measuring", lambda device: 1)  # a trial of other layers stays open
     model = nc.models.lenet(seed=1)
     forward = model.forward

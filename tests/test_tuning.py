@@ -10,7 +10,8 @@ import pytest
 
 import netcl as nc
 from netcl.ops import gemm as gemm_module
-from netcl.tuning import db
+from netcl.runtime import tuning_db as db
+from netcl.runtime.device_state import DeviceState
 from netcl.tuning import gemm as tuner
 from util import assert_close
 
@@ -51,7 +52,7 @@ def test_round_trip_and_identity(tmp_cache):
 def test_unknown_device_gets_builtin_defaults(tmp_cache):
     assert db.lookup(FAKE, "gemm", "float32") == db.BUILTIN["any"]["gemm"]["float32"]
     assert db.source(FAKE, "gemm", "float32") == "builtin"
-    fake_cpu = types.SimpleNamespace(identity=FAKE, kind="cpu")
+    fake_cpu = types.SimpleNamespace(identity=FAKE, kind="cpu", state=DeviceState())
     assert db.lookup(fake_cpu, "gemm", "float32") == db.BUILTIN["cpu"]["gemm"]["float32"]
     assert gemm_module.params_for(fake_cpu, np.float32, 300, 300, 300) == \
         gemm_module.normalize(db.BUILTIN["cpu"]["gemm"]["float32"])
@@ -64,7 +65,7 @@ def test_builtin_cpu_tiles_take_the_devices_vector_width(tmp_cache, lanes, expec
     (AVX-512: 16 floats); a device that reports no usable width keeps 256-bit vectors; a tuned entry is
     used as stored."""
     identity = f"Fake Platform|Fake CPU with {lanes} lanes|0.0|OpenCL 1.2"  # parameters are memoized per identity
-    fake_cpu = types.SimpleNamespace(identity=identity, kind="cpu",
+    fake_cpu = types.SimpleNamespace(identity=identity, kind="cpu", state=DeviceState(),
                                      native_vector_width={"float32": lanes, "float64": lanes // 2})
     builtin = db.BUILTIN["cpu"]["gemm"]["float32"]
     p = gemm_module.params_for(fake_cpu, np.float32, 300, 300, 300)
@@ -74,7 +75,8 @@ def test_builtin_cpu_tiles_take_the_devices_vector_width(tmp_cache, lanes, expec
     db.store(identity, "gemm", tuned, key="float32/large")
     p = gemm_module.params_for(fake_cpu, np.float32, 300, 300, 300)
     assert (p["VW"], p["MR"]) == (4, 3)
-    gpu = types.SimpleNamespace(identity="Other|gpu|1|x", kind="gpu", native_vector_width={"float32": 16})
+    gpu = types.SimpleNamespace(identity="Other|gpu|1|x", kind="gpu", native_vector_width={"float32": 16},
+                                state=DeviceState())
     assert gemm_module.params_for(gpu, np.float32, 300, 300, 300)["VW"] == db.BUILTIN["any"]["gemm"]["float32"]["VW"]
 
 

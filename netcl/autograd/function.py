@@ -124,7 +124,7 @@ def queue_backward_callback(callback) -> None:
 def _run_leaf_hooks(t) -> None:
     # A replayed step (netcl.training.replay) calls the hooks again where this pass called them.
     for hook in list(t.__dict__.get("_post_accumulate_grad_hooks", ())):
-        recording.host_call(hook, t)
+        recording.host_call(t.device, hook, t)
 
 
 def _open_callbacks() -> None:
@@ -132,10 +132,10 @@ def _open_callbacks() -> None:
     _state.backward_callbacks = []
 
 
-def _close_callbacks(run: bool = True) -> None:
+def _close_callbacks(device, run: bool = True) -> None:
     try:
         if run:
-            with recording.not_recorded():
+            with recording.not_recorded(device):
                 while _state.backward_callbacks:  # a callback may queue another
                     _state.backward_callbacks.pop(0)()
     finally:
@@ -143,12 +143,12 @@ def _close_callbacks(run: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def backward_callbacks_scope():
+def backward_callbacks_scope(device):
     """A backward pass's scope for ``queue_backward_callback``: the callbacks queued within run when it
     ends without an error. Inside a recording, its opening and its end are recorded as host work, so a
     replay runs the callbacks that the replayed hooks queue where the pass ended (the callbacks' own
     commands are not recorded)."""
-    being_made = recording.active()
+    being_made = recording.active(device)
     _open_callbacks()
     if being_made is not None:
         being_made.host(_open_callbacks, (), {})
@@ -157,14 +157,14 @@ def backward_callbacks_scope():
         yield
         finished = True
     finally:
-        _close_callbacks(run=finished)
+        _close_callbacks(device, run=finished)
     if being_made is not None:
-        being_made.host(_close_callbacks, (), {})
+        being_made.host(_close_callbacks, (device,), {})
 
 
 def backward(root, gradient) -> None:
     """Accumulate d(root)/d(leaf) into every leaf's ``.grad``; then run the callbacks queued meanwhile."""
-    with backward_callbacks_scope():
+    with backward_callbacks_scope(root.device):
         _backward(root, gradient)
 
 

@@ -161,7 +161,7 @@ def run(args) -> dict:
     from ..ops import conv_mec
     from ..tuning import mec as mec_tuning
     from ..ops.conv_registry import strategies
-    from ..tuning import db
+    from ..runtime import tuning_db as db
     device = nc.default_device()
     quick = bool(getattr(args, "quick", False))
     repeat = getattr(args, "repeat", None) or (2 if quick else 3)

@@ -45,7 +45,7 @@ def measure(device, samples: int = SAMPLES) -> dict:
     from ..ops.copy_probe import CopyProbe
     from ..ops.gemm import gemm
     from ..tensor import Tensor
-    from ..tuning import db
+    from ..runtime import tuning_db as db
     n = GEMM_SIZE
     rng = np.random.default_rng(0)
     ha, hb = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))

@@ -43,7 +43,7 @@ def measure(M: int, N: int, K: int, repeat: int, device, ref, textbook: bool = T
     (optionally) the textbook kernel on one float32 product."""
     from ..ops.gemm import gemm, params_for, shape_class
     from ..runtime.timing import sample
-    from ..tuning.gemm import calls_per_sample
+    from ..runtime.timing import calls_per_sample
     from ..tensor import Tensor
     from .reference import interleave
     rng = rng or np.random.default_rng(0)
@@ -84,7 +84,7 @@ def measure(M: int, N: int, K: int, repeat: int, device, ref, textbook: bool = T
 def run(args) -> dict:
     """Print the table (also with --json: the CLI prints the returned object as the last line)."""
     import netcl as nc
-    from ..tuning import db
+    from ..runtime import tuning_db as db
     device = nc.default_device()
     quick = bool(getattr(args, "quick", False))
     repeat = getattr(args, "repeat", None) or (3 if quick else 7)

@@ -15,18 +15,18 @@ from . import process_group
 
 REDUCE_OPS = ("sum", "avg", "max", "min")
 
-# (dtype, element count) -> a host array reused by every collective of that size: a training loop calls
-# all_reduce on the same few shapes, and fresh host arrays cost page faults on every call.
-_host_buffers: dict[tuple, np.ndarray] = {}
-
-
-def host_buffer(dtype, count: int) -> np.ndarray:
+def host_buffer(device, dtype, count: int) -> np.ndarray:
+    """A host array for ``device``'s collectives of ``count`` elements of ``dtype``, reused by every one of
+    that size (a training loop calls all_reduce on the same few shapes, and fresh host arrays cost page
+    faults on every call). Per device, in its state: an upload from it is queued on that device's queue,
+    behind which the next download into it waits."""
+    held = device.state.table("collective host buffers")
     key = (np.dtype(dtype).str, int(count))
-    buf = _host_buffers.get(key)
+    buf = held.get(key)
     if buf is None:
-        if len(_host_buffers) > 256:
-            _host_buffers.clear()
-        buf = _host_buffers[key] = np.empty(int(count), dtype=dtype)
+        if len(held) > 256:
+            held.clear()
+        buf = held[key] = np.empty(int(count), dtype=dtype)
     return buf
 
 
@@ -52,7 +52,7 @@ def all_reduce(tensor: Tensor, op: str = "sum") -> Tensor:
     g = process_group.group()
     if tensor.size == 0:
         return tensor
-    host = host_buffer(tensor.dtype, tensor.size)
+    host = host_buffer(tensor.device, tensor.dtype, tensor.size)
     offset_bytes = tensor.offset * tensor.dtype.itemsize
     memory.download(tensor.device, tensor.buffer, host, offset_bytes)
     process_group.wait(g.comm.Iallreduce(g.mpi.IN_PLACE, host, op=mpi_op(g.mpi, op)))

@@ -24,8 +24,8 @@ import numpy as np
 
 from .. import settings
 from ..errors import NetclError, ShapeError
-from ..runtime.memo import DeviceMemo
-from ..tuning import db
+from ..runtime.device import resolve_device
+from ..runtime import tuning_db as db
 from . import conv_profile
 from .conv_common import PASSES, ConvLayer
 from .conv_plan import Answer, Candidate, Plan, assess, choose, forced, mib, worth_measuring  # noqa: F401
@@ -47,7 +47,7 @@ MEASURE_TIMING = dict(warmup=2, min_runs=7, max_runs=40, time_budget_s=3.0, cont
 # on a layer in a process can still disagree with later ones, and a stored plan is worth a second series.
 MEASURE_SERIES = 2
 
-_plans = DeviceMemo("conv plans")
+PLANS = "conv plans"  # the device state's table of this process's plans (netcl.runtime.device_state)
 
 
 def default_budget(device) -> int:
@@ -97,17 +97,19 @@ def store_plan(device, layer: ConvLayer, pass_: str, names: tuple, entry: dict) 
 
 def forget(device, layer: ConvLayer, pass_: str) -> None:
     """Drop this process's memoized plans of one layer and pass (a new measurement replaces them)."""
-    table = _plans._table(device, create=False) or {}
-    for key in [k for k in table if k[0] == layer.signature() and k[1] == pass_]:
-        _plans.pop(device, key)
+    table = device.state.table(PLANS)
+    for key in [k for k in list(table) if k[0] == layer.signature() and k[1] == pass_]:
+        table.pop(key, None)
 
 
-def clear_memory_cache() -> None:
-    """Forget every plan and profile held in this process (the stores on disk stay)."""
+def clear_memory_cache(device=None) -> None:
+    """Forget the plans, profiles and training trials this process holds for ``device`` (the default
+    device if None; the stores on disk stay). ``device.clear_state()`` forgets these and all else."""
     from . import conv_online
-    _plans.clear()
-    conv_profile.clear_memory()
-    conv_online.clear()
+    device = resolve_device(device)
+    device.state.table(PLANS).clear()
+    conv_profile.clear_memory(device)
+    conv_online.clear(device)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -166,7 +168,6 @@ def time_strategies(impls: dict, layer: ConvLayer, pass_: str, device, rng=None,
 def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, budget_bytes: int | None = None,
                       device=None, strategy: str | None = None) -> Plan:
     """The plan for one pass of one layer on ``device`` (the default device when None)."""
-    from ..runtime.device import resolve_device
     if pass_ not in PASSES:
         raise ShapeError(f"pass_ must be one of {', '.join(PASSES)}, got {pass_!r}")
     mode = planning_mode() if mode is None else mode
@@ -184,7 +185,8 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
         chosen = settings.CONV_STRATEGY.get()
         how = f"{settings.CONV_STRATEGY.name}={chosen}"
     key = (layer.signature(), pass_, mode, budget, names, chosen)
-    plan = _plans.get(device, key)
+    plans = device.state.table(PLANS)
+    plan = plans.get(key)
     if plan is not None:
         return plan
     profile = device_profile(device, layer.dtype)
@@ -193,7 +195,8 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
         plan = forced(layer, pass_, chosen, how, candidates, budget, mode, names)
     else:
         plan = _free_plan(layer, pass_, mode, budget, device, names, candidates)
-    return _plans.put(device, key, plan)
+    plans[key] = plan
+    return plan
 
 
 def fallback_note(candidates: list) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 from .. import dtypes
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
-from ..tuning import db
+from ..runtime import tuning_db as db
 from .conv_common import ConvLayer, ConvStrategy, CostTerms, Product, tensor_bytes
 from .conv_implicit_gemm import geometry
 from .conv_winograd import gemm_packing_bytes

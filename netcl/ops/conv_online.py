@@ -14,21 +14,33 @@ The binaries of the programs only losing candidates ran are not written (:class:
 """
 from __future__ import annotations
 
-import threading
 import time
 
-from ..runtime import binaries, first_step, kernels
-from ..runtime.memo import DeviceMemo
+from ..runtime import binaries, first_step
+from ..runtime.observers import launch_watcher
 from .conv_common import ConvLayer
 
 MARGIN = 3.0
 MAX_CANDIDATES = 4
 RUNS = 3  # per candidate: one warm-up, then the samples
+TRIALS = "conv training trials"  # the device state's entry (netcl.runtime.device_state)
 
-_trials = DeviceMemo("conv training trials")
-_ran = DeviceMemo("conv strategies run untimed", scope="context")  # (pass, dtype) -> strategy names
-_totals = {"trials_done": 0, "cost_s": 0.0, "runs": 0, "calls_measuring": 0}
-_lock = threading.Lock()
+
+class _Online:
+    """What the training-time trials keep for one device (its state's entry "conv training trials")."""
+
+    def __init__(self, device):
+        self.trials: dict = {}  # (layer signature, pass) -> Trial
+        self.ran: dict = {}  # (pass, dtype) -> names of the strategies run untimed
+        self.totals = {"trials_done": 0, "cost_s": 0.0, "runs": 0, "calls_measuring": 0}
+        self.losers = _LoserBinaries(device.state)
+
+    def close(self) -> None:
+        self.losers.reset()
+
+
+def _online(device) -> _Online:
+    return device.state.entry(TRIALS, lambda: _Online(device))
 
 
 class Trial:
@@ -43,10 +55,10 @@ class Trial:
         self.spent_s = 0.0
         self.winner: str | None = None
 
-    def next_strategy(self) -> str | None:
+    def next_strategy(self, device) -> str | None:
         """The candidate this call should run and time, or None (run the heuristic, untimed)."""
         self.calls += 1
-        if self.done or self.calls == 1 or (first_step.in_progress() and self.calls <= first_step.PATIENCE):
+        if self.done or self.calls == 1 or (first_step.in_progress(device) and self.calls <= first_step.PATIENCE):
             return None  # the cold step is not timed: no extra synchronizations, no stand-in kernels timed
         for name in self.order:
             if len(self.samples[name]) < RUNS:
@@ -72,16 +84,17 @@ class Trial:
 def _trial_for(layer: ConvLayer, pass_: str, device):
     from . import conv2d_planner as planner
     key = (layer.signature(), pass_)
-    trial = _trials.get(device, key)
+    online = _online(device)
+    trial = online.trials.get(key)
     if trial is None:
         plan = planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device)
         if plan.source in ("cache", "training", "override"):
             return plan, None
         candidates = [c.strategy for c in planner.worth_measuring(plan.candidates, MARGIN)]
         best_first = sorted(candidates, key=lambda n: plan.candidate(n).predicted_ms)[:MAX_CANDIDATES]
-        trial = _trials.put(device, key, Trial(plan.strategy, best_first))
+        trial = online.trials[key] = Trial(plan.strategy, best_first)
         if not trial.done:
-            _losers.trial_opened()
+            online.losers.trial_opened()
     if trial.done:
         return planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device), None
     return None, trial
@@ -94,25 +107,29 @@ class _LoserBinaries:
     forgotten (netcl.runtime.binaries.forget); one that a winner or anything else launched is kept: after
     a cold process's trials about half the programs waiting to be written were run by losers only, and
     PoCL compiles a program again for its binary. A trial that never finishes (training stopped early) leaves the watching on, at the cost
-    of a set insertion per launch.
+    of a set insertion per launch. One per device: it watches that device's launches.
     """
     OTHER = "other"
 
-    def __init__(self):
+    def __init__(self, state):
+        self.state = state  # the device's (netcl.runtime.device_state), whose launches are watched
         self.open_trials = 0
         self.launcher = self.OTHER  # (trial, name) while a candidate runs
-        self.launchers: dict = {}  # kernel id -> (kernel, {launcher keys}), while any trial is open
+        self.launchers: dict = {}  # kernel -> {launcher keys}, while any trial is open
         self.suspects: dict = {}  # binary path -> program handle
+        self.watcher = None
 
     def trial_opened(self) -> None:
         self.open_trials += 1
-        kernels.watch_launches(self._note)
+        if self.watcher is None:
+            self.watcher = launch_watcher(self._note)
+            self.state.push(self.watcher)
 
     def _note(self, kernel) -> None:
-        entry = self.launchers.get(id(kernel))
-        if entry is None:
-            entry = self.launchers[id(kernel)] = (kernel, set())
-        entry[1].add(self.launcher)
+        launchers = self.launchers.get(kernel)
+        if launchers is None:
+            launchers = self.launchers[kernel] = set()
+        launchers.add(self.launcher)
 
     def run(self, trial: Trial, name: str, execute):
         """``execute(name)`` as a candidate of ``trial``: what it builds is suspect, its launches its own."""
@@ -129,7 +146,7 @@ class _LoserBinaries:
         watching."""
         self.open_trials -= 1
         by_program: dict = {}
-        for kernel, launchers in self.launchers.values():
+        for kernel, launchers in self.launchers.items():
             by_program.setdefault(kernel.program.int_ptr, set()).update(launchers)
         forgotten = []
         for path, handle in list(self.suspects.items()):
@@ -146,14 +163,14 @@ class _LoserBinaries:
         return binaries.forget(forgotten)
 
     def reset(self) -> None:
-        kernels.watch_launches(None)
+        if self.watcher is not None:
+            self.state.remove(self.watcher)
+            self.watcher = None
         self.open_trials = 0
         self.launcher = self.OTHER
         self.launchers.clear()
         self.suspects.clear()
 
-
-_losers = _LoserBinaries()
 
 
 def run(pass_: str, layer: ConvLayer, a, b, device, execute):
@@ -163,14 +180,15 @@ def run(pass_: str, layer: ConvLayer, a, b, device, execute):
     plan, trial = _trial_for(layer, pass_, device)
     if trial is None:
         return execute(plan.strategy)
-    with _lock:
-        _totals["calls_measuring"] += 1
-        name = trial.next_strategy()
+    online = _online(device)
+    with device.state.lock:
+        online.totals["calls_measuring"] += 1
+        name = trial.next_strategy(device)
     if name is None:
-        return _losers.run(trial, _untimed_choice(trial, pass_, layer, device), execute)
+        return online.losers.run(trial, _untimed_choice(trial, pass_, layer, device), execute)
     device.synchronize()
     start = time.perf_counter()
-    out = _losers.run(trial, name, execute)
+    out = online.losers.run(trial, name, execute)
     device.synchronize()
     trial.add(name, time.perf_counter() - start)
     if trial.complete() and not trial.done:
@@ -185,12 +203,13 @@ def _untimed_choice(trial: Trial, pass_: str, layer: ConvLayer, device) -> str:
     kernel, whose compile on PoCL takes hundreds of times as long as the pass."""
     from .conv_common import strategies
     key = (pass_, layer.dtype)
-    if first_step.in_progress():
-        ran = _ran.get(device, key, ())
-        held = [n for n in trial.order if n in ran and getattr(strategies().get(n), "kernels_serve_any_layer", False)]
+    ran = _online(device).ran
+    if first_step.in_progress(device):
+        held = [n for n in trial.order if n in ran.get(key, ())
+                and getattr(strategies().get(n), "kernels_serve_any_layer", False)]
         if held:  # the model's choice first, when it is one of them
             return held[0]
-    _ran.get_or_make(device, key, set).add(trial.heuristic)
+    ran.setdefault(key, set()).add(trial.heuristic)
     return trial.heuristic
 
 
@@ -200,7 +219,8 @@ def _finish(trial: Trial, layer: ConvLayer, pass_: str, device, planner) -> None
     measured = trial.results_ms()
     best_ms = min(measured.values())
     trial.winner = min(measured, key=measured.get)
-    _losers.trial_finished()
+    online = _online(device)
+    online.losers.trial_finished()
     runs = sum(len(v) for v in trial.samples.values())
     cost_s = max(0.0, trial.spent_s - runs * best_ms / 1e3)
     names = tuple(planner.strategies())
@@ -208,33 +228,33 @@ def _finish(trial: Trial, layer: ConvLayer, pass_: str, device, planner) -> None
     conv_profile.record(device, layer.dtype, pass_, measured, terms, layer.signature())
     planner.store_plan(device, layer, pass_, names, {"mode": "training", "measured_ms": measured,
                                                       "cost_s": round(cost_s, 4), "runs": runs})
-    with _lock:
-        _totals["trials_done"] += 1
-        _totals["cost_s"] += cost_s
-        _totals["runs"] += runs
+    with device.state.lock:
+        online.totals["trials_done"] += 1
+        online.totals["cost_s"] += cost_s
+        online.totals["runs"] += runs
 
 
 def measuring(device) -> int:
     """How many layer-passes on ``device`` have begun measuring their candidates and not finished (a
     benchmark warms up until none has: trial runs in its timed rounds cost LeNet a third of its speed)."""
-    return sum(1 for trial in _trials.values(device) if not trial.done and trial.calls > 0)
+    return sum(1 for trial in list(_online(device).trials.values()) if not trial.done and trial.calls > 0)
 
 
-def calls_measuring() -> int:
-    """How many conv calls of this process went to a layer-pass whose candidates were still being
-    measured (timed or not): a training step that made none has nothing left to measure for its layers,
-    so it can be recorded and replayed (netcl.training.CapturedStep)."""
-    with _lock:
-        return _totals["calls_measuring"]
+def calls_measuring(device) -> int:
+    """How many conv calls on ``device`` went to a layer-pass whose candidates were still being measured
+    (timed or not): a training step that made none has nothing left to measure for its layers, so it
+    can be recorded and replayed (netcl.training.CapturedStep)."""
+    return _online(device).totals["calls_measuring"]
 
 
-def stats() -> dict:
-    """{trials_done, cost_s, runs} of this process: layer-passes measured in training, the time it cost
+def stats(device) -> dict:
+    """{trials_done, cost_s, runs} on ``device``: layer-passes measured in training, the time it cost
     beyond the winners' and the trial runs made (the training loop reports them with its metrics)."""
-    with _lock:
-        return {"trials_done": _totals["trials_done"], "cost_s": round(_totals["cost_s"], 4), "runs": _totals["runs"]}
+    with device.state.lock:
+        totals = _online(device).totals
+        return {"trials_done": totals["trials_done"], "cost_s": round(totals["cost_s"], 4), "runs": totals["runs"]}
 
 
-def clear() -> None:
-    _trials.clear()
-    _losers.reset()
+def clear(device) -> None:
+    """Forget the trials on ``device`` (the plans they stored stay on disk)."""
+    device.state.drop(TRIALS)

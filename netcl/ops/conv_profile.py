@@ -1,6 +1,6 @@
 """What the conv planner knows about a device, measured on it and kept in the tuning database.
 
-One entry per device and dtype (family "conv_calibration" of netcl.tuning.db, beside the GEMM tuning):
+One entry per device and dtype (family "conv_calibration" of netcl.runtime.tuning_db, beside the GEMM tuning):
   bandwidth_gbs, launch_ms, class_gflops   the device quantities (measure_basics: a copy kernel, a tiny
                                            kernel and one product per GEMM shape class)
   gemm_surface                             {"grid", "rows": [[m, n, k, batch, gflops], ...]}: the GEMM's
@@ -19,12 +19,9 @@ the fitted coefficients (netcl.ops.conv_cost.fit).
 from __future__ import annotations
 
 import hashlib
-import threading
-
 import numpy as np
 
-from ..runtime.memo import DeviceMemo
-from ..tuning import db
+from ..runtime import tuning_db as db
 from . import conv_cost, gemm_surface
 
 FAMILY = "conv_calibration"
@@ -37,8 +34,7 @@ CLASS_SHAPES = {"large": (256, 256, 256), "small_k": (32, 9216, 50), "small_mn":
 # the surface's grid priced at its smallest product's time, and the residual model).
 CALIBRATION_VERSION = 6
 
-_profiles = DeviceMemo("conv device profiles")
-_lock = threading.RLock()
+PROFILES = "conv device profiles"  # the device state's table of them, by dtype (netcl.runtime.device_state)
 
 
 def context(device) -> str:
@@ -64,14 +60,14 @@ def stored(device, dtype: str = "float32") -> dict:
 
 def update(device, dtype: str, mutate) -> None:
     """Read-modify-write of the device's entry (``mutate(entry)`` edits it in place)."""
-    with _lock:
+    with device.state.lock:
         entry = stored(device, dtype) or {"context": context(device)}
         mutate(entry)
         try:
             db.store(device, FAMILY, entry, key=np.dtype(dtype).name)
         except OSError:
             pass  # an unwritable cache costs the next process these measurements only
-        _profiles.pop(device, np.dtype(dtype).name)
+        device.state.table(PROFILES).pop(np.dtype(dtype).name, None)
 
 
 def _positive(value) -> float | None:
@@ -84,7 +80,7 @@ def _number(value) -> bool:
 
 def _tuned_rates(device, dtype: str) -> dict:
     try:
-        from ..tuning.gemm import expected_gflops
+        from .gemm import expected_gflops
     except ImportError:
         return {}
     rates = {}
@@ -102,7 +98,14 @@ def device_profile(device, dtype: str = "float32") -> conv_cost.DeviceProfile:
     """The cost model's view of the device: measured quantities (else the GEMM tuner's rates, else the
     estimate) and the coefficients fitted to this device's measurements."""
     dtype = np.dtype(dtype).name
-    return _profiles.get_or_make(device, dtype, lambda: _build_profile(device, dtype))
+    profiles = device.state.table(PROFILES)
+    profile = profiles.get(dtype)
+    if profile is None:
+        with device.state.lock:
+            profile = profiles.get(dtype)
+            if profile is None:
+                profile = profiles[dtype] = _build_profile(device, dtype)
+    return profile
 
 
 def _build_profile(device, dtype: str) -> conv_cost.DeviceProfile:
@@ -194,7 +197,7 @@ def measure_basics(device, dtype: str = "float32", surface_grid: dict | None = N
     against other basics are dropped: their model parts were computed with those)."""
     from ..runtime.timing import sample
     from ..tensor import Tensor
-    from ..tuning.gemm import calls_per_sample
+    from ..runtime.timing import calls_per_sample
     from .copy_probe import CopyProbe
     from .elementwise import copy_into
     from .gemm import gemm
@@ -251,5 +254,5 @@ def calibration_summary(device, dtype: str = "float32") -> str:
             f"quantities {profile.source}); run `netcl tune conv`")
 
 
-def clear_memory() -> None:
-    _profiles.clear()
+def clear_memory(device) -> None:
+    device.state.drop(PROFILES)

@@ -8,7 +8,7 @@ leading dimension), B is first packed into NR-column panels (``gemm_pack_b`` / `
 read down its columns is packed likewise. Operands that fit in L1 are never packed: for small products
 one launch fewer matters more (see docs/explanation/gemm.md).
 
-Kernel parameters come from the tuning database (``netcl tune gemm``; netcl.tuning.db), looked up per
+Kernel parameters come from the tuning database (``netcl tune gemm``; netcl.runtime.tuning_db), looked up per
 dtype and shape class, falling back to the built-in table for the device kind.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..runtime import first_step
 from ..runtime.device import resolve_device
 from ..runtime.kernels import VARYING, PreparedLaunch, get_kernel
 from ..tensor import Tensor
-from ..tuning import db
+from ..runtime import tuning_db as db
 from . import gemm_standin
 from .gemm_packing import TINY_PRODUCT_FLOP, packing, release_workspaces, workspace  # noqa: F401  (release_workspaces: public)
 
@@ -31,6 +31,8 @@ from .gemm_packing import TINY_PRODUCT_FLOP, packing, release_workspaces, worksp
 DEFAULT_PARAMS = {"MR": 4, "VW": 8, "NV": 2, "WG_M": 1, "WG_N": 1, "KU": 1, "LOCAL": 0, "KC": 16, "PACK_A": 0,
                   "PACK_B": 0, "ORDER": "nm"}
 PARAM_NAMES = tuple(DEFAULT_PARAMS)
+# The device state's tables (netcl.runtime.device_state): looked-up parameters, and launch plans.
+PARAMETERS, PLANS = "gemm parameters", "gemm plans"
 
 
 def normalize(params: dict) -> dict:
@@ -64,21 +66,26 @@ def shape_class(M: int, N: int, K: int, batch: int = 1) -> str:
     return "large"
 
 
-_params_memo: dict[tuple, dict] = {}
-
-
 def params_for(device, dtype, M: int, N: int, K: int, batch: int = 1) -> dict:
     """Kernel parameters for one product: the tuned entry for (dtype, shape class), else for the dtype
     (a fresh dict; lookups are memoized until the tuning database changes)."""
     name = np.dtype(dtype).name
     cls = shape_class(M, N, K, batch)
-    memo_key = (device.identity, name, cls, db.generation())
-    p = _params_memo.get(memo_key)
+    memo = device.state.table(PARAMETERS)
+    memo_key = (name, cls, db.generation())
+    p = memo.get(memo_key)
     if p is None:
-        if len(_params_memo) > 1024:
-            _params_memo.clear()
-        p = _params_memo[memo_key] = _lookup_params(device, name, cls)
+        if len(memo) > 1024:
+            memo.clear()
+        p = memo[memo_key] = _lookup_params(device, name, cls)
     return dict(p)
+
+
+def expected_gflops(device, dtype, M: int, N: int, K: int) -> float | None:
+    """The rate `netcl tune gemm` measured for this product's (dtype, shape class), or None when untuned."""
+    entry = db.lookup(device, "gemm", f"{np.dtype(dtype).name}/{shape_class(M, N, K)}")
+    rate = (entry or {}).get("gflops")
+    return float(rate) if isinstance(rate, (int, float)) else None
 
 
 def lanes_in_256_bits(dtype) -> int:
@@ -105,13 +112,14 @@ def register_lanes(device, dtype) -> int:
     builds AVX2 for a Zen 4 that reports 16 floats), and only a measurement tells. Templates that size
     register blocks by the vector (conv_blocked.cl) take it from here."""
     name = np.dtype(dtype).name
-    memo_key = (device.identity, name, "register_lanes", db.generation())
-    tuned = _params_memo.get(memo_key)
+    memo = device.state.table(PARAMETERS)
+    memo_key = (name, "register_lanes", db.generation())
+    tuned = memo.get(memo_key)
     if tuned is None:
         tuned = 0  # no measurement: the reported width, read afresh below
         if getattr(device, "kind", "cpu") == "cpu" and db.source(device, "gemm", f"{name}/large") == "user":
             tuned = params_for(device, name, 1024, 1024, 1024)["VW"]
-        _params_memo[memo_key] = tuned
+        memo[memo_key] = tuned
     return tuned if tuned in (4, 8, 16) else native_lanes(device, name)
 
 
@@ -234,21 +242,21 @@ def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta
     return c
 
 
-# Launch plans, one per device, operand layout, parameter override and tuning-database generation: a
-# small product's host work (parameter lookup, packing rules, argument setting) costs several times its
-# kernel time on a CPU driver when done at every call.
-_plans: dict[tuple, "_Plan"] = {}
+# Launch plans, one per operand layout, parameter override and tuning-database generation, in the
+# device's state: a small product's host work (parameter lookup, packing rules, argument setting) costs
+# several times its kernel time on a CPU driver when done at every call.
 _MAX_PLANS = 512
 
 
 def _plan(dev, layout: tuple, params: dict | None) -> "_Plan":
     override = None if params is None else tuple(sorted(normalize(params).items()))
-    key = (id(dev), layout, override, db.generation())
-    plan = _plans.get(key)
+    key = (layout, override, db.generation())
+    plans = dev.state.table(PLANS)
+    plan = plans.get(key)
     if plan is None or (plan.deferred is not None and plan.deferred.due()):
-        if len(_plans) >= _MAX_PLANS:
-            _plans.clear()
-        plan = _plans[key] = _Plan(dev, layout, params, may_borrow=plan is None)
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plan = plans[key] = _Plan(dev, layout, params, may_borrow=plan is None)
     return plan
 
 
@@ -280,7 +288,7 @@ class _Plan:
             if borrowed is not None:
                 template_params, (wg_m, wg_n) = borrowed
                 p = {**template_params, "WG_M": wg_m, "WG_N": wg_n}
-                self.deferred = first_step.Deferred()
+                self.deferred = first_step.Deferred(dev)
         MR, NR = p["MR"], p["VW"] * p["NV"]
         blocks_n, blocks_m = -(-N // NR), -(-M // MR)
         self.pack_a = self.pack_b = None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import threading
 
 from ..runtime import memory
 
@@ -44,26 +43,25 @@ def packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int
     return int(pack_a and K > 0), int(pack_b and K > 0)
 
 
-# Packing buffers, kept per device and grown on demand: a fresh multi-megabyte buffer per call costs
-# page faults comparable to the product itself on a CPU device. Reuse is safe because every launch
-# goes to the device's one in-order queue, so a later pack cannot overtake an earlier product.
-_workspaces: dict[tuple[int, str], tuple[object, int]] = {}
-_workspace_lock = threading.Lock()
+# Packing buffers, kept in the device's state (netcl.runtime.device_state) and grown on demand: a fresh
+# multi-megabyte buffer per call costs page faults comparable to the product itself on a CPU device.
+# Reuse is safe because every launch goes to the device's one in-order queue, so a later pack cannot
+# overtake an earlier product.
+WORKSPACES = "gemm packing workspaces"
 
 
 def workspace(device, slot: str, nbytes: int):
     """The device's packing buffer ``slot`` ("a" or "b"), at least ``nbytes`` long."""
-    key = (id(device), slot)
-    with _workspace_lock:
-        held = _workspaces.get(key)
+    state = device.state
+    with state.lock:
+        held_buffers = state.table(WORKSPACES)
+        held = held_buffers.get(slot)
         if held is None or held[1] < nbytes:
-            _workspaces.pop(key, None)
-            held = (memory.allocate(device, nbytes), nbytes)
-            _workspaces[key] = held
+            held_buffers.pop(slot, None)
+            held = held_buffers[slot] = (memory.allocate(device, nbytes), nbytes)
         return held[0]
 
 
-def release_workspaces() -> None:
-    """Free the packing buffers (they are re-allocated by the next product that needs them)."""
-    with _workspace_lock:
-        _workspaces.clear()
+def release_workspaces(device) -> None:
+    """Free ``device``'s packing buffers (they are re-allocated by the next product that needs them)."""
+    device.state.drop(WORKSPACES)

@@ -28,7 +28,7 @@ def lenders(dev, c_type: str) -> list[tuple[dict, tuple[int, int]]]:
 def stand_in(dev, c_type: str, template_params: dict, b_unit_stride: bool):
     """(template parameters, (WG_M, WG_N)) of a built kernel to run this product on now, or None when the
     product should build its own: after the first step, when its own is at hand, or when none fits."""
-    if not first_step.in_progress():
+    if not first_step.in_progress(dev):
         return None
     held = [(tp, wg) for tp, wg in lenders(dev, c_type) if b_unit_stride or tp["PACK_B"]]
     if not held or kernels.is_built(dev, "gemm.cl", T=c_type, **template_params):

@@ -113,7 +113,7 @@ def measure(device, dtype, grid: dict, launch_s: float, budget_s: float = 30.0, 
     import time
     from ..runtime.timing import sample
     from ..tensor import Tensor
-    from ..tuning.gemm import calls_per_sample
+    from ..runtime.timing import calls_per_sample
     from .gemm import gemm_batched
     dt = np.dtype(dtype)
     rng = np.random.default_rng(0)

@@ -15,7 +15,6 @@ import numpy as np
 
 from .. import dtypes, settings
 from ..errors import DTypeError, ShapeError
-from ..runtime.memo import DeviceMemo
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
 from .conv_common import ConvLayer
@@ -62,20 +61,19 @@ def _chunk_lanes(dtype) -> int:
     return 32 // np.dtype(dtype).itemsize
 
 
-_kernels = DeviceMemo("im2col layer kernels", scope="context")  # compiled for one context
-
 
 def _layer_kernel(device, template: str, name: str, layer: ConvLayer, dtype, transposed: bool, local: int,
                   runs: int = 0, chunks_per_item: int = 0):
     """get_kernel for one layer's geometry, memoized on the layer itself: rebuilding the parameter dict
     and its sorted key costs a noticeable share of a small layer's whole im2col."""
     key = (template, name, layer, np.dtype(dtype).str, bool(transposed), local, runs, chunks_per_item)
-    kernel = _kernels.get(device, key)
+    table = device.state.table("im2col layer kernels")
+    kernel = table.get(key)
     if kernel is None:
-        if len(_kernels) > 4096:
-            _kernels.clear()
-        kernel = _kernels.put(device, key, get_kernel(device, template, name,
-                                                      **_params(layer, dtype, transposed, local, runs, chunks_per_item)))
+        if len(table) > 4096:
+            table.clear()
+        kernel = table[key] = get_kernel(device, template, name,
+                                         **_params(layer, dtype, transposed, local, runs, chunks_per_item))
     return kernel
 
 

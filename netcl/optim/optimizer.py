@@ -83,6 +83,7 @@ class Optimizer:
         parameters' device (a class index out of range in the loss) is raised, before any update."""
         for device in {p.device for _, p in self._params() if p.grad is not None}:
             error_flags.check_before_update(device)
+        devices = set()
         for group in self.param_groups:
             batches: dict[tuple, list] = {}
             for p in group["params"]:
@@ -95,13 +96,14 @@ class Optimizer:
                     g = g.astype(p.dtype)
                 if not g.is_contiguous():
                     g = g.contiguous()
-                batches.setdefault((p.dtype, id(p.device.context)), []).append(
-                    (p, g, self.state.setdefault(id(p), {})))
+                batches.setdefault((p.dtype, p.device), []).append((p, g, self.state.setdefault(id(p), {})))
+                devices.add(p.device)
             for items in batches.values():
                 width = fused_tensors_per_launch(items[0][0].device)
                 for start in range(0, len(items), width):
                     self._update_many(group, items[start:start + width])
-        first_step.end()  # a training step is over: builds deferred past the first one are due
+        for device in devices:  # a training step is over: builds deferred past the first one are due
+            first_step.end(device)
 
     def _update_many(self, group, items) -> None:
         """Update [(param, contiguous grad, state dict)] of one group, dtype and device (each optimizer
@@ -132,7 +134,7 @@ class Optimizer:
             prepared = self._launches[key] = PreparedLaunch(
                 p.device, kernel, (group_ends[-1] * local,), (local,),
                 [VARYING] * (len(args) - 1) + [np.int64(end) for end in group_ends] + [VARYING] * len(args[-1]))
-        if dynamic and recording._active is not None:  # only a recording reads them
+        if dynamic and recording.active(prepared.device) is not None:  # only a recording reads them
             first_scalar = len(args) - 1
             prepared(*args[:-1], *args[-1], dynamic={first_scalar + k: refresh for k, refresh in enumerate(dynamic)})
         else:

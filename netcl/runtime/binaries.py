@@ -33,7 +33,10 @@ from .cache import atomic_write_bytes
 
 MAGIC = b"NETCLBIN"
 
-_unsaved: dict[Path, tuple[cl.Program, object]] = {}
+# Programs built from source whose binary is still to be written, with the queue to drain first (the
+# device's queue, not the Device: a Device nobody uses is collected). Process-wide, as the disk cache it
+# fills; a program stays here after its Device is gone, and is written at exit.
+_unsaved: dict[Path, tuple[cl.Program, cl.CommandQueue]] = {}
 _lock = threading.Lock()
 
 
@@ -82,7 +85,7 @@ def load(context: cl.Context, cl_device: cl.Device, path: Path, options: tuple[s
 def remember(path: Path, program: cl.Program, device) -> None:
     """Schedule ``program`` (just built from source for ``device``) to be written to ``path``."""
     with _lock:
-        _unsaved[path] = (program, device)
+        _unsaved[path] = (program, device.queue)
 
 
 def pending() -> int:
@@ -162,16 +165,16 @@ def save_binaries() -> int:
     with _lock:
         items = list(_unsaved.items())
         _unsaved.clear()
-    drained: dict[int, bool] = {}
+    drained: dict[int, bool] = {}  # queue handle -> drained
     written = 0
-    for path, (program, device) in items:
-        if id(device) not in drained:
+    for path, (program, queue) in items:
+        if queue.int_ptr not in drained:
             try:
-                device.queue.finish()
-                drained[id(device)] = True
+                queue.finish()
+                drained[queue.int_ptr] = True
             except cl.Error:  # a device in a failed state: skip its binaries (the next process rebuilds)
-                drained[id(device)] = False
-        if drained[id(device)]:
+                drained[queue.int_ptr] = False
+        if drained[queue.int_ptr]:
             written += _write(path, program)
     return written
 

@@ -29,6 +29,7 @@ import pyopencl as cl
 from .. import settings
 from ..errors import DeviceError
 from .device_figures import stored_figures
+from .device_state import DeviceState
 
 _KIND_NAMES = {cl.device_type.GPU: "gpu", cl.device_type.CPU: "cpu", cl.device_type.ACCELERATOR: "accelerator"}
 
@@ -89,8 +90,30 @@ class Device:
         self._queue: cl.CommandQueue | None = None
         self._memory_pool = None  # netcl.runtime.memory's buffer pool, made at the first allocation
         self._in_flight: collections.deque = collections.deque()
-        # netcl.runtime.error_flags: the records kernels set on bad input, one per kind of check
-        self.error_flags: dict = {}
+        self._state: DeviceState | None = None
+
+    @property
+    def state(self) -> DeviceState:
+        """Everything netcl keeps for this device while the process runs: built programs and kernels,
+        plans, measurements in memory, the cold-start phase, the launch observers
+        (netcl.runtime.device_state)."""
+        state = self._state
+        if state is None:
+            with self._lock:
+                if self._state is None:
+                    self._state = DeviceState()
+                state = self._state
+        return state
+
+    def clear_state(self) -> None:
+        """Forget what this process built, planned and measured for the device, as if it had just
+        started (the disk caches stay): the next calls build, plan and measure again. The device's queue
+        is drained first and the buffers its pool holds for reuse go back to the driver."""
+        if self._context is not None:
+            self.synchronize()
+        self.state.clear()
+        if self._memory_pool is not None:
+            self._memory_pool.free_held()
 
     # The context is created lazily so that listing devices never allocates driver resources.
     @property

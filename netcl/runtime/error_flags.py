@@ -3,7 +3,7 @@
 A kernel that meets input it must reject (a class index out of range) cannot raise; making the host read
 a result after every launch to ask would cost a synchronization per call and make a training step
 unrecordable (netcl.runtime.recording refuses downloads). Instead each kind of check has an ``ErrorFlag``
-per device: a small device buffer of ``WORDS`` int64 words that kernels fill in when they find bad input
+per device (in the device's state, ``device.state``): a small device buffer of ``WORDS`` int64 words that kernels fill in when they find bad input
 and word 0 is still 0 (the first record stays; the device's one in-order queue runs kernels one at a time,
 so no atomics are needed). Its meaning beyond word 0 belongs to the kernels that write it and to
 ``make_error``, which turns a record into the exception to raise.
@@ -39,7 +39,7 @@ class ErrorFlag:
 
     def watch(self) -> None:
         """Read the record back after the kernels enqueued so far, without waiting (also at replays)."""
-        recording.host_call(self._read_back)
+        recording.host_call(self.device, self._read_back)
 
     def _read_back(self) -> None:
         self.check(wait=False)
@@ -68,22 +68,28 @@ class ErrorFlag:
         cl.enqueue_fill_buffer(self.device.queue, self.buffer, np.int64(0), 0, WORDS * 8)
 
 
+def _flags(device) -> dict:
+    """The device's flags by the name of their check (an entry of its DeviceState)."""
+    return device.state.entry("error flags", dict)
+
+
 def error_flag(device, name: str, make_error) -> ErrorFlag:
     """The device's flag for the check ``name``, made at the first call (``make_error(record)`` -> the
     exception for a record whose word 0 is set)."""
-    flag = device.error_flags.get(name)
+    flags = _flags(device)
+    flag = flags.get(name)
     if flag is None:
-        flag = device.error_flags[name] = ErrorFlag(device, name, make_error)
+        flag = flags[name] = ErrorFlag(device, name, make_error)
     return flag
 
 
 def check(device, wait: bool = True) -> None:
     """Raise the first error the device's kernels recorded (see ``ErrorFlag.check``)."""
-    for flag in device.error_flags.values():
+    for flag in _flags(device).values():
         flag.check(wait)
 
 
 def check_before_update(device) -> None:
     """``check`` where a training step applies gradients; inside a recording, again at every replay."""
-    if device.error_flags:
-        recording.host_call(check, device)
+    if _flags(device):
+        recording.host_call(device, check, device)

@@ -27,8 +27,7 @@ from . import binaries
 from .binaries import save_binaries  # noqa: F401  (public: fill the disk cache now)
 from .cache import CACHE_FORMAT_VERSION, cache_enabled, cache_path
 from .device import Device
-from .launching import (VARYING, PreparedLaunch, launch, local_size_1d, round_up,  # noqa: F401  (public)
-                        scalar, watch_launches)
+from .launching import VARYING, PreparedLaunch, launch, local_size_1d, round_up, scalar  # noqa: F401  (public)
 
 DEFAULT_BUILD_OPTIONS = ("-cl-mad-enable",)
 # "-w" (a standard OpenCL build option) keeps the driver's compiler quiet: PoCL's clang wrote "11 warnings
@@ -88,36 +87,49 @@ def convolution_templates_digest() -> str:
     return templates_digest(NOT_IN_CONVOLUTION)
 
 
-_lookup: TemplateLookup | None = None
-_programs: dict[tuple, cl.Program] = {}
-_kernels: dict[tuple, cl.Kernel] = {}
-# The same kernels keyed with the parameters as the caller ordered them (no sort on the hot path), with
-# the _kernels table they index: replacing that table (the tests do) empties the index too.
-_call_index: tuple = (None, {})
-_building: dict[tuple, threading.Event] = {}
-_lock = threading.RLock()
+_lookup: TemplateLookup | None = None  # the installation's templates, shared by every device
+_lookup_lock = threading.Lock()
 
 # Compiler chatter (PoCL prints vectorizer remarks) is not the user's business; real failures raise
 # KernelBuildError with the full log. A filter, not catch_warnings: builds run on several threads.
 warnings.filterwarnings("ignore", category=cl.CompilerWarning)
-build_stats = {"source_builds": 0, "binary_loads": 0, "seconds": 0.0}
+
+
+def build_stats(device: Device) -> dict:
+    """{source_builds, binary_loads, seconds} of the programs this process made for ``device``."""
+    return device.state.table("build statistics") or {"source_builds": 0, "binary_loads": 0, "seconds": 0.0}
+
+
+def _count_build(device: Device, counter: str, seconds: float) -> None:
+    state = device.state
+    with state.lock:
+        stats = state.table("build statistics")
+        if not stats:
+            stats.update(source_builds=0, binary_loads=0, seconds=0.0)
+        stats[counter] += 1
+        stats["seconds"] += seconds
 
 
 def render(template_name: str, **params) -> str:
     global _lookup
     if _lookup is None:
-        # Mako's compiled templates are kept on disk: compiling the templates of a training step is the
-        # largest part of a warm start otherwise. Kept per content of
-        # the templates, not per folder: Mako's own staleness test compares whole-second mtimes, so a
-        # template edited within a second of its compilation ran the old kernel in every later process.
-        folder = hashlib.sha256(f"{kernels_dir()}|{templates_digest()}".encode()).hexdigest()[:16]
-        modules = str(cache_path("templates", folder, "x").parent) if cache_enabled() else None
-        _lookup = TemplateLookup(directories=[str(kernels_dir())], strict_undefined=True, module_directory=modules)
+        with _lookup_lock:
+            if _lookup is None:
+                _lookup = _template_lookup()
     try:
         template = _lookup.get_template(template_name)
     except Exception as exc:  # mako raises its own TopLevelLookupException
         raise KernelBuildError(f"cannot load kernel template {template_name!r}: {exc}") from exc
     return template.render(**params)
+
+
+def _template_lookup() -> TemplateLookup:
+    # Mako's compiled templates are kept on disk: compiling the templates of a training step is the
+    # largest part of a warm start otherwise. Kept per content of the templates, not per folder: Mako's own staleness test compares whole-second mtimes, so a
+    # template edited within a second of its compilation ran the old kernel in every later process.
+    folder = hashlib.sha256(f"{kernels_dir()}|{templates_digest()}".encode()).hexdigest()[:16]
+    modules = str(cache_path("templates", folder, "x").parent) if cache_enabled() else None
+    return TemplateLookup(directories=[str(kernels_dir())], strict_undefined=True, module_directory=modules)
 
 
 def _cache_key(device: Device, source: str, options: tuple[str, ...]) -> str:
@@ -144,25 +156,26 @@ def build_program(device: Device, source: str, options: tuple[str, ...] | None =
     programs at the same time; a thread asking for a program that another is building waits for that
     build instead of repeating it. ``options``: build_options() by default."""
     options = build_options() if options is None else tuple(options)
-    memo_key = (id(device.context), _cache_key(device, source, options))
+    key = _cache_key(device, source, options)
+    state = device.state
     while True:
-        with _lock:
-            program = _programs.get(memo_key)
+        with state.lock:
+            program = state.programs.get(key)
             if program is not None:
                 return program
-            in_flight = _building.get(memo_key)
+            in_flight = state.building.get(key)
             if in_flight is None:
-                in_flight = _building[memo_key] = threading.Event()
+                in_flight = state.building[key] = threading.Event()
                 break
         in_flight.wait()  # then look again: built, or the builder failed and this thread tries itself
     try:
-        program = _load_or_build(device, source, options, memo_key[1])
-        with _lock:
-            _programs[memo_key] = program
+        program = _load_or_build(device, source, options, key)
+        with state.lock:
+            state.programs[key] = program
         return program
     finally:
-        with _lock:
-            _building.pop(memo_key, None)
+        with state.lock:
+            state.building.pop(key, None)
         in_flight.set()
 
 
@@ -191,9 +204,7 @@ def _load_or_build(device: Device, source: str, options: tuple[str, ...], key: s
             _show_build_log(device, program, key)
     if counter == "source_builds" and binary_path is not None:
         binaries.remember(binary_path, program, device)
-    with _lock:
-        build_stats[counter] += 1
-        build_stats["seconds"] += time.perf_counter() - start
+    _count_build(device, counter, time.perf_counter() - start)
     return program
 
 
@@ -218,54 +229,44 @@ def _show_build_log(device: Device, program: cl.Program, key: str) -> None:
 
 def get_kernel(device: Device, template_name: str, kernel_name: str, options: tuple[str, ...] = (),
                **params) -> cl.Kernel:
-    """A built kernel from a template; memoized on (device, template, parameters, options). The program
-    holds every kernel of the template: on PoCL a further kernel in a program costs a small fraction of
-    the program's build, so kernels rendered with the same parameters share one build."""
-    fast = (id(device.context), template_name, kernel_name, options, *params.items())
-    table, by_call = _call_index
-    if table is _kernels:
-        kernel = by_call.get(fast)
-        if kernel is not None:
-            return kernel
-    memo = (id(device.context), template_name, kernel_name, options, tuple(sorted(params.items())))
-    kernel = _kernels.get(memo)
+    """A built kernel from a template; memoized per device on (template, kernel, options, parameters).
+    The program holds every kernel of the template: on PoCL a further kernel in a program costs a small
+    fraction of the program's build, so kernels rendered with the same parameters share one build."""
+    state = device.state
+    fast = (template_name, kernel_name, options, *params.items())
+    kernel = state.kernels_by_call.get(fast)
     if kernel is not None:
-        _remember_call(fast, kernel)
         return kernel
-    source = render(template_name, **params)
-    program = build_program(device, source, build_options(options))
-    try:
-        kernel = cl.Kernel(program, kernel_name)  # programs are shared across keys: no getattr cache
-    except (AttributeError, cl.Error) as exc:
-        raise KernelBuildError(f"template {template_name} has no kernel {kernel_name!r}: {exc}") from None
-    with _lock:
-        _kernels[memo] = kernel
-    _remember_call(fast, kernel)
+    memo = (template_name, kernel_name, options, tuple(sorted(params.items())))
+    kernel = state.kernels.get(memo)
+    if kernel is None:
+        source = render(template_name, **params)
+        program = build_program(device, source, build_options(options))
+        try:
+            kernel = cl.Kernel(program, kernel_name)  # programs are shared across keys: no getattr cache
+        except (AttributeError, cl.Error) as exc:
+            raise KernelBuildError(f"template {template_name} has no kernel {kernel_name!r}: {exc}") from None
+    with state.lock:
+        kernel = state.kernels.setdefault(memo, kernel)
+        if len(state.kernels_by_call) >= 4096:
+            state.kernels_by_call.clear()
+        state.kernels_by_call[fast] = kernel
     return kernel
 
 
-def _remember_call(key: tuple, kernel) -> None:
-    global _call_index
-    with _lock:
-        table, by_call = _call_index
-        if table is not _kernels or len(by_call) >= 4096:
-            _call_index = (_kernels, {})
-        _call_index[1][key] = kernel
-
-
-def built_variants() -> list[tuple]:
-    """((context id, template, kernel, options, sorted parameter items), work-group sizes launched) of
-    every kernel made so far."""
-    with _lock:
-        return [(key, frozenset(getattr(kernel, "_netcl_local_sizes", ()))) for key, kernel in _kernels.items()]
+def built_variants(device: Device) -> list[tuple]:
+    """((template, kernel, options, sorted parameter items), work-group sizes launched) of every kernel
+    made so far on ``device``."""
+    state = device.state
+    with state.lock:
+        return [(key, frozenset(getattr(kernel, "_netcl_local_sizes", ()))) for key, kernel in state.kernels.items()]
 
 
 def built_variants_of(device: Device, template_name: str, kernel_name: str) -> list[tuple[dict, frozenset]]:
     """(template parameters, work-group sizes launched) of every variant of one kernel made so far on
-    ``device``'s context with the default build options, oldest first."""
-    context = id(device.context)
-    return [(dict(items), launched) for (ctx, template, name, options, items), launched in built_variants()
-            if (ctx, template, name, options) == (context, template_name, kernel_name, ())]
+    ``device`` with the default build options, oldest first."""
+    return [(dict(items), launched) for (template, name, options, items), launched in built_variants(device)
+            if (template, name, options) == (template_name, kernel_name, ())]
 
 
 def is_built(device: Device, template_name: str, options: tuple[str, ...] = (), **params) -> bool:
@@ -273,7 +274,6 @@ def is_built(device: Device, template_name: str, options: tuple[str, ...] = (), 
     binary in the disk cache."""
     opts = build_options(options)
     key = _cache_key(device, render(template_name, **params), opts)
-    with _lock:
-        if (id(device.context), key) in _programs:
-            return True
+    if key in device.state.programs:
+        return True
     return cache_enabled() and cache_path("kernels", key[:2], f"{key}.bin").exists()

@@ -4,65 +4,16 @@ netcl.runtime.kernels makes the kernels they launch (and re-exports these names)
 """
 from __future__ import annotations
 
-import contextlib
-import functools
-import threading
-
 import numpy as np
 import pyopencl as cl
 
 from ..errors import DeviceError, DeviceMemoryError
-from . import recording
 from .device import Device
+from .observers import builds_only, skip_launch  # noqa: F401  (builds_only: public here too)
 
 
 def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
-
-
-_launch_watcher = None  # called with every launched kernel while set (see watch_launches)
-
-
-def watch_launches(watcher) -> None:
-    """From now on call ``watcher(kernel)`` at every launch, with the kernel get_kernel made (None: stop).
-    For a while at the start of training (netcl.ops.conv_online): it keeps the binaries that are used."""
-    global _launch_watcher
-    _launch_watcher = watcher
-
-
-_dry_threads = 0  # threads inside builds_only(): a global for the launches' fast check
-_dry = threading.local()
-_dry_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def builds_only():
-    """Within, in the calling thread only, ``launch`` and ``PreparedLaunch`` enqueue nothing and return a
-    completed event: code run inside builds the programs its kernels come from and computes nothing (a
-    calibration builds its kernels that way before timing them: netcl.tuning.conv_prebuild). Other
-    threads launch as usual meanwhile. Copies and fills outside ``launch`` still run."""
-    global _dry_threads
-    if getattr(_dry, "on", False):
-        yield
-        return
-    with _dry_lock:
-        _dry_threads += 1
-    _dry.on = True
-    try:
-        yield
-    finally:
-        _dry.on = False
-        with _dry_lock:
-            _dry_threads -= 1
-
-
-def _skipped(device: Device):
-    """A launch's stand-in inside builds_only(), or None outside it."""
-    if not _dry_threads or not getattr(_dry, "on", False):
-        return None
-    event = cl.UserEvent(device.context)
-    event.set_status(cl.command_execution_status.COMPLETE)
-    return event
 
 
 def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wait_for=None,
@@ -72,12 +23,16 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
 
     ``dynamic`` ({argument index: callable}) names the scalar arguments that differ at every call of the
     code making this launch (a random seed): a replay of a recording (netcl.runtime.recording) asks each
-    callable for that argument's new value instead of repeating this one."""
-    if _dry_threads:
-        skipped = _skipped(device)
+    callable for that argument's new value instead of repeating this one. The device's launch observers
+    (netcl.runtime.observers) see the launch, or skip it inside ``builds_only``."""
+    state = device.state
+    observers = state.observers
+    if observers:
+        observers = state.observers_here()
+        skipped = skip_launch(device, observers)
         if skipped is not None:
             return skipped
-    global_size, local_size = _geometry(global_size, local_size)
+    global_size, local_size = _geometry(state, global_size, local_size)
     if not getattr(kernel, "_netcl_typed", False):
         _declare_scalar_types(kernel, args)
         kernel._netcl_local_sizes = set()  # work-group sizes launched so far (see the first-launch rule)
@@ -94,18 +49,22 @@ def launch(device: Device, kernel: cl.Kernel, global_size, local_size, *args, wa
         if first:
             event.wait()
         device.throttle(event)
-        if _launch_watcher is not None:
-            _launch_watcher(kernel)
-        if recording._active is not None:
-            recording.report("kernel", device, kernel, global_size, local_size, args, dynamic)
+        for observer in observers:
+            observer.kernel(device, kernel, global_size, local_size, args, dynamic)
         return event
     except cl.Error as exc:
         raise _launch_error(device, kernel, exc) from None
 
 
-def _geometry(global_size, local_size):
+def _geometry(state, global_size, local_size):
     if type(global_size) is tuple and (local_size is None or type(local_size) is tuple):
-        return _remembered_geometry(global_size, local_size)  # a launch's host cost counts
+        key = (global_size, local_size)  # a launch's host cost counts: tuples are normalized once
+        known = state.geometries.get(key)
+        if known is None:
+            if len(state.geometries) >= 4096:
+                state.geometries.clear()
+            known = state.geometries[key] = _normalized_geometry(global_size, local_size)
+        return known
     return _normalized_geometry(global_size, local_size)  # lists are unhashable: normalized every launch
 
 
@@ -115,9 +74,6 @@ def _normalized_geometry(global_size, local_size):
         local_size = tuple(int(x) for x in local_size)
         global_size = tuple(round_up(max(g, 1), l) for g, l in zip(global_size, local_size))
     return global_size, local_size
-
-
-_remembered_geometry = functools.lru_cache(maxsize=4096)(_normalized_geometry)
 
 
 def _launch_error(device: Device, kernel: cl.Kernel, exc: cl.Error) -> Exception:
@@ -153,8 +109,9 @@ class PreparedLaunch:
 
     def __init__(self, device: Device, kernel: cl.Kernel, global_size, local_size, args):
         self.device = device
+        self._state = device.state  # cleared in place, never replaced: safe to hold
         self.kernel = kernel
-        self.global_size, self.local_size = _geometry(global_size, local_size)
+        self.global_size, self.local_size = _geometry(self._state, global_size, local_size)
         self._args = tuple(args)
         self._slots = tuple(i for i, value in enumerate(self._args) if value is VARYING)
         self._private = None  # made at the first call, which goes through launch()
@@ -163,8 +120,10 @@ class PreparedLaunch:
     def __call__(self, *values, dynamic=None) -> cl.Event:
         """Launch with ``values`` for the varying arguments; ``dynamic`` ({index into values: callable})
         as for :func:`launch`."""
-        if _dry_threads:
-            skipped = _skipped(self.device)
+        observers = self._state.observers
+        if observers:
+            observers = self._state.observers_here()
+            skipped = skip_launch(self.device, observers)
             if skipped is not None:
                 return skipped
         private = self._private
@@ -189,11 +148,10 @@ class PreparedLaunch:
             self._last = [_UNSET] * len(self._slots)
             raise _launch_error(self.device, self.kernel, exc) from None
         self.device.throttle(event)
-        if _launch_watcher is not None:
-            _launch_watcher(self.kernel)
-        if recording._active is not None:
-            recording.report("kernel", self.device, self.kernel, self.global_size, self.local_size,
-                             self._all_args(values), self._argument_indices(dynamic))
+        if observers:
+            args, dynamic = self._all_args(values), self._argument_indices(dynamic)
+            for observer in observers:
+                observer.kernel(self.device, self.kernel, self.global_size, self.local_size, args, dynamic)
         return event
 
     def _all_args(self, values) -> list:

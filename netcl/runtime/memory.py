@@ -13,18 +13,13 @@ device that is host memory (19 GB of a 24 GB machine in one such run).
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pyopencl as cl
 import pyopencl.tools as cl_tools
 
 from ..errors import DeviceError, DeviceMemoryError
-from . import error_flags, recording
+from . import error_flags
 from .device import Device
-
-_meta_cache: dict[tuple, cl.Buffer] = {}
-_pools_lock = threading.Lock()
 
 
 def held_limit(device: Device) -> int:
@@ -40,7 +35,7 @@ def _held_bytes(pool: cl_tools.MemoryPool) -> int:
 def _pool(device: Device) -> cl_tools.MemoryPool:
     pool = device._memory_pool
     if pool is None:
-        with _pools_lock:
+        with device.state.lock:
             if device._memory_pool is None:
                 device._memory_pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(device.queue))
             pool = device._memory_pool
@@ -108,8 +103,9 @@ def upload(device: Device, buffer: cl.Buffer, array: np.ndarray, offset_bytes: i
     array = np.asarray(array, order="C")
     if array.nbytes == 0:
         return None
-    if recording._active is not None:
-        recording.report("upload", device, buffer, array, offset_bytes)
+    if device.state.observers:
+        for observer in device.state.observers_here():
+            observer.upload(device, buffer, array, offset_bytes)
     try:
         return cl.enqueue_copy(device.queue, buffer, array, dst_offset=offset_bytes, is_blocking=wait)
     except cl.Error as exc:
@@ -119,25 +115,23 @@ def upload(device: Device, buffer: cl.Buffer, array: np.ndarray, offset_bytes: i
 def download(device: Device, buffer: cl.Buffer, out: np.ndarray, offset_bytes: int = 0) -> np.ndarray:
     if out.nbytes == 0:
         return out
-    if recording._active is not None:
-        being_made = recording.active()
-        if being_made is not None:  # the host reads a result: what it decides from it is not recorded
-            being_made.refuse(f"it reads {out.nbytes:,} bytes of device data on the host (.item(), "
-                              f".to_host() or the like)")
+    if device.state.observers:
+        for observer in device.state.observers_here():
+            observer.download(device, out.nbytes)
     try:
         cl.enqueue_copy(device.queue, out, buffer, src_offset=offset_bytes, is_blocking=True)
     except cl.Error as exc:
         raise _translate(device, exc, "downloading", out.nbytes) from None
-    if device.error_flags:  # every read-back enqueued before has completed: checking costs no wait
-        error_flags.check(device)
+    error_flags.check(device)  # every read-back enqueued before has completed: checking costs no wait
     return out
 
 
 def fill(device: Device, buffer: cl.Buffer, value: np.generic, nbytes: int, offset_bytes: int = 0):
     if nbytes == 0:
         return None
-    if recording._active is not None:
-        recording.report("fill", device, buffer, value, nbytes, offset_bytes)
+    if device.state.observers:
+        for observer in device.state.observers_here():
+            observer.fill(device, buffer, value, nbytes, offset_bytes)
     try:
         return cl.enqueue_fill_buffer(device.queue, buffer, value, offset_bytes, nbytes)
     except cl.Error as exc:
@@ -150,8 +144,9 @@ def copy(device: Device, dst: cl.Buffer, src: cl.Buffer, nbytes: int, dst_offset
     a memcpy on CPU devices, instead of a kernel launch."""
     if nbytes == 0:
         return None
-    if recording._active is not None:
-        recording.report("copy", device, dst, src, nbytes, dst_offset_bytes, src_offset_bytes)
+    if device.state.observers:
+        for observer in device.state.observers_here():
+            observer.copy(device, dst, src, nbytes, dst_offset_bytes, src_offset_bytes)
     try:
         return cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes, dst_offset=dst_offset_bytes,
                                src_offset=src_offset_bytes)
@@ -161,14 +156,15 @@ def copy(device: Device, dst: cl.Buffer, src: cl.Buffer, nbytes: int, dst_offset
 
 def meta_buffer(device: Device, values) -> cl.Buffer:
     """A small read-only int64 buffer (shapes/strides for kernels), shared by identical requests."""
-    key = (id(device.context), tuple(int(v) for v in values) or (0,))
-    buf = _meta_cache.get(key)
+    key = tuple(int(v) for v in values) or (0,)
+    table = device.state.meta_buffers
+    buf = table.get(key)
     if buf is None:
-        host = np.asarray(key[1], dtype=np.int64)
+        host = np.asarray(key, dtype=np.int64)
         buf = cl.Buffer(device.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
-        if len(_meta_cache) > 4096:
-            _meta_cache.clear()
-        _meta_cache[key] = buf
+        if len(table) > 4096:
+            table.clear()
+        table[key] = buf
     return buf
 
 

@@ -4,8 +4,10 @@ A training step of a small network makes thousands of Python calls on the host t
 launches (LeNet). On a CPU device that host time comes from the cores the kernels run on. A ``Recording`` made while
 the step runs holds every command the step enqueued — kernel launches with their arguments, uploads,
 fills, copies — and the host work that must happen between them (gradient hooks such as
-DistributedDataParallel's allreduce). ``Replay`` enqueues the same commands again, each kernel a private
-copy with its arguments set once, for a few microseconds a launch.
+DistributedDataParallel's allreduce), each an object of its own kind (``KernelLaunch``, ``Upload``,
+``Fill``, ``Copy``, ``HostCall``) that knows its place in a signature and how to enqueue itself again.
+``Replay`` enqueues the same commands again, each kernel a private copy with its arguments set once, for a
+few microseconds a launch.
 
 A replay is only right for code that enqueues the same commands every time on the same buffers:
 netcl.training.replay records two consecutive steps and replays only when ``signature()`` of the two
@@ -17,7 +19,8 @@ agree. What legitimately changes from step to step is declared where the launch 
 What cannot be replayed marks the recording unusable with a reason: a download (the host reading a
 result, e.g. ``loss.item()``, implies a decision taken on the host).
 
-Recording is per process and from one thread; every other thread's launches are not recorded.
+A recording is a launch observer of its device (netcl.runtime.observers), pushed on the device's
+stack by ``with Recording(device)``; it sees the commands of the thread that made it, no other's.
 """
 from __future__ import annotations
 
@@ -28,38 +31,34 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import DeviceError
+from .observers import LaunchObserver
 
-_active: "Recording | None" = None  # the recording being made (a global: the launches' fast check)
 
-
-def active() -> "Recording | None":
-    """The recording the calling thread is making, if any."""
-    recording = _active
-    if recording is None or recording.thread != threading.get_ident() or recording.paused:
+def active(device) -> "Recording | None":
+    """The recording the calling thread is making of ``device``'s commands, if any."""
+    if not device.state.observers:
         return None
-    return recording
+    return next((o for o in device.state.observers_here() if isinstance(o, Recording)), None)
 
 
-class Recording:
+class Recording(LaunchObserver):
     """The commands enqueued inside ``with Recording(device) as r:`` (device: the one they go to)."""
 
     def __init__(self, device):
+        super().__init__(thread=threading.get_ident())
         self.device = device
-        self.thread = threading.get_ident()
-        self.entries: list[tuple] = []
+        self.commands: list = []  # KernelLaunch, Upload, Fill, Copy and HostCall, in their order
         self.unusable: str | None = None  # why this recording cannot be replayed
         self.paused = False
 
     def __enter__(self) -> "Recording":
-        global _active
-        if _active is not None:
-            raise RuntimeError("a recording is already being made in this process")
-        _active = self
+        if any(isinstance(o, Recording) for o in self.device.state.observers):
+            raise RuntimeError(f"a recording of {self.device.describe()} is already being made")
+        self.device.state.push(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        global _active
-        _active = None
+        self.device.state.remove(self)
 
     # ---- what the runtime reports ------------------------------------------------------------------
     def kernel(self, device, kernel: cl.Kernel, global_size, local_size, args, dynamic=None) -> None:
@@ -69,19 +68,23 @@ class Recording:
             self.refuse(f"{kernel.function_name} is launched with a Python number, whose type a replay "
                         f"cannot know")
             return
-        self.entries.append(("kernel", kernel, global_size, local_size, tuple(args), dict(dynamic or {})))
+        self.commands.append(KernelLaunch(kernel, global_size, local_size, tuple(args), dict(dynamic or {})))
 
     def upload(self, device, buffer, array: np.ndarray, offset_bytes: int) -> None:
         if self._check_device(device):
-            self.entries.append(("upload", buffer, np.array(array, copy=True), offset_bytes))
+            self.commands.append(Upload(buffer, np.array(array, copy=True), offset_bytes))
 
     def fill(self, device, buffer, value, nbytes: int, offset_bytes: int) -> None:
         if self._check_device(device):
-            self.entries.append(("fill", buffer, value, nbytes, offset_bytes))
+            self.commands.append(Fill(buffer, value, nbytes, offset_bytes))
 
     def copy(self, device, dst, src, nbytes: int, dst_offset: int, src_offset: int) -> None:
         if self._check_device(device):
-            self.entries.append(("copy", dst, src, nbytes, dst_offset, src_offset))
+            self.commands.append(Copy(dst, src, nbytes, dst_offset, src_offset))
+
+    def download(self, device, nbytes: int) -> None:
+        # the host reads a result: what it decides from it is not recorded
+        self.refuse(f"it reads {nbytes:,} bytes of device data on the host (.item(), .to_host() or the like)")
 
     def refuse(self, why: str) -> None:
         """Something inside cannot be replayed (the first reason is kept)."""
@@ -102,61 +105,150 @@ class Recording:
             self.paused = was
 
     def host(self, fn, args, kwargs) -> None:
-        self.entries.append(("host", fn, args, kwargs))
+        self.commands.append(HostCall(fn, args, kwargs))
 
     # ---- comparing two recordings ------------------------------------------------------------------
     def signature(self) -> list:
         """The commands with buffers named by their order of first use, scalars by value and dynamic
         arguments left out: equal for two recordings of code that did the same thing on its data."""
-        names: dict[int, int] = {}
-
-        def buffer_name(buffer):
-            handle = buffer.int_ptr
-            return "buffer", names.setdefault(handle, len(names))
-
-        def arg_name(value):
-            if isinstance(value, np.generic):
-                return value.dtype.str, value.tobytes()
-            if isinstance(value, cl.LocalMemory):
-                return "local", value.size
-            if value is None:
-                return None
-            return buffer_name(value)
-
-        out = []
-        for entry in self.entries:
-            kind = entry[0]
-            if kind == "kernel":
-                _, kernel, global_size, local_size, args, dynamic = entry
-                out.append((kind, kernel.function_name, kernel.program.int_ptr, global_size, local_size,
-                            tuple("dynamic" if i in dynamic else arg_name(a) for i, a in enumerate(args))))
-            elif kind == "upload":
-                _, buffer, array, offset = entry
-                out.append((kind, buffer_name(buffer), array.dtype.str, array.tobytes(), offset))
-            elif kind == "fill":
-                _, buffer, value, nbytes, offset = entry
-                out.append((kind, buffer_name(buffer), arg_name(value), nbytes, offset))
-            elif kind == "copy":
-                _, dst, src, nbytes, dst_offset, src_offset = entry
-                out.append((kind, buffer_name(dst), buffer_name(src), nbytes, dst_offset, src_offset))
-            else:
-                _, fn, args, kwargs = entry
-                out.append((kind, getattr(fn, "__func__", fn), id(getattr(fn, "__self__", None)),
-                            _identities(args), _identities(sorted(kwargs.items()))))
-        return out
+        names = _BufferNames()
+        return [command.signature(names) for command in self.commands]
 
     @property
     def launches(self) -> int:
-        return sum(entry[0] == "kernel" for entry in self.entries)
+        return sum(command.launches for command in self.commands)
 
 
-def report(kind: str, device, *args) -> None:
-    """Hand an enqueued command (``kind``: "kernel", "upload", "fill" or "copy") to the recording the
-    calling thread is making, if any. The runtime's enqueue points call it behind a check of ``_active``,
-    so that outside recordings they pay one global read."""
-    being_made = active()
-    if being_made is not None:
-        getattr(being_made, kind)(device, *args)
+# ---- the recorded commands ---------------------------------------------------------------------------
+# Each knows what it is in a signature (``signature(names)``), how many kernels it launches, and how to
+# be enqueued again (``prepare(queue)``: a callable that enqueues it and returns its event, if any).
+
+class _BufferNames:
+    """Buffers named by their order of first use in one recording, so that two recordings of the same
+    work on buffers the memory pool handed out in another order still compare equal."""
+
+    def __init__(self):
+        self._names: dict[int, int] = {}  # a buffer's handle -> its name, for one signature() call
+
+    def buffer(self, buffer) -> tuple:
+        return "buffer", self._names.setdefault(buffer.int_ptr, len(self._names))
+
+    def argument(self, value) -> tuple | None:
+        if isinstance(value, np.generic):
+            return value.dtype.str, value.tobytes()
+        if isinstance(value, cl.LocalMemory):
+            return "local", value.size
+        if value is None:
+            return None
+        return self.buffer(value)
+
+
+class KernelLaunch:
+    """A kernel launched with its arguments; ``dynamic`` maps argument positions to callables that
+    compute them anew at every replay (a Dropout seed)."""
+
+    launches = 1
+
+    def __init__(self, kernel: cl.Kernel, global_size, local_size, args: tuple, dynamic: dict):
+        self.kernel, self.global_size, self.local_size = kernel, global_size, local_size
+        self.args, self.dynamic = args, dynamic
+
+    def signature(self, names: _BufferNames) -> tuple:
+        return ("kernel", self.kernel.function_name, self.kernel.program.int_ptr, self.global_size,
+                self.local_size, tuple("dynamic" if i in self.dynamic else names.argument(a)
+                                       for i, a in enumerate(self.args)))
+
+    def prepare(self, queue):
+        """A private copy of the kernel with its fixed arguments set once: a replay sets only the
+        dynamic ones."""
+        private = cl.Kernel(self.kernel.program, self.kernel.function_name)
+        for i, value in enumerate(self.args):
+            if i in self.dynamic:
+                continue
+            if isinstance(value, np.generic):
+                _set_scalar_arg(private, i, value)
+            else:
+                private.set_arg(i, value)
+        global_size, local_size = self.global_size, self.local_size
+        if not self.dynamic:
+            return lambda: cl.enqueue_nd_range_kernel(queue, private, global_size, local_size)
+        updates = tuple(self.dynamic.items())
+
+        def launch_dynamic():
+            for i, refresh in updates:
+                _set_scalar_arg(private, i, refresh())
+            return cl.enqueue_nd_range_kernel(queue, private, global_size, local_size)
+        return launch_dynamic
+
+
+class Upload:
+    """Host data copied into a buffer (the recording keeps its own copy of the data)."""
+
+    launches = 0
+
+    def __init__(self, buffer, array: np.ndarray, offset_bytes: int):
+        self.buffer, self.array, self.offset_bytes = buffer, array, offset_bytes
+
+    def signature(self, names: _BufferNames) -> tuple:
+        return "upload", names.buffer(self.buffer), self.array.dtype.str, self.array.tobytes(), self.offset_bytes
+
+    def prepare(self, queue):
+        buffer, array, offset = self.buffer, self.array, self.offset_bytes
+        return lambda: cl.enqueue_copy(queue, buffer, array, dst_offset=offset, is_blocking=False)
+
+
+class Fill:
+    """``nbytes`` of a buffer set to a repeated value."""
+
+    launches = 0
+
+    def __init__(self, buffer, value, nbytes: int, offset_bytes: int):
+        self.buffer, self.value, self.nbytes, self.offset_bytes = buffer, value, nbytes, offset_bytes
+
+    def signature(self, names: _BufferNames) -> tuple:
+        return "fill", names.buffer(self.buffer), names.argument(self.value), self.nbytes, self.offset_bytes
+
+    def prepare(self, queue):
+        buffer, value, nbytes, offset = self.buffer, self.value, self.nbytes, self.offset_bytes
+        return lambda: cl.enqueue_fill_buffer(queue, buffer, value, offset, nbytes)
+
+
+class Copy:
+    """A device-side copy of ``nbytes`` between buffers."""
+
+    launches = 0
+
+    def __init__(self, dst, src, nbytes: int, dst_offset: int, src_offset: int):
+        self.dst, self.src, self.nbytes = dst, src, nbytes
+        self.dst_offset, self.src_offset = dst_offset, src_offset
+
+    def signature(self, names: _BufferNames) -> tuple:
+        return ("copy", names.buffer(self.dst), names.buffer(self.src), self.nbytes, self.dst_offset,
+                self.src_offset)
+
+    def prepare(self, queue):
+        dst, src, nbytes, dst_offset, src_offset = self.dst, self.src, self.nbytes, self.dst_offset, self.src_offset
+        return lambda: cl.enqueue_copy(queue, dst, src, byte_count=nbytes, dst_offset=dst_offset,
+                                       src_offset=src_offset)
+
+
+class HostCall:
+    """Host work between kernels (``host_call``), called again with the same arguments at every replay."""
+
+    launches = 0
+
+    def __init__(self, fn, args: tuple, kwargs: dict):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+
+    def signature(self, names: _BufferNames) -> tuple:
+        """The function and the objects it is given, by identity: the recording holds them, so no
+        identity is reused while the signature is compared."""
+        return ("host", getattr(self.fn, "__func__", self.fn), id(getattr(self.fn, "__self__", None)),
+                _identities(self.args), _identities(sorted(self.kwargs.items())))
+
+    def prepare(self, queue):
+        fn, args, kwargs = self.fn, self.args, self.kwargs
+        return lambda: fn(*args, **kwargs)
 
 
 def _identities(values) -> tuple:
@@ -165,11 +257,11 @@ def _identities(values) -> tuple:
     return tuple(_identities(v) if isinstance(v, (list, tuple)) else id(v) for v in values)
 
 
-def host_call(fn, *args, **kwargs):
-    """Call ``fn(*args, **kwargs)`` now; inside a recording, with recording paused (what it enqueues is
-    its own business) and again at that point of every replay. For host work between kernels, such as a
-    gradient hook that starts an allreduce."""
-    recording = active()
+def host_call(device, fn, *args, **kwargs):
+    """Call ``fn(*args, **kwargs)`` now; inside a recording of ``device``, with recording paused (what it
+    enqueues is its own business) and again at that point of every replay. For host work between
+    kernels, such as a gradient hook that starts an allreduce."""
+    recording = active(device)
     if recording is None:
         return fn(*args, **kwargs)
     with recording.pause():
@@ -179,9 +271,10 @@ def host_call(fn, *args, **kwargs):
 
 
 @contextlib.contextmanager
-def not_recorded():
-    """Within, the calling thread's commands are not recorded (host work that a replay redoes itself)."""
-    recording = active()
+def not_recorded(device):
+    """Within, the calling thread's commands on ``device`` are not recorded (host work that a replay
+    redoes itself)."""
+    recording = active(device)
     if recording is None:
         yield
         return
@@ -202,43 +295,8 @@ class Replay:
             raise ValueError(f"this recording cannot be replayed: {recording.unusable}")
         self.device = recording.device
         self.launches = recording.launches
-        self._keep = recording.entries  # the buffers and arrays the commands refer to
-        self._steps = [self._prepare(entry) for entry in recording.entries]
-
-    def _prepare(self, entry):
-        kind = entry[0]
-        queue = self.device.queue
-        if kind == "kernel":
-            _, kernel, global_size, local_size, args, dynamic = entry
-            private = cl.Kernel(kernel.program, kernel.function_name)
-            for i, value in enumerate(args):
-                if i in dynamic:
-                    continue
-                if isinstance(value, np.generic):
-                    _set_scalar_arg(private, i, value)
-                else:
-                    private.set_arg(i, value)
-            if dynamic:
-                updates = tuple(dynamic.items())
-
-                def launch_dynamic():
-                    for i, refresh in updates:
-                        _set_scalar_arg(private, i, refresh())
-                    return cl.enqueue_nd_range_kernel(queue, private, global_size, local_size)
-                return launch_dynamic
-            return lambda: cl.enqueue_nd_range_kernel(queue, private, global_size, local_size)
-        if kind == "upload":
-            _, buffer, array, offset = entry
-            return lambda: cl.enqueue_copy(queue, buffer, array, dst_offset=offset, is_blocking=False)
-        if kind == "fill":
-            _, buffer, value, nbytes, offset = entry
-            return lambda: cl.enqueue_fill_buffer(queue, buffer, value, offset, nbytes)
-        if kind == "copy":
-            _, dst, src, nbytes, dst_offset, src_offset = entry
-            return lambda: cl.enqueue_copy(queue, dst, src, byte_count=nbytes, dst_offset=dst_offset,
-                                           src_offset=src_offset)
-        _, fn, args, kwargs = entry
-        return lambda: fn(*args, **kwargs)
+        self._commands = tuple(recording.commands)  # they hold the buffers and arrays they refer to
+        self._steps = [command.prepare(self.device.queue) for command in self._commands]
 
     def replay(self):
         """Enqueue every command again; the last command's event (None when the last was host work)."""

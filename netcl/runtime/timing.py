@@ -42,6 +42,11 @@ class Timing:
         return self.seconds * 1e3
 
 
+def calls_per_sample(flop: float) -> int:
+    """Calls to time back to back for one sample of a product: enough that a sample does ~30 MFLOP."""
+    return max(1, min(64, int(3e7 // max(flop, 1.0))))
+
+
 def _check_statistic(statistic: str) -> None:
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
@@ -50,7 +55,7 @@ def _check_statistic(statistic: str) -> None:
 def timed_call(fn, device, calls: int = 1, settle: bool = False) -> float:
     """Seconds per call of ``calls`` back-to-back calls of ``fn`` between two waits on ``device``'s
     queue (``settle``: one untimed call first, so the sample starts from the runner's own state)."""
-    first_step.end()
+    first_step.end(device)
     if settle:
         fn()
     device.synchronize()
@@ -64,7 +69,7 @@ def timed_call(fn, device, calls: int = 1, settle: bool = False) -> float:
 def timed_result(fn, device):
     """(fn's result, seconds) of one call between two waits on ``device``'s queue (a benchmark that needs
     the output, or one that times a step whose result feeds the next)."""
-    first_step.end()
+    first_step.end(device)
     device.synchronize()
     start = time.perf_counter()
     out = fn()
@@ -75,7 +80,7 @@ def timed_result(fn, device):
 def sample(fn, device, repeats: int = 5, warmup: int = 1, calls: int = 1, statistic: str = "median") -> Timing:
     """``repeats`` timed samples of ``fn`` after ``warmup`` untimed runs."""
     _check_statistic(statistic)
-    first_step.end()  # before the warm-up, which then builds the kernels the samples will run
+    first_step.end(device)  # before the warm-up, which then builds the kernels the samples will run
     for _ in range(warmup):
         fn()
     return Timing([timed_call(fn, device, calls) for _ in range(repeats)], statistic)
@@ -101,7 +106,7 @@ def compare(runners: dict, device, *, warmup: int = 2, min_runs: int = 7, max_ru
     untimed before each sample: what ran before it leaves caches that slow it.
     """
     _check_statistic(statistic)
-    first_step.end()
+    first_step.end(device)
     results: dict[str, object] = {}
     warm: dict[str, float] = {name: 0.0 for name in runners}
     # Warm-up in interleaved rounds too: runners warmed one after the other stay slow in every sample of

@@ -167,7 +167,7 @@ def _measure_and_store(device, dtype, quick, progress, layers, budget_s) -> dict
     conv_profile.update(device, dtype, lambda e: e.update(tune_seconds=round(seconds, 1), quick=quick,
                                                           rounds_scale=round(smallest_scale, 3),
                                                           tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
-    planner.clear_memory_cache()
+    planner.clear_memory_cache(device)
     profile = conv_profile.device_profile(device, dtype)
     return {"seconds": round(seconds, 1), "budget_seconds": budget_s, "rounds_scale": round(smallest_scale, 3),
             "layers": len(layers), "timings": timings, "basics": basics, "prebuilt": prebuilt, "residual": residual,
@@ -177,7 +177,7 @@ def _measure_and_store(device, dtype, quick, progress, layers, budget_s) -> dict
 def run_cli(args) -> dict:
     import netcl as nc
     from ..ops.conv_profile import calibration_summary
-    from . import db
+    from ..runtime import tuning_db as db
     device = nc.default_device()
     quick = bool(getattr(args, "quick", False))
     quiet = bool(getattr(args, "json", False))

@@ -63,7 +63,7 @@ def build(device, job) -> None:
     from ..ops.gemm import gemm, gemm_batched
     from ..runtime.launching import builds_only
     from ..tensor import Tensor
-    with builds_only():
+    with builds_only(device):
         if job[0] == "gemm":
             dtype = job[1]
             for batch, m, n, k in job[2]:
@@ -89,7 +89,7 @@ def binaries_pay(device) -> bool:
     from ..runtime import binaries, kernels
     from ..runtime.cache import cache_enabled
     built = binaries.unsaved_programs()
-    stats = kernels.build_stats
+    stats = kernels.build_stats(device)
     if not cache_enabled() or not built or not stats["source_builds"]:
         return False
     mean_build_s = stats["seconds"] / (stats["source_builds"] + stats["binary_loads"])
@@ -104,7 +104,7 @@ def compile_ahead(device, layers, grid: dict | None, dtype: str = "float32", pro
     from ..runtime import first_step
     # Timing ends the first step (netcl.runtime.first_step): the kernels built here must be those the
     # timed runs will use, not the cold start's stand-ins.
-    first_step.end()
+    first_step.end(device)
     started = time.perf_counter()
     todo = collections.deque(jobs(layers, grid, dtype))
     total = len(todo)
@@ -206,7 +206,7 @@ def _serve_as_helper(identity: str) -> int:
     if device is None:
         print(f"no OpenCL device with identity {identity!r} in this process", file=sys.stderr)
         return 2
-    first_step.end()
+    first_step.end(device)
     while True:
         print("next", flush=True)
         line = sys.stdin.readline()

@@ -6,9 +6,9 @@ L2 error <= 1e-5 for float32, 1e-12 for float64; anything else, or a failed buil
 search is staged to keep the number of kernel builds small: first the register tile (MR x VW*NV), then
 the work-group shape and grid order, then packing and K unrolling, then (full search only) local-memory
 tiles. The current parameters are always a candidate, so a re-tune never makes things worse by its own
-measurement. Winners go to the tuning database (netcl.tuning.db) under family "gemm", key
+measurement. Winners go to the tuning database (netcl.runtime.tuning_db) under family "gemm", key
 "<dtype>/<class>" (and "<dtype>" for the large class, the fallback), together with the GFLOP/s measured,
-which :func:`expected_gflops` serves to cost models such as the conv planner's.
+which netcl.ops.gemm.expected_gflops serves to cost models such as the conv planner's.
 """
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ import time
 
 import numpy as np
 
+from ..ops.gemm import expected_gflops  # noqa: F401  (what a tuned rate serves)
 from ..runtime import binaries
-from . import db
+from ..runtime import tuning_db as db
+from ..runtime.timing import calls_per_sample
 
 SHAPES = {
     "large": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)],
@@ -34,11 +36,6 @@ QUICK_SHAPES = {
     "tiny": [(64, 10, 500), (10, 500, 64)],
 }
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
-
-
-def calls_per_sample(flop: float) -> int:
-    """Calls to time back to back for one sample of a product: enough that a sample does ~30 MFLOP."""
-    return max(1, min(64, int(3e7 // max(flop, 1.0))))
 
 
 def _tiles(lanes: int, quick: bool, dtype: str = "float32"):
@@ -230,14 +227,6 @@ def tune_class(device, dtype: str, cls: str, quick: bool, log=print) -> dict:
 
 def _fmt(params) -> str:
     return " ".join(f"{k}={params[k]}" for k in sorted(params))
-
-
-def expected_gflops(device, dtype, M: int, N: int, K: int) -> float | None:
-    """The rate the tuner measured for this product's (dtype, shape class), or None when untuned."""
-    from ..ops.gemm import shape_class
-    entry = db.lookup(device, "gemm", f"{np.dtype(dtype).name}/{shape_class(M, N, K)}")
-    rate = (entry or {}).get("gflops")
-    return float(rate) if isinstance(rate, (int, float)) else None
 
 
 def run_cli(args) -> dict:

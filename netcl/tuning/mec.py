@@ -9,7 +9,7 @@ import numpy as np
 from ..ops import conv_mec
 from ..runtime.timing import compare
 from ..tensor import Tensor
-from . import db
+from ..runtime import tuning_db as db
 
 
 def choose_threshold(results) -> int:

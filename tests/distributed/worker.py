@@ -11,10 +11,12 @@ asserted here, so a failure shows up as a test failure with the data, not as a h
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
 from collections import OrderedDict
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -166,6 +168,13 @@ def semantics(out: Path, seed: int) -> None:
     mixed(nc.tensor(x)).sum().backward()
     results["mixed/averaging_on_host"] = np.array(mixed.averaging == "host")
     results["mixed/weight_grad"] = mixed.module.weight.grad.to_host()
+    # Released by reference counts, not by the garbage collector, which runs at another moment on each
+    # rank: freeing a shared window is collective.
+    gc.disable()
+    transport = weakref.ref(mixed._gradients.transport)
+    del mixed
+    results["released/without_collector"] = np.array(transport() is None)
+    gc.enable()
     np.savez(out / f"semantics-rank{rank}.npz", **results)
 
 

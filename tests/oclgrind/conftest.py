@@ -159,17 +159,17 @@ _kernel_keys: dict[int, tuple] = {}
 _test_launches: set = set()  # what the current test launched, to quote the source of a report
 
 
-def _key_of(kernel) -> tuple:
+def _key_of(device, kernel) -> tuple:
     key = _kernel_keys.get(id(kernel))
     if key is None:
-        for memo, k in list(_kernels_mod._kernels.items()):
-            _kernel_keys[id(k)] = memo[1:]  # (template, kernel name, options, params)
+        for memo, k in list(device.state.kernels.items()):
+            _kernel_keys[id(k)] = memo  # (template, kernel name, options, params)
         key = _kernel_keys.get(id(kernel), ("?", getattr(kernel, "function_name", "?"), (), ()))
     return key
 
 
 def _recording_launch(device, kernel, *args, **kwargs):
-    key = _key_of(kernel)
+    key = _key_of(device, kernel)
     _launches[key] += 1
     _test_launches.add(key)
     return _original_launch(device, kernel, *args, **kwargs)

@@ -18,7 +18,7 @@ import pytest
 import netcl as nc
 from netcl.ops import gemm as gemm_mod
 from netcl.ops.gemm import gemm, gemm_batched
-from netcl.tuning import db
+from netcl.runtime import tuning_db as db
 from util import assert_close
 
 pytestmark = pytest.mark.oclgrind

@@ -136,7 +136,7 @@ def generation() -> tuple:
     if memo["where"] == where and now - memo["at"] < GENERATION_RECHECK_SECONDS:
         return memo["token"]
     devices = _user_devices()
-    token = (where, _memo["stamp"] if devices is _memo["data"] else None, id(devices))
+    token = (where, _memo["stamp"] if devices is _memo["data"] else None)  # None: no file to read
     memo.update(where=where, at=now, token=token)
     return token
 
@@ -185,14 +185,10 @@ def store(device, family: str, params: dict, key=None) -> None:
         data["format"] = FORMAT
         data.setdefault("devices", {}).setdefault(ident, {}).setdefault(family, {})[_key(key)] = params
 
-    if not cache_enabled():
+    def in_process():
         _overlay.setdefault(ident, {}).setdefault(family, {})[_key(key)] = params
-        _overlay_edits[0] += 1
-        return
-    update_json(db_path(), "tuning database", mutate)
-    with _lock:
-        _memo["stamp"] = None
-    _forget_generation()
+
+    _change(mutate, in_process)
 
 
 def forget(device, family: str | None = None) -> None:
@@ -206,8 +202,13 @@ def forget(device, family: str | None = None) -> None:
         else:
             families.pop(family, None)
 
+    _change(mutate, lambda: _overlay.get(ident, {}).pop(family, None) if family else _overlay.pop(ident, None))
+
+
+def _change(mutate, in_process) -> None:
+    """Apply a change: ``mutate(data)`` to the user file, or ``in_process()`` while the disk cache is off."""
     if not cache_enabled():
-        (_overlay.get(ident, {}).pop(family, None) if family else _overlay.pop(ident, None))
+        in_process()
         _overlay_edits[0] += 1
         return
     update_json(db_path(), "tuning database", mutate)
