@@ -13,9 +13,13 @@ held-out set the calibration never saw (ResNet-, VGG-, MobileNet-like: strided, 
 a 7×7 stem; netcl.cli.conv_layers.held_out_layers). Targets: heuristic ≥ 90 %, measure 100 %, on both.
 A third set, ``second_held_out`` (not run by default), holds layers the model was never tuned against:
 kernels that are not square, grouped, dilated by 4, ResNet-50's bottleneck (second_held_out_layers).
+A fourth, ``imagenet`` (not run by default; batch 1 unless --imagenet-batch), holds ResNet-18/50's and
+MobileNetV2's layers at 224 pixels: the 7×7 stem, strided 3×3 and 1×1 layers, 1×1 at batch 1 and the
+depthwise layers from 112 to 7 pixels (imagenet_layers).
 
     NETCL_CACHE_DIR=$(mktemp -d) python benchmarks/planner_accuracy.py [--calibrate] [--quick-calibration]
-        [--sets main,held_out,second_held_out] [--lenet-batch 64] [--mec-batch 1] [--held-out-batch 8] [--json out.json]
+        [--sets main,held_out,second_held_out,imagenet] [--lenet-batch 64] [--mec-batch 1] [--held-out-batch 8]
+        [--imagenet-batch 1] [--json out.json]
 
 Without a calibration in the cache (or with --calibrate) the run calibrates first and reports its time.
 """
@@ -35,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from netcl import settings  # noqa: E402
-from netcl.cli.conv_layers import held_out_layers, lenet_layers, mec_layers, second_held_out_layers  # noqa: E402
+from netcl.cli.conv_layers import (held_out_layers, imagenet_layers, lenet_layers, mec_layers,  # noqa: E402
+                                   second_held_out_layers)
 from netcl.ops import conv2d_planner as planner  # noqa: E402
 from netcl.ops import conv_profile  # noqa: E402
 from netcl.ops.conv_common import PASSES  # noqa: E402
@@ -111,10 +116,12 @@ def summarize(label, rows) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sets", default="main,held_out", help="comma list of main, held_out, second_held_out")
+    p.add_argument("--sets", default="main,held_out",
+                   help="comma list of main, held_out, second_held_out, imagenet")
     p.add_argument("--lenet-batch", type=int, default=64)
     p.add_argument("--mec-batch", type=int, default=1)
     p.add_argument("--held-out-batch", type=int, default=8)
+    p.add_argument("--imagenet-batch", type=int, default=1)
     p.add_argument("--layers", default="", help="comma list of layer names to keep (default: all)")
     p.add_argument("--calibrate", action="store_true", help="calibrate first even if the cache has one")
     p.add_argument("--quick-calibration", action="store_true", help="calibrate with `netcl tune conv --quick`")
@@ -136,7 +143,8 @@ def main(argv=None) -> int:
           f"(other processes on the CPU make timings noisy)")
     sets = {"main": lenet_layers(args.lenet_batch) + mec_layers(args.mec_batch),
             "held_out": held_out_layers(args.held_out_batch),
-            "second_held_out": second_held_out_layers(args.held_out_batch)}
+            "second_held_out": second_held_out_layers(args.held_out_batch),
+            "imagenet": imagenet_layers(args.imagenet_batch)}
     scratch = Path(tempfile.mkdtemp(prefix="netcl-planner-scratch-"))
     rng = np.random.default_rng(0)
     rows, summary = [], {}

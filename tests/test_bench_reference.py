@@ -114,7 +114,8 @@ def test_bench_gemm_times_numpy_in_the_reference_process(device):
     with ReferenceProcess(python=sys.executable) as ref:
         row = bench_gemm.measure(13, 7, 31, repeat=2, device=device, ref=ref, textbook=False)
     assert row["rel_l2"] < 1e-5
-    assert row["numpy_gflops"] > 0 and row["netcl_pipelined_gflops"] > 0 and row["vs_numpy"] > 0
+    # 13x7x31 is a tiny product: on a loaded machine netcl's ratio to NumPy can round to 0.000
+    assert row["numpy_gflops"] > 0 and row["netcl_pipelined_gflops"] > 0 and row["vs_numpy"] >= 0
 
 
 def test_reference_process_runs_onnxruntime_on_an_onnx_file(device, rng, tmp_path):
@@ -145,7 +146,6 @@ def test_bench_rejects_unknown_names_and_a_batch_without_a_model():
         assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
-@pytest.mark.skipif(not hasattr(nc.onnx, "load"), reason="nc.onnx.load has not landed")
 def test_bench_an_onnx_model_against_onnxruntime(rng, tmp_path):
     pytest.importorskip("onnxruntime")
     import numpy as np

@@ -191,7 +191,7 @@ def test_relu6_fuses_after_batch_norm_and_into_a_folded_convolution(device, rng,
     from netcl.nn import fusion
     conv = nc.nn.Conv2d(3, 5, 3, padding=1, bias=False, device=device)
     bn = nc.nn.BatchNorm2d(5, device=device)
-    bn.weight = _t(rng.uniform(2, 6, size=5).astype(np.float32), device, True)  # past the clamp at 6
+    bn.weight = _t(rng.uniform(20, 30, size=5).astype(np.float32), device, True)  # well past the clamp at 6
     seq = nc.nn.Sequential(conv, bn, nc.nn.ReLU6())
     steps = list(seq)
     assert [n for n, _ in fusion.plan(steps)] == [None, "bn+relu6"]

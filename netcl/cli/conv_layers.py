@@ -85,4 +85,28 @@ def second_held_out_layers(batch: int) -> list:
             ("odd.5x5s3", layer(24, 47, 40, (5, 5), stride=3))]
 
 
+def imagenet_layers(batch: int) -> list:
+    """Convolutions of ImageNet-class networks at 224 pixels (torchvision's ResNet-18/50 and MobileNetV2)
+    that neither the calibration nor the held-out sets hold: the 7×7 stride-2 stem on 3 channels, strided
+    3×3 and 1×1 layers, 1×1 convolutions (at batch 1 one small product each) and MobileNetV2's depthwise
+    layers from 112 to 7 pixels, stride 1 and 2."""
+    def layer(c, hw, k, kernel, stride=1, padding=0, groups=1):
+        return ConvLayer.from_shapes((batch, c, hw, hw), (k, c // groups, kernel, kernel), stride=stride,
+                                     padding=padding, groups=groups)
+    return [("resnet.stem7x7s2", layer(3, 224, 64, 7, stride=2, padding=3)),
+            ("resnet18.3x3", layer(64, 56, 64, 3, padding=1)),
+            ("resnet18.3x3s2", layer(128, 28, 256, 3, stride=2, padding=1)),
+            ("resnet18.1x1s2", layer(64, 56, 128, 1, stride=2)),
+            ("resnet50.1x1expand", layer(64, 56, 256, 1)),
+            ("resnet50.1x1reduce7", layer(2048, 7, 512, 1)),
+            ("mobilenetv2.stem3x3s2", layer(3, 224, 32, 3, stride=2, padding=1)),
+            ("mobilenetv2.dw112", layer(32, 112, 32, 3, padding=1, groups=32)),
+            ("mobilenetv2.dw112s2", layer(96, 112, 96, 3, stride=2, padding=1, groups=96)),
+            ("mobilenetv2.dw56", layer(144, 56, 144, 3, padding=1, groups=144)),
+            ("mobilenetv2.dw14", layer(384, 14, 384, 3, padding=1, groups=384)),
+            ("mobilenetv2.dw7", layer(960, 7, 960, 3, padding=1, groups=960)),
+            ("mobilenetv2.pw56", layer(144, 56, 24, 1)),
+            ("mobilenetv2.pw14", layer(64, 14, 384, 1))]
+
+
 NETWORKS = {"lenet": lenet_layers, "mec": mec_layers, "resnet20": resnet20_layers}

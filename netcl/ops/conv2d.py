@@ -22,6 +22,7 @@ CONV2D_GEMM = "gemm"
 CONV2D_IMPLICIT_GEMM = "implicit_gemm"
 CONV2D_WINOGRAD = "winograd"
 CONV2D_MEC = "mec"
+CONV2D_DEPTHWISE = "depthwise"
 CONV2D_AUTO = "auto"
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 
 from ..errors import ShapeError
-from . import (conv_direct, conv_direct_blocked, conv_gemm, conv_im2col, conv_implicit_gemm, conv_mec,
-               conv_winograd)
+from . import (conv_depthwise, conv_direct, conv_direct_blocked, conv_gemm, conv_im2col, conv_implicit_gemm,
+               conv_mec, conv_winograd)
 
 BUILTIN = (
     conv_direct.STRATEGY,
@@ -21,6 +21,7 @@ BUILTIN = (
     conv_winograd.STRATEGY,
     conv_mec.STRATEGY,
     conv_direct_blocked.STRATEGY,
+    conv_depthwise.STRATEGY,
 )
 
 _registry: dict[str, object] = {}

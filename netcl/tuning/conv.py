@@ -2,8 +2,8 @@
 
 Measures what the model needs (netcl.ops.conv_cost): the device quantities (copy bandwidth, launch time,
 the GEMM rate per shape class), then every applicable strategy's three passes on a representative set of
-layers (LeNet-, ResNet- and MEC-like: 1×1, 3×3, 5×5, 7×7 and 11×11, strided, batch 1 to 16), timed
-against each other (netcl.runtime.timing.compare, the fastest sample). Each timing becomes a sample of
+layers (LeNet-, ResNet-, MobileNet- and MEC-like: 1×1, 3×3, 5×5, 7×7 and 11×11, depthwise, strided,
+batch 1 to 64), timed against each other (netcl.runtime.timing.compare, the fastest sample). Each timing becomes a sample of
 that strategy and pass; the model fits its two coefficients per strategy and pass to them. Stored in the
 tuning database beside the GEMM tuning (family "conv_calibration"), used by every later process; measured
 plans keep adding samples. Before any timing the kernels are built, in two processes on a driver that
@@ -65,6 +65,18 @@ LAYERS = [
     ((2, 128, 28, 28), (128, 1, 3, 3), 1, 1, 128),
     ((4, 96, 14, 14), (96, 1, 5, 5), 1, 2, 96),
     ((8, 80, 20, 20), (80, 80, 3, 3), 1, 1),
+    # ImageNet-class networks at 224 pixels (ResNet-18/50, MobileNetV2): depthwise layers where the
+    # depthwise kernels' rows are wide (56 and 112 pixels, stride 1 and 2) and where they are 7 pixels
+    # over many channels, a 7×7 stride-2 stem on 3 channels, 1×1 convolutions at batch 1 (one small
+    # product each) and a strided 3×3 layer at batch 1: the layers benchmarks/planner_accuracy.py's
+    # "imagenet" set holds have neighbours here, not copies.
+    ((2, 96, 56, 56), (96, 1, 3, 3), 1, 1, 96),
+    ((1, 64, 112, 112), (64, 1, 3, 3), 2, 1, 64),
+    ((4, 576, 7, 7), (576, 1, 3, 3), 1, 1, 576),
+    ((1, 3, 160, 160), (64, 3, 7, 7), 2, 3),
+    ((1, 128, 28, 28), (512, 128, 1, 1), 1, 0),
+    ((1, 1024, 7, 7), (256, 1024, 1, 1), 1, 0),
+    ((1, 64, 56, 56), (128, 64, 3, 3), 2, 1),
 ]
 QUICK_LAYERS = [LAYERS[0], LAYERS[2], LAYERS[4], LAYERS[8]]
 # The fastest sample: a device characteristic, which load from other processes only slows down (the

@@ -26,6 +26,7 @@ LAYERS = [
     ((1, 2, 4, 4), (3, 2, 3, 3), 1, 2, 1, 1),   # some windows lie entirely in the padding
     ((1, 8, 4, 5), (2, 8, 3, 3), 1, 1, 1, 1),   # 8 input channels: Winograd's vector filter transform
     ((2, 3, 4, 8), (4, 3, 3, 3), 1, 1, 1, 1),   # rows of whole vectors: direct_blocked without bounds tests
+    ((2, 3, 7, 9), (6, 1, 3, 3), 2, 1, 1, 3),   # depthwise, multiplier 2, stride 2
 ]
 TOLERANCES = {"winograd": (1e-4, 5e-4)}
 
@@ -86,6 +87,19 @@ def test_winograd_whole_plane_kernels(rng, device, monkeypatch):
     for spec in [((4, 2, 5, 3), (3, 2, 3, 3), 1, 1, 1, 1), ((8, 1, 4, 4), (2, 1, 3, 3), 1, 3, 1, 1)]:
         assert run_layer("winograd", spec, "float32", rng, device) == ["forward", "backward_data",
                                                                        "backward_weight"]
+
+
+def test_depthwise_cpu_strips(rng, device, monkeypatch):
+    """The depthwise strips a CPU runs (4 and 16 columns a vector, a last strip moved back, borders on
+    both sides), padding beyond the kernel's reach, and backward_data's phases of stride 2."""
+    from netcl.ops import conv_depthwise
+    monkeypatch.setattr(device, "kind", "cpu")
+    for vector in (4, 16):
+        monkeypatch.setattr(conv_depthwise, "_vector_columns", lambda dev, dtype, columns: vector if columns >= vector else 1)
+        for spec in [((1, 2, 5, 23), (2, 1, 3, 3), 1, 1, 1, 2), ((2, 2, 6, 37), (4, 1, 3, 5), 2, (1, 3), 1, 2),
+                     ((1, 1, 4, 22), (2, 1, 3, 3), 1, 3, 2, 1)]:
+            assert run_layer("depthwise", spec, "float32", rng, device) == ["forward", "backward_data",
+                                                                          "backward_weight"]
 
 
 @pytest.mark.parametrize("transposed", [False, True])

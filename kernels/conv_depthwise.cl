@@ -1,0 +1,373 @@
+<%doc>
+Depthwise convolution (the `depthwise` strategy): groups == input channels C, K = M·C output channels
+(M, the channel multiplier, ≥ 1), NCHW tensors, weight (K, 1, R, S). Output channel k reads input channel
+k / M only, so each pass is R·S multiply-adds per element it produces: bound by memory, not arithmetic.
+
+A work-group owns one plane and a run of its rows; its L work-items share each row's columns. A row's
+columns split into the interior, whose every tap reads inside the tensor, and the borders (padding).
+The interior goes in strips of VW adjacent columns, one vector (T<VW>) per strip, with no bounds test:
+each tap is a run of consecutive (unit stride) loads, which the compiler makes one vector load; a last
+strip that would run past the interior is moved back to end where it ends (forward and backward_data
+compute some columns twice, with the same result; backward_weight masks the columns counted already).
+The border columns go one by one with bounds tests. Row tests are branches the whole group shares.
+A CPU runs L = 1 with VW = its vector width (its compiler then keeps the vectors as written); a GPU
+runs VW = 1 with L adjacent columns (coalesced loads). No atomics: every result is deterministic.
+
+  depthwise_forward          y[n,k,p,q] = bias[k] + Σ_{r,s} x[n, k/M, p·SH − PH + r·DH, q·SW − PW + s·DW] · w[k,0,r,s]
+                             group (run of rows, plane n·K + k)
+  depthwise_backward_data    gx[n,c,h,v] = Σ_{j<M} Σ_{r,s: h + PH − r·DH = p·SH, v + PW − s·DW = q·SW} gy[n, c·M + j, p, q] · w[c·M + j,0,r,s]
+                             group (run of rows, plane n·C + c). A row's columns go by phase,
+                             v = phase + SW·i: tap s serves a whole phase (when SW divides
+                             phase + PW − s·DW) or none of it, and reads gy columns i + o_s, consecutive.
+  depthwise_weight_partial   part[k, r·S + s, chunk, lane] = Σ_{(n,p) in chunk} Σ_{q of the lane} gy[n,k,p,q] · x[n, k/M, p·SH − PH + r·DH, q·SW − PW + s·DW]
+                             group (chunk of the N·P output rows, k); lane = work-item · VW + vector
+                             lane (a work-item's border columns count in its first lane). The host sums
+                             each (k, tap) over the chunks and lanes with one reduction (netcl.ops.reduce):
+                             partial sums per work-group, then a small reduce, instead of atomics.
+
+Template parameters (all have defaults):
+  KERNEL the one kernel the program holds: "forward", "backward_data" or "weight_partial"
+                                                                                 (default "forward")
+  T      element type, "float" or "double"                                       (default "float")
+  VW     columns per interior strip, one vector: 1, 2, 4, 8 or 16                (default 16)
+  R, S   kernel height and width (compiled in: the taps unroll, the weights stay in registers)
+                                                                                 (default 3, 3)
+  SH, SW stride (compiled in: a unit stride makes a tap's loads consecutive)     (default 1, 1)
+  DH, DW dilation                                                                (default 1, 1)
+  BIAS   forward: add bias[k] to every output of channel k                       (default False)
+  FLIP   the forward kernel runs backward_data of a stride-1 layer: x is the output gradient, each
+         output plane sums the C / K input planes it feeds, weights read flipped   (default False)
+  MULT   with FLIP: those input planes per output plane, compiled in (their weights then stay in
+         registers); 0 reads the count from C / K and the weights from memory    (default 1)
+
+Scalar arguments: C, H, W (input channels and size), K, P, Q (output channels and size), PH, PW (top and
+left padding), then the rows of a group's run (forward, backward_data) or output rows per chunk and N
+(depthwise_weight_partial).
+
+Launch: local (L, 1, 1); global (L, runs of P, N·K) forward, (L, runs of H, N·C) backward_data,
+(L, chunks of N·P, K) weight partials.
+</%doc>
+<%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward'"/>
+<%!
+def vector(type_, width, items):
+    """A vector of ``items`` (a scalar when ``width`` is 1)."""
+    return "(%s)" % items[0] if width == 1 else "(%s%d)(%s)" % (type_, width, ", ".join(items))
+
+
+def lane(value, width, index):
+    return value if width == 1 else "(%s).s%x" % (value, index)
+%>
+<%
+    VT = T if VW == 1 else T + str(VW)
+    IT = ("int" if T == "float" else "long") + ("" if VW == 1 else str(VW))  # a lane mask's type
+    ZERO = "(%s)0" % T
+
+    def sources_open():
+        """backward_data's loop over the input planes an output plane sums (nothing in forward)."""
+        if not FLIP:
+            return ""
+        loop = ("            for (int j = 0; j < M; ++j) {\n"
+                "            __global const %s* xp = xn + (long)j * H * W;" % T)
+        return loop if MULT else loop + "\n            __global const %s* wk = wn + j * %d;" % (T, R * S)
+
+    def sources_close():
+        return "            }" if FLIP else ""
+
+    def gradient_row(r, column):
+        """backward_data: opens the block of tap row r for source j, with ``row`` the output gradient's
+        row it reads from ``column`` on, when row h has one (closed by two braces)."""
+        return ("{\n"
+                "                        const int ph = h + PH - %d;\n"
+                "                        const int p = ph / %d;\n"
+                "                        if (ph >= 0 && ph %% %d == 0 && p < P) {\n"
+                "                            __global const %s* row = gyn + ((long)j * P + p) * Q + %s;"
+                % (r * DH, SH, SH, T, column))
+
+    def weight(r, s):
+        """Tap (r, s)'s weight: forward's register, or backward_data's flipped load of this source's."""
+        if not FLIP:
+            return "w%d_%d" % (r, s)
+        return "flipped[j][%d]" % (r * S + s) if MULT else "wk[%d]" % ((R - 1 - r) * S + S - 1 - s)
+    TAPS = [(r, s) for r in range(R) for s in range(S)]
+%>
+% if T == 'double':
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+% endif
+
+#define INSIDE(i, n) ((uint)(i) < (uint)(n))
+
+/* A row pass's work-group: its lanes, its run of rows [begin, end) of `rows`, and its plane
+   (image, channel) of `channels` per image. */
+#define GROUP_OF_ROWS(begin, end, rows, image, channel, channels) \
+    const int lane = get_local_id(0), lanes = get_local_size(0); \
+    const int begin = get_global_id(1) * rows_per_item; \
+    const int end = begin + rows_per_item < rows ? begin + rows_per_item : rows; \
+    const long plane = get_global_id(2); \
+    const long image = plane / channels; \
+    const int channel = (int)(plane - image * channels);
+
+/* The output columns of a row whose every tap reads inside the input row: [*lo, *hi), and the strips
+   of VW that cover them (none when fewer than VW: those columns then go as borders). */
+inline void interior(const int W, const int Q, const int PW, int* lo, int* hi, int* strips)
+{
+    const int last = W - 1 + PW - ${(S - 1) * DW};   /* q·SW may be at most this */
+    *lo = PW > 0 ? (PW + ${SW - 1}) / ${SW} : 0;
+    if (*lo > Q) *lo = Q;
+    *hi = last < 0 ? *lo : last / ${SW} + 1;
+    if (*hi > Q) *hi = Q;
+    if (*hi < *lo) *hi = *lo;
+    *strips = *hi - *lo >= ${VW} ? (*hi - *lo + ${VW - 1}) / ${VW} : 0;
+}
+
+/* Border column b of a row (0 ≤ b < Q − interior columns covered by strips) as an output column. */
+inline int border_column(const int b, const int lo, const int hi, const int strips)
+{
+    return strips == 0 || b < lo ? b : b + (hi - lo);
+}
+
+% if KERNEL == 'forward':
+__kernel void depthwise_forward(
+    __global const ${T}* x, const long x_off,
+    __global const ${T}* w, const long w_off,
+    __global ${T}* y, const long y_off,
+    __global const ${T}* bias, const long bias_off,
+    const int C, const int H, const int W, const int K, const int P, const int Q,
+    const int PH, const int PW, const int rows_per_item)
+{
+    GROUP_OF_ROWS(p_begin, p_end, P, n, k, K)
+    __global ${T}* yp = y + y_off + plane * (long)P * Q;
+% if FLIP:
+    /* backward_data of a stride-1 layer: output plane (n, k) sums the M = C / K input planes of the
+       output gradient's channels k·M + j, each convolved with its channel's flipped weight */
+% if MULT:
+    const int M = ${MULT};
+% else:
+    const int M = C / K;
+% endif
+    __global const ${T}* xn = x + x_off + (n * C + (long)k * M) * (long)H * W;
+    __global const ${T}* wn = w + w_off + (long)k * M * ${R * S};
+% if MULT:
+    ${T} flipped[${MULT}][${R * S}];   /* constant indices once the loops unroll: registers */
+    for (int j = 0; j < ${MULT}; ++j) {
+% for r, s in TAPS:
+        flipped[j][${r * S + s}] = wn[j * ${R * S} + ${(R - 1 - r) * S + S - 1 - s}];
+% endfor
+    }
+% endif
+% else:
+    __global const ${T}* xp = x + x_off + (n * C + k / (K / C)) * (long)H * W;
+    __global const ${T}* wk = w + w_off + (long)k * ${R * S};
+% for r, s in TAPS:
+    const ${T} w${r}_${s} = wk[${r * S + s}];
+% endfor
+% endif
+    const ${T} start = ${'bias[bias_off + k]' if BIAS else ZERO};
+    int lo, hi, strips;
+    interior(W, Q, PW, &lo, &hi, &strips);
+    const int borders = Q - (strips ? hi - lo : 0);
+    for (int p = p_begin; p < p_end; ++p) {
+        __global ${T}* out = yp + (long)p * Q;
+        for (int t = lane; t < strips; t += lanes) {
+            const int q0 = lo + t * ${VW} < hi - ${VW} ? lo + t * ${VW} : hi - ${VW};
+            ${VT} acc = (${VT})(start);
+${sources_open()}
+% for r in range(R):
+            {
+                const int h = p * ${SH} - PH + ${r * DH};
+                if (INSIDE(h, H)) {
+                    __global const ${T}* row = xp + (long)h * W + q0 * ${SW} - PW;
+% for s in range(S):
+                    acc = ${vector(T, VW, ["row[%d]" % (l * SW + s * DW) for l in range(VW)])} * ${weight(r, s)} + acc;
+% endfor
+                }
+            }
+% endfor
+${sources_close()}
+            __global ${T}* strip = out + q0;
+% for l in range(VW):
+            strip[${l}] = ${lane("acc", VW, l)};
+% endfor
+        }
+    }
+    /* Border columns, one at a time down the run: which of a column's taps fall outside the row is the
+       same on every row, so it is decided once (their loads clamped into the row, their weights zero). */
+    for (int b = lane; b < borders; b += lanes) {
+        const int q = border_column(b, lo, hi, strips);
+% for s in range(S):
+        const bool in${s} = INSIDE(q * ${SW} - PW + ${s * DW}, W);
+        const int at${s} = in${s} ? q * ${SW} - PW + ${s * DW} : 0;
+% endfor
+        for (int p = p_begin; p < p_end; ++p) {
+            ${T} acc = start;
+${sources_open()}
+% for r in range(R):
+            {
+                const int h = p * ${SH} - PH + ${r * DH};
+                if (INSIDE(h, H)) {
+                    __global const ${T}* row = xp + (long)h * W;
+% for s in range(S):
+                    acc = row[at${s}] * (in${s} ? ${weight(r, s)} : ${ZERO}) + acc;
+% endfor
+                }
+            }
+% endfor
+${sources_close()}
+            yp[(long)p * Q + q] = acc;
+        }
+    }
+}
+
+% elif KERNEL == 'backward_data':
+__kernel void depthwise_backward_data(
+    __global const ${T}* gy, const long gy_off,
+    __global const ${T}* w, const long w_off,
+    __global ${T}* gx, const long gx_off,
+    const int C, const int H, const int W, const int K, const int P, const int Q,
+    const int PH, const int PW, const int rows_per_item)
+{
+    GROUP_OF_ROWS(h_begin, h_end, H, n, c, C)
+    const int M = K / C;
+    __global ${T}* gxp = gx + gx_off + plane * (long)H * W;
+    __global const ${T}* gyn = gy + gy_off + (n * K + (long)c * M) * P * Q;
+    __global const ${T}* wc = w + w_off + (long)c * M * ${R * S};
+    for (int phase = 0; phase < ${SW} && phase < W; ++phase) {
+        /* columns v = phase + SW·i, i < count; tap s serves them when SW divides phase + PW − s·DW and
+           then reads gy column i + o_s. The interior: every serving tap's column inside [0, Q). */
+        const int count = (W - phase + ${SW - 1}) / ${SW};
+        int lo = 0, hi = count;
+% for s in range(S):
+        const int offset${s} = phase + PW - ${s * DW};
+        const bool serves${s} = offset${s} % ${SW} == 0;
+        const int o${s} = offset${s} / ${SW};
+        if (serves${s}) {
+            if (-o${s} > lo) lo = -o${s};
+            if (Q - o${s} < hi) hi = Q - o${s};
+        }
+% endfor
+        if (lo > count) lo = count;
+        if (hi < lo) hi = lo;
+        const int strips = hi - lo >= ${VW} ? (hi - lo + ${VW - 1}) / ${VW} : 0;
+        const int borders = count - (strips ? hi - lo : 0);
+        for (int h = h_begin; h < h_end; ++h) {
+            __global ${T}* out = gxp + (long)h * W + phase;
+            for (int t = lane; t < strips; t += lanes) {
+                const int i0 = lo + t * ${VW} < hi - ${VW} ? lo + t * ${VW} : hi - ${VW};
+                ${VT} acc = (${VT})(${ZERO});
+                for (int j = 0; j < M; ++j) {
+% for r in range(R):
+                    ${gradient_row(r, "i0")}
+% for s in range(S):
+                            if (serves${s}) {
+                                __global const ${T}* tap = row + o${s};
+                                acc = ${vector(T, VW, ["tap[%d]" % l for l in range(VW)])} * wc[j * ${R * S} + ${r * S + s}] + acc;
+                            }
+% endfor
+                        }
+                    }
+% endfor
+                }
+                __global ${T}* strip = out + i0 * ${SW};
+% for l in range(VW):
+                strip[${l * SW}] = ${lane("acc", VW, l)};
+% endfor
+            }
+            for (int b = lane; b < borders; b += lanes) {
+                const int i = border_column(b, lo, hi, strips);
+                ${T} acc = 0;
+                for (int j = 0; j < M; ++j) {
+% for r in range(R):
+                    ${gradient_row(r, "0")}
+% for s in range(S):
+                            if (serves${s} && INSIDE(i + o${s}, Q)) acc = row[i + o${s}] * wc[j * ${R * S} + ${r * S + s}] + acc;
+% endfor
+                        }
+                    }
+% endfor
+                }
+                out[i * ${SW}] = acc;
+            }
+        }
+    }
+}
+
+% else:
+__kernel void depthwise_weight_partial(
+    __global const ${T}* x, const long x_off,
+    __global const ${T}* gy, const long gy_off,
+    __global ${T}* part, const long part_off,
+    const int C, const int H, const int W, const int K, const int P, const int Q,
+    const int PH, const int PW, const int rows_per_chunk, const int N)
+{
+    const int lane = get_local_id(0), lanes = get_local_size(0);
+    const int chunk = get_global_id(1);
+    const int k = get_global_id(2);
+    const int c = k / (K / C);
+    const int first = chunk * rows_per_chunk;
+    const int last = first + rows_per_chunk < N * P ? first + rows_per_chunk : N * P;
+    int lo, hi, strips;
+    interior(W, Q, PW, &lo, &hi, &strips);
+    const int borders = Q - (strips ? hi - lo : 0);
+% if VW > 1:
+    const ${IT} vector_lane = (${IT})(${", ".join(str(l) for l in range(VW))});
+% endif
+% for r, s in TAPS:
+    ${VT} acc${r}_${s} = (${VT})(${ZERO});
+% if VW > 1:
+    ${T} border${r}_${s} = 0;
+% endif
+% endfor
+    for (int i = first; i < last; ++i) {
+        const int n = i / P, p = i - n * P;
+        __global const ${T}* gyrow = gy + gy_off + ((long)(n * K + k) * P + p) * Q;
+        __global const ${T}* xp = x + x_off + (long)(n * C + c) * H * W;
+% for r in range(R):
+        const int h${r} = p * ${SH} - PH + ${r * DH};
+% endfor
+        for (int t = lane; t < strips; t += lanes) {
+            const int q = lo + t * ${VW};
+            const int q0 = q < hi - ${VW} ? q : hi - ${VW};
+            __global const ${T}* gstrip = gyrow + q0;
+            ${VT} g = ${vector(T, VW, ["gstrip[%d]" % l for l in range(VW)])};
+% if VW > 1:
+            if (q0 < q) g = vector_lane >= (${IT})(q - q0) ? g : (${VT})(${ZERO});   /* counted by the strip before */
+% endif
+% for r in range(R):
+            if (INSIDE(h${r}, H)) {
+                __global const ${T}* row = xp + (long)h${r} * W + q0 * ${SW} - PW;
+% for s in range(S):
+                acc${r}_${s} = g * ${vector(T, VW, ["row[%d]" % (l * SW + s * DW) for l in range(VW)])} + acc${r}_${s};
+% endfor
+            }
+% endfor
+        }
+        for (int b = lane; b < borders; b += lanes) {
+            const int q = border_column(b, lo, hi, strips);
+            const ${T} g = gyrow[q];
+% for r in range(R):
+            if (INSIDE(h${r}, H)) {
+                __global const ${T}* row = xp + (long)h${r} * W;
+% for s in range(S):
+                if (INSIDE(q * ${SW} - PW + ${s * DW}, W))
+                    ${"border%d_%d" % (r, s) if VW > 1 else "acc%d_%d" % (r, s)} = g * row[q * ${SW} - PW + ${s * DW}] + ${"border%d_%d" % (r, s) if VW > 1 else "acc%d_%d" % (r, s)};
+% endfor
+            }
+% endfor
+        }
+    }
+    const long all_lanes = (long)lanes * ${VW};
+    __global ${T}* out = part + part_off + ((long)k * ${R * S} * get_global_size(1) + chunk) * all_lanes + lane * ${VW};
+% for r, s in TAPS:
+    {
+% if VW > 1:
+        const ${VT} sum = acc${r}_${s} + (${VT})(${", ".join(["border%d_%d" % (r, s)] + [ZERO] * (VW - 1))});
+% else:
+        const ${T} sum = acc${r}_${s};
+% endif
+        __global ${T}* tap = out + ${r * S + s} * get_global_size(1) * all_lanes;
+% for l in range(VW):
+        tap[${l}] = ${lane("sum", VW, l)};
+% endfor
+    }
+% endfor
+}
+% endif
