@@ -8,7 +8,9 @@ row maximum, so large logits never overflow):
                (eps = label smoothing; the second term only with SMOOTH)
   MODE "nll":  row_n = -w_{t_n} x[n, t_n]
 A row whose target equals ignore_index contributes 0 and weight 0; a target outside [0, C) otherwise makes
-the row NaN (checked on the device, so no host round trip).
+the row NaN and is reported in ``flag`` (netcl.runtime.error_flags: the host raises it without a round trip
+per call): when flag[0] is 0, ce_forward writes flag[0..5] = 1, the first such row, its target, C,
+ignore_index, MODE (0 "ce", 1 "nll").
   REDUCTION "mean": loss = sum_n row_n / sum_n w_{t_n} over the rows not ignored (PyTorch's weighted mean,
                     also for the smoothing term); "sum": sum_n row_n; "none": rows[n] = row_n.
 
@@ -55,18 +57,22 @@ void ce_forward(
     __global ${T}* rows, const long rows_off,
     __global ${T}* aux, const long aux_off,
     __global ${T}* loss, const long loss_off,
+    __global long* flag,
     const int N, const int C, const long ignore_index, const ${T} eps)
 {
     __local ${T} partial[${LOCAL}];
     __local ${T} partial_w[${LOCAL}];
+    __local int first_bad[${LOCAL}];
     const int l = get_local_id(0);
     ${T} acc = 0, acc_w = 0;
+    int bad = N;  /* this item's first row with a target out of range (N: none) */
     for (int n = l; n < N; n += ${LOCAL}) {
         __global const ${T}* row = x + x_off + (long) n * C;
         const long target = (long) t[t_off + n];
         const int ignored = target == ignore_index;
         const int valid = target >= 0 && target < C;
         const long safe = valid ? target : 0;  /* never reads outside the row */
+        if (!valid && !ignored && bad == N) bad = n;
         const ${T} w_t = ${class_weight("safe")};
 % if MODE == 'ce':
         ${T} m = row[0];
@@ -93,14 +99,25 @@ void ce_forward(
     }
     partial[l] = acc;
     partial_w[l] = acc_w;
+    first_bad[l] = bad;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (l == 0) {
         /* in order by one work-item: one barrier region instead of a barrier in a loop, which PoCL
            compiles slowly at the first launch */
         ${T} sum = 0, sum_w = 0;
+        int first = N;
         for (int k = 0; k < ${LOCAL}; ++k) {
             sum += partial[k];
             sum_w += partial_w[k];
+            first = min(first, first_bad[k]);
+        }
+        if (first < N && flag[0] == 0) {
+            flag[0] = 1;
+            flag[1] = first;
+            flag[2] = (long) t[t_off + first];
+            flag[3] = C;
+            flag[4] = ignore_index;
+            flag[5] = ${0 if MODE == 'ce' else 1};
         }
 % if REDUCTION == 'mean':
         loss[loss_off] = sum / sum_w;

@@ -4,8 +4,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .autograd import enable_grad, is_grad_enabled, no_grad
-from .errors import (CheckpointError, DataError, DeviceError, DeviceMemoryError, DTypeError, KernelBuildError,
-                     NetclError, OnnxError, SettingError, ShapeError)
+from .errors import (CheckpointError, ClassIndexError, DataError, DeviceError, DeviceMemoryError, DTypeError,
+                     KernelBuildError, NetclError, OnnxError, SettingError, ShapeError)
 from .random import manual_seed
 from .factories import arange, empty, full, ones, rand, randn, tensor, zeros, zeros_like
 from .runtime.device import Device, default_device, devices, set_default_device
@@ -23,7 +23,7 @@ __all__ = [
     "manual_seed", "cat", "stack", "where", "clamp", "maximum", "minimum",
     "Device", "devices", "default_device", "set_default_device", "no_grad", "enable_grad", "is_grad_enabled",
     "NetclError", "ShapeError", "DTypeError", "DeviceError", "KernelBuildError", "DeviceMemoryError",
-    "CheckpointError", "DataError", "OnnxError", "SettingError", "__version__",
+    "CheckpointError", "ClassIndexError", "DataError", "OnnxError", "SettingError", "__version__",
 ]
 
 

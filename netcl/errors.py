@@ -57,6 +57,25 @@ class DataError(NetclError, OSError):
     """A dataset that is missing, unreadable or malformed."""
 
 
+class ClassIndexError(NetclError, IndexError):
+    """A loss was given a class index outside [0, num_classes) that is not its ``ignore_index`` (PyTorch
+    raises ``IndexError`` here too). ``index``: the first bad index found; ``position``: where it is in
+    the targets (the row of a batch; a flat index for per-pixel targets); ``num_classes``;
+    ``ignore_index`` (None for a loss without one); ``loss``: the loss that met it."""
+
+    def __init__(self, loss: str, index: int, num_classes: int, position: int | None = None,
+                 ignore_index: int | None = None):
+        where = f" at position {position}" if position is not None else ""
+        ignored = f" other than ignore_index={ignore_index}" if ignore_index is not None else ""
+        super().__init__(f"{loss}: class index {index}{where} is out of range for {num_classes} classes: targets "
+                         f"must lie in [0, {num_classes - 1}]{ignored}")
+        self.loss = loss
+        self.index = int(index)
+        self.num_classes = int(num_classes)
+        self.position = None if position is None else int(position)
+        self.ignore_index = None if ignore_index is None else int(ignore_index)
+
+
 class SettingError(NetclError, ValueError):
     """An environment variable netcl reads (netcl.settings) holds a value its parser refuses; carries the
     variable's name and the value."""

@@ -116,3 +116,46 @@ def test_bench_gemm_times_numpy_in_the_reference_process(device):
     assert row["rel_l2"] < 1e-5
     # 13x7x31 is a tiny product: on a loaded machine netcl's ratio to NumPy can round to 0.000
     assert row["numpy_gflops"] > 0 and row["netcl_pipelined_gflops"] > 0 and row["vs_numpy"] >= 0
+
+
+def test_reference_process_runs_onnxruntime_on_an_onnx_file(device, rng, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    import numpy as np
+    model = nc.nn.Sequential(nc.nn.Conv2d(3, 5, 3, device=device), nc.nn.ReLU(), nc.nn.Flatten(),
+                             nc.nn.Linear(5 * 25, 4, device=device))
+    x = rng.standard_normal((3, 3, 7, 7)).astype(np.float32)
+    nc.onnx.export(model, nc.tensor(x, device=device), tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", x)
+    runtime = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    expected = runtime.run(None, {"input": x})[0]
+    with ReferenceProcess(python=sys.executable) as ref:
+        assert ref.onnxruntime_version == ort.__version__
+        request = {"model": "onnx", "path": str(tmp_path / "m.onnx"), "input": str(tmp_path / "x.npy")}
+        assert ref.ask(**request, save_output=str(tmp_path / "y.npy")) == {"saved": str(tmp_path / "y.npy")}
+        np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
+        assert 0 < ref.seconds(**request, seconds=0.02, min_reps=2) < 1
+        with pytest.raises(ReferenceError, match="reference onnx: .*"):
+            ref.ask(model="onnx", path=str(tmp_path / "missing.onnx"), input=str(tmp_path / "x.npy"))
+
+
+def test_bench_rejects_unknown_names_and_a_batch_without_a_model():
+    for argv, message in ((["bench", "nothing"], "unknown benchmark 'nothing'"),
+                          (["bench", "lenet", "--batch", "3"], "--batch takes a positive batch size")):
+        out = subprocess.run([sys.executable, "-m", "netcl", *argv], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_bench_an_onnx_model_against_onnxruntime(rng, tmp_path):
+    pytest.importorskip("onnxruntime")
+    import numpy as np
+    model = nc.models.lenet(seed=int(rng.integers(1 << 30)))
+    nc.onnx.export(model, nc.tensor(rng.standard_normal((2, 1, 28, 28)).astype(np.float32)), tmp_path / "lenet.onnx")
+    out = subprocess.run([sys.executable, "-m", "netcl", "bench", str(tmp_path / "lenet.onnx"), "--batch", "3",
+                          "--quick", "--json"], capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["input"] == [3, 1, 28, 28] and r["load_seconds"] > 0
+    assert r["netcl_images_per_second"] > 0 and r["onnxruntime_images_per_second"] > 0
+    assert r["max_relative_error"] < 1e-5 and r["ratio_to_onnxruntime"] > 0
+    assert "netcl / onnxruntime" in out.stdout

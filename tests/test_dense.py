@@ -243,8 +243,13 @@ def test_bad_inputs(device, rng):
     scores = dense(nc.zeros((1, 1, 4, 4)))
     with pytest.raises(nc.ShapeError, match="selects no pixel"):
         nc.dense.masked_cross_entropy(scores, np.zeros((1, 4, 4), np.int64), np.zeros((1, 4, 4), bool))
-    with pytest.raises(nc.ShapeError, match=r"lie in \[0, 1\)"):
+    with pytest.raises(nc.ClassIndexError, match=r"class index 3 at position 0 is out of range for 1 classes") as info:
         nc.dense.masked_cross_entropy(scores, np.full((1, 4, 4), 3), None)
+    assert (info.value.index, info.value.num_classes, info.value.position) == (3, 1, 0)
+    labels, mask = np.zeros((1, 4, 4), np.int64), np.ones((1, 4, 4), bool)
+    labels[0, 2, 1], labels[0, 3, 3], mask[0, 3, 3] = -5, 7, False  # an unselected pixel may hold anything
+    with pytest.raises(nc.ClassIndexError, match="class index -5 at position 9"):
+        nc.dense.masked_cross_entropy(scores, labels, mask)
     with pytest.raises(nc.ShapeError, match="target must be integer labels"):
         nc.dense.masked_cross_entropy(scores, np.zeros((4, 4), np.int64))
     with pytest.raises(nc.ShapeError, match="pixels must lie"):

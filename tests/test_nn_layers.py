@@ -133,8 +133,11 @@ def test_cross_entropy_bad_inputs(device):
         F.cross_entropy(nc.zeros((4, 3), device=device), nc.zeros((4,), device=device))
     with pytest.raises(nc.ShapeError, match="reduction"):
         nc.nn.CrossEntropyLoss("none")
-    out_of_range = F.cross_entropy(nc.zeros((2, 3), device=device), np.array([0, 3]))
-    assert np.isnan(out_of_range.item())
+    with pytest.raises(nc.ClassIndexError, match="class index 3 at position 1 is out of range for 3 classes"):
+        F.cross_entropy(nc.zeros((2, 3), device=device), np.array([0, 3]))  # host targets: at the call
+    out_of_range = F.cross_entropy(nc.zeros((2, 3), device=device), nc.tensor(np.array([-2, 0]), device=device))
+    with pytest.raises(nc.ClassIndexError, match="class index -2 at position 0"):  # device ones: at the read
+        out_of_range.item()
 
 
 def test_dropout_mask_scaling_and_gradient(device, rng, canaries):

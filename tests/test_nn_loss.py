@@ -154,3 +154,76 @@ def test_matches_pytorch(device, rng):
         ours.backward()
         assert_close(ours.to_host(), ref.detach().numpy(), 1e-5, f"loss {kwargs}")
         assert_close(x.grad.to_host(), tx.grad.numpy(), 1e-4, f"grad {kwargs}")
+
+
+# ---- class indices out of range: nc.ClassIndexError ---------------------------------------------------
+LOSSES = {"cross_entropy": (F.cross_entropy, False), "nll_loss": (F.nll_loss, True)}
+
+
+def _inputs(device, rng, n, c, log_probs):
+    x_h = rng.uniform(-2, 2, size=(n, c)).astype(np.float32)
+    if log_probs:
+        x_h = x_h - np.log(np.exp(x_h).sum(1, keepdims=True))
+    return nc.tensor(x_h, device=device, requires_grad=True)
+
+
+@pytest.mark.parametrize("name", LOSSES)
+@pytest.mark.parametrize("bad", [12, 10, -1, -5])
+def test_host_targets_out_of_range_raise_before_upload(device, rng, name, bad):
+    loss_fn, log_probs = LOSSES[name]
+    x = _inputs(device, rng, 7, 10, log_probs)
+    t_h = rng.integers(0, 10, size=7)
+    t_h[4], t_h[6] = bad, bad + 1
+    with pytest.raises(nc.ClassIndexError, match=rf"{name}: class index {bad} at position 4 .* 10 classes") as info:
+        loss_fn(x, t_h)
+    error = info.value
+    assert isinstance(error, IndexError)
+    assert (error.index, error.num_classes, error.position, error.ignore_index) == (bad, 10, 4, -100)
+
+
+@pytest.mark.parametrize("name", LOSSES)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("bad", [12, -5])
+def test_device_targets_out_of_range_raise_at_the_next_host_read(device, rng, name, reduction, bad):
+    loss_fn, log_probs = LOSSES[name]
+    n, c = 131, 10  # the kernel's 64 work-items take rows l, l + 64, l + 128
+    x = _inputs(device, rng, n, c, log_probs)
+    t_h = rng.integers(0, c, size=n)
+    # -100 is ignore_index; of the bad rows 70 comes first, though item 1 (row 129) finds its own first
+    t_h[[5, 129, 70, 75]] = [-100, c + 3, bad, c + 7]
+    loss = loss_fn(x, nc.tensor(t_h, device=device), reduction=reduction)  # no wait for the device here
+    with pytest.raises(nc.ClassIndexError, match=rf"class index {bad} at position 70") as info:
+        loss.to_host()
+    assert (info.value.loss, info.value.index, info.value.num_classes, info.value.position) == (name, bad, c, 70)
+    # the record is cleared once raised: a valid batch afterwards computes as usual
+    t_h[[129, 70, 75]] = 0
+    expected, _ = loss_ref(x.to_host(), t_h, None, -100, reduction, log_probs=log_probs)
+    assert_close(loss_fn(x, nc.tensor(t_h, device=device), reduction=reduction).to_host(), expected, 1e-5, "loss")
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_ignore_index_out_of_range_is_allowed(device, rng, name):
+    loss_fn, log_probs = LOSSES[name]
+    x = _inputs(device, rng, 9, 4, log_probs)
+    for ignore_index in (-1, 4, 250):
+        t_h = rng.integers(0, 4, size=9)
+        t_h[[0, 7]] = ignore_index
+        expected, _ = loss_ref(x.to_host(), t_h, None, ignore_index, "sum", log_probs=log_probs)
+        for target in (t_h, nc.tensor(t_h, device=device)):  # host- and device-side checks
+            value = loss_fn(x, target, ignore_index=ignore_index, reduction="sum").item()
+            assert abs(value - expected) <= 1e-5 * abs(expected), (ignore_index, value, expected)
+
+
+def test_bad_device_targets_raise_at_the_optimizer_step_before_any_update(device, rng):
+    model = nc.nn.Linear(5, 3).to(device)
+    optimizer = nc.optim.SGD(model.parameters(), lr=0.5)
+    before = {k: v.to_host() for k, v in model.state_dict().items()}
+    x = nc.tensor(rng.normal(size=(6, 5)).astype(np.float32), device=device)
+    for loss_fn in (nc.nn.CrossEntropyLoss(), lambda y, t: nc.nn.NLLLoss()(F.log_softmax(y, 1), t)):
+        loss = loss_fn(model(x), nc.tensor(np.array([0, 2, 1, 3, 0, 1]), device=device))
+        loss.backward()  # backward does not wait for the check either
+        with pytest.raises(nc.ClassIndexError, match="class index 3 at position 3 is out of range for 3 classes"):
+            optimizer.step()
+        optimizer.zero_grad()
+        for k, v in model.state_dict().items():
+            np.testing.assert_array_equal(v.to_host(), before[k], err_msg=k)

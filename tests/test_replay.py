@@ -257,3 +257,26 @@ def test_no_recording_while_the_conv_planner_measures(monkeypatch):
     assert all("convolution planner measures" in s for s in statuses[2:6]), statuses
     assert step.recordings == 2 and step.replays == 2, (step.recordings, step.replays, statuses)
     assert statuses[-1].startswith("replaying") and "recorded at step 8" in statuses[-1], statuses[-1]
+
+
+def test_a_replayed_step_raises_a_bad_class_index_before_updating():
+    """The loss kernel's record of an out-of-range label is read back at every replay without making
+    the recording unusable, and raised before the replayed optimizer step updates anything."""
+    nc.manual_seed(5)
+    model = nc.nn.Sequential(nc.nn.Flatten(), nc.nn.Linear(13, 10))
+    step = nc.training.CapturedStep(model, nc.optim.SGD(model.parameters(), lr=0.1))
+    for x, y in batches(7, [9] * 5, image=(13,)):
+        step(nc.tensor(x), nc.tensor(y))
+    assert step.replaying, step.status
+    before = {k: v.to_host() for k, v in model.state_dict().items()}
+    (x, y), = batches(8, [9], image=(13,))
+    for bad in (10, -3):
+        y[6] = bad
+        with pytest.raises(nc.ClassIndexError, match=f"class index {bad} at position 6 is out of range for 10"):
+            step(nc.tensor(x), nc.tensor(y))
+        for k, v in model.state_dict().items():
+            np.testing.assert_array_equal(v.to_host(), before[k], err_msg=k)
+    y[6] = 1
+    replays = step.replays
+    loss = step(nc.tensor(x), nc.tensor(y)).item()  # the replay goes on with valid labels
+    assert step.replays == replays + 1 and np.isfinite(loss)

@@ -58,7 +58,7 @@ def add_arguments(p) -> None:
     import argparse
     p.add_argument("--model", choices=MODELS, default=None, help="imagenet: one model (default: all three)")
     p.add_argument("--batch", type=parse_batches, default=None,
-                   help="imagenet: batch sizes, comma-separated (default 1,8,32)")
+                   help="imagenet: batch sizes, comma-separated (default 1,8,32); MODEL.onnx: one batch size (default 1)")
     p.add_argument("--image-size", type=int, default=IMAGE_SIZE, help=argparse.SUPPRESS)
 
 

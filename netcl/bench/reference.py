@@ -55,6 +55,7 @@ class ReferenceProcess:
         self.info = self._read()
         self.torch_version: str | None = self.info.get("torch")
         self.has_torch = self.torch_version is not None
+        self.onnxruntime_version: str | None = self.info.get("onnxruntime")
 
     def _read(self) -> dict:
         line = self._proc.stdout.readline()

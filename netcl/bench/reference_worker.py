@@ -3,7 +3,7 @@
 Standalone on purpose: it imports neither netcl nor pyopencl (so no OpenCL driver threads share the cores
 with the reference), and it may run under another interpreter (NETCL_REFERENCE_PYTHON) that has PyTorch.
 Protocol: one JSON line per request on stdin, one JSON line per answer on stdout; the first line written
-is {"ready": true, "torch": version or null, "numpy": version}.
+is {"ready": true, "torch": version or null, "onnxruntime": version or null, "numpy": version}.
 
 Requests: {"model": "lenet" | "resnet20" | "matmul", "mode": "train" | "infer", "batch": B, "seconds": S,
 "min_reps": R, "settle_s": W} (matmul: "M", "N", "K" instead of batch and mode; "settle_s": untimed
@@ -13,13 +13,15 @@ calls for about W seconds first, to wake the BLAS threads that slept while the o
 torchvision's ImageNet networks, written out here in PyTorch with torchvision's module names (its wheel
 does not import beside every torch): "model": "resnet18" | "resnet50" | "mobilenet_v2" with "image_size"
 (default 224), "num_classes" (1000) and "weights" (an .npz of the state_dict as NumPy arrays, so that both
-frameworks run the same network). "model": "onnx" with "path" and "input_shape" runs an ONNX file on
-onnxruntime's CPU provider (inference only); a request with "export_onnx": PATH writes the PyTorch model as
+frameworks run the same network). "model": "onnx" with "path" and "input" (an .npy file) or "input_shape" (random data) runs an
+ONNX file on onnxruntime's CPU provider (inference only); a request with "export_onnx": PATH writes the PyTorch model as
 an ONNX file there instead of timing it (TorchScript exporter, opset 17), and one with "predict": PATH
 (an .npy input) answers {"output": the path of the eval-mode output, saved as .npy}. A request with "peak_memory": true builds its workload anew
 and answers {"peak_memory_bytes", "baseline_bytes", "peak_reset"}: the peak resident memory of this
 process over its resident memory before the build, during "steps" calls after "warmup" calls (see
 :func:`peak_over_baseline`); send it to a fresh process, whose baseline is then the interpreter's own.
+With "save_output": Y.npy a request runs its workload once, writes the output there and answers
+{"saved": "Y.npy"} instead of timing.
 """
 import gc
 import json
@@ -32,6 +34,10 @@ try:
     import torch
 except ImportError:  # the NumPy workloads still run
     torch = None
+try:
+    import onnxruntime
+except ImportError:  # only the "onnx" workload needs it
+    onnxruntime = None
 
 _workloads = {}
 
@@ -107,6 +113,18 @@ def _resnet20():
             return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
     return ResNet(), (3, 32, 32)
+
+
+def _onnx(request):
+    if onnxruntime is None:
+        raise RuntimeError("onnxruntime is not installed for this interpreter")
+    runtime = onnxruntime.InferenceSession(request["path"], providers=["CPUExecutionProvider"])
+    if "input" in request:
+        x = np.load(request["input"])
+    else:
+        x = np.random.default_rng(0).standard_normal(request["input_shape"]).astype(np.float32)
+    feed = {runtime.get_inputs()[0].name: x}
+    return lambda: runtime.run(None, feed)[0]
 
 
 def _imagenet_resnet(bottleneck: bool, layers, num_classes: int):
@@ -186,14 +204,6 @@ IMAGENET_MODELS = {"resnet18": lambda k: _imagenet_resnet(False, (2, 2, 2, 2), k
                    "mobilenet_v2": _mobilenet_v2}
 
 
-def _onnx_session(request):
-    import onnxruntime
-    runner = onnxruntime.InferenceSession(request["path"], providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(0).standard_normal(request["input_shape"]).astype(np.float32)
-    feed = {runner.get_inputs()[0].name: x}
-    return lambda: runner.run(None, feed)
-
-
 def _torch_model(request):
     """(model, input shape, classes) of a request's PyTorch workload; weights from "weights" if given."""
     name = request["model"]
@@ -210,13 +220,13 @@ def _torch_model(request):
 
 def _build(request):
     model_name = request["model"]
+    if model_name == "onnx":
+        return _onnx(request)
     if model_name == "matmul":
         rng = np.random.default_rng(0)
         a = rng.standard_normal((request["M"], request["K"])).astype(np.float32)
         b = rng.standard_normal((request["K"], request["N"])).astype(np.float32)
         return lambda: np.matmul(a, b)
-    if model_name == "onnx":
-        return _onnx_session(request)
     if torch is None:
         raise RuntimeError("PyTorch is not installed for this interpreter")
     torch.manual_seed(0)
@@ -313,8 +323,12 @@ def _measure(request) -> dict:
     if request.get("peak_memory"):
         return peak_over_baseline(lambda: (_build(request), lambda: None), int(request.get("warmup", 2)),
                                   int(request.get("steps", 3)))
-    key = json.dumps({k: v for k, v in request.items() if k not in ("seconds", "min_reps", "settle_s")},
-                     sort_keys=True)
+    key = json.dumps({k: v for k, v in request.items()
+                      if k not in ("seconds", "min_reps", "settle_s", "save_output")}, sort_keys=True)
+    if "save_output" in request:
+        call = _workloads.get(key) or _build(request)
+        np.save(request["save_output"], call())
+        return {"saved": request["save_output"]}
     if key not in _workloads:
         _workloads[key] = _build(request)
         _workloads[key]()
@@ -334,14 +348,9 @@ def _measure(request) -> dict:
 
 
 def main() -> int:
-    try:
-        import onnxruntime  # noqa: F401  (only whether it is there)
-        has_onnxruntime = True
-    except ImportError:
-        has_onnxruntime = False
-    print(json.dumps({"ready": True, "torch": torch.__version__ if torch else None, "numpy": np.__version__,
-                      "threads": torch.get_num_threads() if torch else None,
-                      "onnxruntime": has_onnxruntime}), flush=True)
+    print(json.dumps({"ready": True, "torch": torch.__version__ if torch else None,
+                      "onnxruntime": onnxruntime.__version__ if onnxruntime else None, "numpy": np.__version__,
+                      "threads": torch.get_num_threads() if torch else None}), flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue

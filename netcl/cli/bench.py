@@ -1,4 +1,5 @@
-"""`netcl bench NAME [--json]`: each benchmark is a module netcl.bench.NAME with add_arguments/run."""
+"""`netcl bench NAME [--json]`: each benchmark is a module netcl.bench.NAME with add_arguments/run;
+`netcl bench MODEL.onnx [--batch N]` is netcl.bench.onnx_model (an ONNX model against onnxruntime)."""
 from __future__ import annotations
 
 import importlib
@@ -7,7 +8,8 @@ BENCHMARKS = ("gemm", "im2col", "conv", "lenet", "resnet", "dense", "imagenet")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("name", choices=BENCHMARKS, help="which benchmark")
+    p.add_argument("name", metavar="|".join(BENCHMARKS + ("MODEL.onnx",)),
+                   help=f"which benchmark ({', '.join(BENCHMARKS)}), or a MODEL.onnx file")
     p.add_argument("--json", action="store_true", help="end with one JSON object")
     p.add_argument("--quick", action="store_true", help="fewer repetitions and shapes (a smoke run)")
     p.add_argument("--device", default=None, help="device index or name substring")
@@ -17,7 +19,14 @@ def add_arguments(p) -> None:
 
 
 def run(args):
+    from .main import ArgumentError
+    onnx_model = args.name.lower().endswith(".onnx")
+    if not onnx_model and args.name not in BENCHMARKS:
+        raise ArgumentError(f"netcl bench: unknown benchmark {args.name!r}; choose one of {', '.join(BENCHMARKS)} "
+                            f"or give a MODEL.onnx file")
+    if args.batch is not None and (not onnx_model or args.batch < 1):
+        raise ArgumentError("netcl bench: --batch takes a positive batch size, for a MODEL.onnx run")
     if args.device is not None:
         import netcl as nc
         nc.set_default_device(args.device)
-    return importlib.import_module(f"netcl.bench.{args.name}").run(args)
+    return importlib.import_module(f"netcl.bench.{'onnx_model' if onnx_model else args.name}").run(args)

@@ -19,7 +19,7 @@ COMMANDS = {
     "eval": ("evaluate", "score a checkpoint on the MNIST test set"),
     "plan": ("plan", "explain the convolution strategy chosen for each layer and pass (built-in or ONNX model)"),
     "run": ("run", "run an ONNX model on a .npy input"),
-    "bench": ("bench", "benchmarks: gemm, im2col, conv, lenet, resnet, dense, imagenet"),
+    "bench": ("bench", "benchmarks: gemm, im2col, conv, lenet, resnet, dense, imagenet, or a MODEL.onnx against onnxruntime"),
     "tune": ("tune", "tune kernel parameters for the current device"),
 }
 

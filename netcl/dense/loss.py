@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..errors import DTypeError, ShapeError
+from ..errors import ClassIndexError, DTypeError, ShapeError
 from ..tensor import Tensor
 
 REDUCTIONS = ("sum", "mean")
@@ -47,10 +47,10 @@ def masked_cross_entropy(scores: Tensor, target, mask=None, reduction: str = "su
     count = int(selected.sum())
     if count == 0:
         raise ShapeError("masked_cross_entropy: the mask selects no pixel")
-    chosen = labels[selected]
-    if chosen.min() < 0 or chosen.max() >= k:
-        raise ShapeError(f"masked_cross_entropy: labels at selected pixels must lie in [0, {k}), "
-                         f"got {chosen.min()}..{chosen.max()}")
+    bad = selected & ((labels < 0) | (labels >= k))
+    if bad.any():
+        first = int(np.argmax(bad.ravel()))
+        raise ClassIndexError("masked_cross_entropy", int(labels.ravel()[first]), k, position=first)
     from ..autograd.rules_dense import masked_cross_entropy2d
     device = scores.device
     labels_t = Tensor.from_host(np.where(selected, labels, 0).astype(np.int32).reshape(n, 1, h, w), device)

@@ -9,7 +9,7 @@ from ..autograd.rules_activation import ActivationFunction, AddReLUFunction, Sof
 from ..autograd.rules_norm import BatchNormFunction
 from ..errors import DTypeError, ShapeError
 from ..ops.conv2d import conv2d as _conv2d
-from ..ops.loss import LossOptions
+from ..ops.loss import LossOptions, check_class_indices
 from ..ops.pool import PoolGeometry
 from ..tensor import Tensor
 
@@ -82,16 +82,21 @@ def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:
     return rules_nn.AdaptiveAvgPool2dFunction.apply(x, output_size)
 
 
-def _as_target(target, x, what: str) -> Tensor:
+def _as_target(target, x, opts: LossOptions, what: str) -> Tensor:
+    """Targets as a device tensor; host targets are checked against the classes before the upload (device
+    ones by the loss kernel: netcl.ops.loss)."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"{what}: input must be a netcl Tensor, got {type(x).__name__}")
     if isinstance(target, Tensor):
         return target
-    return Tensor.from_host(np.asarray(target, dtype=np.int64), x.device)
+    target = np.asarray(target, dtype=np.int64)
+    if x.ndim == 2 and target.ndim == 1:
+        check_class_indices(target, x.shape[1], opts.ignore_index, what)
+    return Tensor.from_host(target, x.device)
 
 
 def _loss(x, target, weight, opts: LossOptions, what: str) -> Tensor:
-    target = _as_target(target, x, what)
+    target = _as_target(target, x, opts, what)
     if weight is not None and not isinstance(weight, Tensor):
         weight = Tensor.from_host(np.asarray(weight, dtype=x.dtype), x.device)
     if weight is not None and weight.dtype != x.dtype:
@@ -103,8 +108,9 @@ def cross_entropy(input: Tensor, target, weight=None, size_average=None, ignore_
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """−log softmax(input)[target] per row with PyTorch's options (class ``weight``s, ``ignore_index``,
     ``label_smoothing``), reduced by "mean" (divided by the summed weights of the rows not ignored), "sum"
-    or "none". input (N, C) logits, target (N,) int class indices. size_average/reduce are PyTorch's
-    deprecated switches and must stay None."""
+    or "none". input (N, C) logits, target (N,) int class indices (one outside [0, C) that is not
+    ignore_index raises nc.ClassIndexError: see netcl.nn.CrossEntropyLoss for when). size_average/reduce
+    are PyTorch's deprecated switches and must stay None."""
     _no_legacy(size_average, reduce, "cross_entropy")
     return _loss(input, target, weight, LossOptions("ce", reduction, int(ignore_index), float(label_smoothing)),
                  "cross_entropy")

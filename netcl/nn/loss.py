@@ -43,6 +43,13 @@ class CrossEntropyLoss(_WeightedLoss):
     Shape: logits (N, C) and integer targets (N,) -> a 0-d loss ("mean", "sum") or (N,) ("none").
     "mean" divides by the summed class weights of the targets that are not ``ignore_index``;
     ``label_smoothing`` ε mixes (1 − ε)·NLL with ε/C·Σ_c w_c·(−log p_c), as PyTorch does.
+
+    A target outside [0, C) other than ``ignore_index`` raises ``nc.ClassIndexError`` (an ``IndexError``
+    carrying the index, its row and C). Targets given as host arrays are checked before they are
+    uploaded, at the call. Device tensors are checked by the loss kernel, which the call does not wait
+    for: the error is raised at the next host read on that device (``loss.item()``, ``to_host()``) or the
+    next ``optimizer.step()``, whichever comes first, and that step updates no parameter. The same holds
+    for a step recorded and replayed by ``nc.training.CapturedStep``.
     """
 
     def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
@@ -62,7 +69,8 @@ class CrossEntropyLoss(_WeightedLoss):
 
 
 class NLLLoss(_WeightedLoss):
-    """−weight[t]·input[n, t] over log-probabilities (after LogSoftmax); reductions as CrossEntropyLoss."""
+    """−weight[t]·input[n, t] over log-probabilities (after LogSoftmax); reductions, ``ignore_index`` and
+    the ``nc.ClassIndexError`` for a target outside [0, C) as CrossEntropyLoss."""
 
     def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
                  reduction: str = "mean"):

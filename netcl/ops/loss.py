@@ -4,6 +4,14 @@ netcl.autograd.rules_nn; the layers are netcl.nn.CrossEntropyLoss and NLLLoss.
 
 Each call is one forward and one backward launch; options that are off compile out of the kernel, so the
 plain case (LeNet's) runs the same code as before they existed.
+
+A target outside [0, C) that is not ``ignore_index`` raises ``nc.ClassIndexError``. Targets on the device
+are checked by the forward kernel, which records the first bad one in the device's "class index" error
+flag (netcl.runtime.error_flags); the host reads that record back without waiting, and raises at the next
+host read on the device (``loss.item()``, ``to_host()``) or the next ``Optimizer.step()``, whichever comes
+first, before the step updates a parameter. So no call waits for the device, and a recorded training
+step (netcl.training.replay) keeps both its replay and its check. Targets given as host arrays are
+checked on the host before they are uploaded (netcl.nn.functional).
 """
 from __future__ import annotations
 
@@ -12,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes
-from ..errors import DTypeError, ShapeError
+from ..errors import ClassIndexError, DTypeError, ShapeError
+from ..runtime.error_flags import error_flag
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
 
@@ -78,12 +87,29 @@ def loss_forward(x: Tensor, target: Tensor, weight: Tensor | None = None, opts: 
     w_buf, w_off = (weight.buffer, weight.offset) if weight is not None else (x.buffer, 0)
     lse_buf, lse_off = (lse.buffer, lse.offset) if lse is not None else (aux.buffer, aux.offset)
     kernel = get_kernel(x.device, "loss.cl", "ce_forward", **_params(x, target, weight, opts))
+    flag = error_flag(x.device, "class index", _class_index_error)
     launch(x.device, kernel, (LOCAL,), (LOCAL,), x.buffer, np.int64(x.offset), target.buffer,
            np.int64(target.offset), w_buf, np.int64(w_off), lse_buf, np.int64(lse_off), rows.buffer,
            np.int64(rows.offset if opts.reduction == "none" else 0), aux.buffer, np.int64(aux.offset),
-           loss.buffer, np.int64(loss.offset),
+           loss.buffer, np.int64(loss.offset), flag.buffer,
            np.int32(n), np.int32(c), np.int64(opts.ignore_index), x.dtype.type(opts.label_smoothing))
+    flag.watch()
     return loss, (lse, aux)
+
+
+def _class_index_error(record) -> ClassIndexError:
+    """The error for the record ce_forward wrote in the device's "class index" flag (kernels/loss.cl)."""
+    _, row, index, classes, ignore_index, mode = (int(v) for v in record[:6])
+    return ClassIndexError("cross_entropy" if mode == 0 else "nll_loss", index, classes, position=row,
+                           ignore_index=ignore_index)
+
+
+def check_class_indices(target: np.ndarray, num_classes: int, ignore_index: int, what: str) -> None:
+    """Raise ClassIndexError for the first host-side target outside [0, num_classes) and not ignore_index."""
+    bad = ((target < 0) | (target >= num_classes)) & (target != ignore_index)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ClassIndexError(what, int(target[row]), num_classes, position=row, ignore_index=ignore_index)
 
 
 def loss_backward(grad_loss: Tensor, x: Tensor, target: Tensor, weight: Tensor | None, saved,

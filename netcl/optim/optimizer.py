@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import CheckpointError, DTypeError, ShapeError
-from ..runtime import first_step, memory, recording
+from ..runtime import error_flags, first_step, memory, recording
 from ..ops.elementwise import fill
 from ..runtime.kernels import VARYING, PreparedLaunch, get_kernel, local_size_1d
 from ..tensor import Tensor
@@ -79,7 +79,10 @@ class Optimizer:
 
     def step(self) -> None:
         """Update every parameter that has a gradient: one fused launch per group (and dtype/device), at
-        most fused_tensors_per_launch(device) tensors each."""
+        most fused_tensors_per_launch(device) tensors each. First, an error a kernel recorded on the
+        parameters' device (a class index out of range in the loss) is raised, before any update."""
+        for device in {p.device for _, p in self._params() if p.grad is not None}:
+            error_flags.check_before_update(device)
         devices = set()
         for group in self.param_groups:
             batches: dict[tuple, list] = {}

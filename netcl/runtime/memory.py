@@ -18,6 +18,7 @@ import pyopencl as cl
 import pyopencl.tools as cl_tools
 
 from ..errors import DeviceError, DeviceMemoryError
+from . import error_flags
 from .device import Device
 
 
@@ -121,6 +122,7 @@ def download(device: Device, buffer: cl.Buffer, out: np.ndarray, offset_bytes: i
         cl.enqueue_copy(device.queue, out, buffer, src_offset=offset_bytes, is_blocking=True)
     except cl.Error as exc:
         raise _translate(device, exc, "downloading", out.nbytes) from None
+    error_flags.check(device)  # every read-back enqueued before has completed: checking costs no wait
     return out
 
 
