@@ -229,3 +229,18 @@ def test_export_then_load_gives_the_model_back(device, rng, tmp_path, make, shap
         np.testing.assert_array_equal(theirs[name].to_host(), ours[name].to_host(), err_msg=name)
     x = rng.standard_normal((3,) + shape[1:]).astype(np.float32)  # another batch through the symbolic one
     assert_agrees(netcl_eval(model, x, device), netcl_eval(back, x, device), 1e-6, "loaded back")
+
+
+@pytest.mark.parametrize("name, size", [("resnet18", 64), ("mobilenet_v2", 64),
+                                        pytest.param("resnet50", 96, marks=pytest.mark.slow)])
+def test_imagenet_models_round_trip(device, rng, name, size):
+    """The models of the real-sizes issue (torchvision's ResNets and MobileNetV2) through onnxruntime at two
+    batch sizes; their Bottleneck/BasicBlock residual adds and InvertedResidual skips included."""
+    model = getattr(nc.models, name)(seed=int(rng.integers(1 << 30)), device=device)
+    randomize_batchnorm(model, rng)
+    proto = nc.onnx.export(model, nc.tensor(rng.standard_normal((2, 3, size, size)).astype(np.float32), device=device))
+    names = {i.name for i in proto.graph.initializer}
+    assert {k for k in model.state_dict() if not k.endswith("num_batches_tracked")} <= names
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 3, size, size)).astype(np.float32)
+        assert_agrees(netcl_eval(model, x, device), run_onnxruntime(proto, x), 1e-5, f"{name} batch {batch}")

@@ -26,7 +26,8 @@ import numpy as np
 from .. import nn
 from ..autograd import no_grad
 from ..errors import OnnxError
-from ..models.resnet import BasicBlock, ResNet
+from ..models.mobilenet import InvertedResidual, MobileNetV2
+from ..models.resnet import BasicBlock, Bottleneck, ImageNetResNet, ResNet
 from ..tensor import Tensor
 
 MIN_OPSET, MAX_OPSET = 13, 21
@@ -133,18 +134,45 @@ def _sequential(graph, module, x, path):
     return _chain(graph, [module._modules[n] for n in names], x, path, names)
 
 
-@register(BasicBlock)
-def _basic_block(graph, block, x, path):
-    main = _chain(graph, [block.conv1, block.bn1, block.relu, block.conv2, block.bn2], x, path,
-                  ["conv1", "bn1", "relu", "conv2", "bn2"])
+def _child_name(parent, child) -> str:
+    return next(name for name, module in parent._modules.items() if module is child)
+
+
+def _residual_block(graph, block, x, path):
+    """relu(main path + shortcut): the steps of ``main_path()`` under their attribute names, an Add, the ReLU."""
+    main = _chain(graph, block.main_path(), x, path, [_child_name(block, m) for m in block.main_path()])
     shortcut = x if block.downsample is None else emit(graph, block.downsample, x, _join(path, "downsample"))
     added = Value(graph.node("Add", [main.name, shortcut.name], _join(path, "add")), main.tensor + shortcut.tensor)
     return emit(graph, block.relu, added, _join(path, "relu"))
 
 
+register(BasicBlock)(_residual_block)
+register(Bottleneck)(_residual_block)
+
+
 @register(ResNet)
 def _resnet(graph, model, x, path):
     names = ["conv1", "bn1", "relu", "layer1", "layer2", "layer3", "avgpool", "flatten", "fc"]
+    return _chain(graph, [getattr(model, n) for n in names], x, path, names)
+
+
+@register(ImageNetResNet)
+def _imagenet_resnet(graph, model, x, path):
+    names = ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "flatten", "fc"]
+    return _chain(graph, [getattr(model, n) for n in names], x, path, names)
+
+
+@register(InvertedResidual)
+def _inverted_residual(graph, block, x, path):
+    y = emit(graph, block.conv, x, _join(path, "conv"))
+    if not block.use_res_connect:
+        return y
+    return Value(graph.node("Add", [x.name, y.name], _join(path, "add")), x.tensor + y.tensor)
+
+
+@register(MobileNetV2)
+def _mobilenet_v2(graph, model, x, path):
+    names = ["features", "avgpool", "flatten", "classifier"]
     return _chain(graph, [getattr(model, n) for n in names], x, path, names)
 
 
