@@ -9,11 +9,11 @@ netcl.ops.conv2d_planner per pass and, in training, measures its choices over th
 """
 from __future__ import annotations
 
-from .. import dtypes, settings
+from .. import dtypes
 from ..autograd.function import Function, is_grad_enabled
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
-from .conv_chooser import chooser
+from .conv_chooser import chooser, forced_strategy
 from .conv_common import ConvLayer
 
 CONV2D_DIRECT = "direct"
@@ -46,9 +46,7 @@ def check_conv2d(x: Tensor, w: Tensor, bias: Tensor | None, stride, padding, dil
 
 def resolve_strategy(strategy) -> str:
     """"auto" unless the caller or NETCL_CONV_STRATEGY names one."""
-    if strategy in (None, CONV2D_AUTO):
-        return settings.CONV_STRATEGY.get() or CONV2D_AUTO
-    return strategy
+    return forced_strategy(strategy)[0] or CONV2D_AUTO
 
 
 def strategy_for(layer: ConvLayer, pass_: str, strategy: str, device=None) -> object:

@@ -27,6 +27,7 @@ from .conv_plan import ChoiceInputs
 from .conv_registry import strategies
 
 CHOOSER = "conv chooser"  # the device state's entry (netcl.runtime.device_state)
+forced_strategy = planner.forced_strategy  # (strategy, who forced it): the caller's, else NETCL_CONV_STRATEGY's
 
 
 def trials_on() -> bool:
