@@ -42,6 +42,7 @@ from netcl import settings  # noqa: E402
 from netcl.cli.conv_layers import (held_out_layers, imagenet_layers, lenet_layers, mec_layers,  # noqa: E402
                                    second_held_out_layers)
 from netcl.ops import conv2d_planner as planner  # noqa: E402
+from netcl.ops import conv_chooser  # noqa: E402
 from netcl.ops import conv_profile  # noqa: E402
 from netcl.ops.conv_common import PASSES  # noqa: E402
 from netcl.ops.conv_registry import strategies  # noqa: E402
@@ -51,7 +52,7 @@ from netcl.runtime.kernels import kernels_dir  # noqa: F401,E402  (imported befo
 
 def _use_cache(path: Path) -> None:
     settings.CACHE_DIR.choose(str(path))
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
 
 
 def _copy_calibrated(calibrated: Path, target: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 import netcl as nc
 from netcl.ops import conv2d_planner as planner
+from netcl.ops import conv_chooser
 from netcl.ops import conv_cost, conv_online, conv_profile
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import ConvLayer
@@ -33,9 +34,9 @@ def fresh_cache(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setitem(planner.MEASURE_TIMING, "min_time_s", 0.05)
     monkeypatch.setattr(planner, "MEASURE_SERIES", 1)
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
     yield
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
 
 
 def _child(tmp_path, code, *argv):
@@ -108,7 +109,7 @@ def test_measured_plans_refine_the_calibration(device):
     for name in timed:
         row = entry["samples"][f"{name}|forward"][-1]
         assert row[2] == pytest.approx(plan.candidate(name).measured_ms, rel=1e-3) and row[3] == layer.signature()
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
     again = planner.plan_conv2d((2, 5, 11, 11), (4, 5, 3, 3), padding=1, device=device)
     assert again.calibrated and all(c.calibrated for c in again.candidates if c.strategy in timed)
 
@@ -292,7 +293,10 @@ def test_training_measures_its_plan_over_the_first_steps_and_a_later_process_reu
             assert db.lookup(device, "conv_plans", f"{layer.signature()}|forward") is None  # no measuring yet
         if step == 1:
             assert conv_online.measuring(device) == 3  # what a benchmark's warm-up waits for
+            assert conv_chooser.chooser(device).inputs(layer, "forward", device, training=True).trials == "measuring"
     assert conv_online.measuring(device) == 0
+    decided = conv_chooser.chooser(device).inputs(layer, "forward", device, training=True)
+    assert (decided.mode, decided.trials, decided.stored_plan) == ("online", "done", "training")
     entry = db.lookup(device, "conv_plans", f"{layer.signature()}|forward")
     assert entry["mode"] == "training" and len(entry["measured_ms"]) >= 2 and heuristic in entry["measured_ms"]
     assert entry["cost_s"] >= 0 and entry["runs"] == conv_online.RUNS * len(entry["measured_ms"])

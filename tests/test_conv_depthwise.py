@@ -9,6 +9,7 @@ import pytest
 
 import netcl as nc
 from netcl.ops import conv2d_planner as planner
+from netcl.ops import conv_chooser
 from netcl.ops import conv_depthwise as depthwise
 from netcl.ops.conv2d import CONV2D_DEPTHWISE, conv2d
 from netcl.ops.conv_common import PASSES, ConvLayer
@@ -175,7 +176,7 @@ def test_planner_knows_it(tmp_path, monkeypatch, device):
     lowering."""
     monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("NETCL_CONV_STRATEGY", raising=False)
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
     try:
         for pass_ in PASSES:
             plan = planner.plan_conv2d((8, 144, 56, 56), (144, 1, 3, 3), padding=1, groups=144, pass_=pass_,
@@ -188,4 +189,4 @@ def test_planner_knows_it(tmp_path, monkeypatch, device):
         assert planner.plan_conv2d((2, 8, 9, 9), (8, 8, 3, 3), padding=1, device=device,
                                    mode="heuristic").candidate(CONV2D_DEPTHWISE).why_not
     finally:
-        planner.clear_memory_cache()
+        conv_chooser.clear_memory_cache()

@@ -14,7 +14,8 @@ import netcl as nc
 from netcl.ops import conv_implicit_gemm
 from netcl.ops import gemm as gemm_module
 from netcl.ops.conv2d import conv2d
-from netcl.ops.conv_common import ConvLayer, strategies
+from netcl.ops.conv_common import ConvLayer
+from netcl.ops.conv_registry import strategies
 from netcl.runtime import memory
 from util import assert_close, conv2d_grads_ref, conv2d_ref, rel_l2
 

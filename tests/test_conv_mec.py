@@ -13,7 +13,8 @@ import pytest
 import netcl as nc
 from netcl.ops import conv_mec
 from netcl.ops.conv2d import conv2d
-from netcl.ops.conv_common import ConvLayer, strategies
+from netcl.ops.conv_common import ConvLayer
+from netcl.ops.conv_registry import strategies
 from netcl.runtime import tuning_db as db
 from netcl.tuning.mec import choose_threshold, tune_threshold
 from test_conv_implicit_gemm import check_workspace, strategy_errors

@@ -12,6 +12,7 @@ import pytest
 
 import netcl as nc
 from netcl.ops import conv2d_planner as planner
+from netcl.ops import conv_chooser
 from netcl.ops import gemm_surface
 from netcl.ops.conv_common import ConvLayer
 from netcl.ops.elementwise import copy_into
@@ -27,9 +28,9 @@ LAYER = ConvLayer.from_shapes((2, 5, 9, 9), (7, 5, 3, 3), padding=1)
 def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("NETCL_CACHE", raising=False)
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
     yield
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
 
 
 def test_builds_only_launches_nothing_in_its_thread_and_everything_in_others(device, rng):

@@ -9,6 +9,7 @@ import pytest
 
 import netcl as nc
 from netcl.ops import conv2d_planner as planner
+from netcl.ops import conv_chooser
 from netcl.ops import conv_registry
 from netcl.ops.conv2d import conv2d
 from netcl.ops.conv_common import PASSES, ConvLayer, ConvStrategy, CostTerms
@@ -21,9 +22,9 @@ def fresh_planner(tmp_path, monkeypatch):
     monkeypatch.setenv("NETCL_CACHE_DIR", str(tmp_path / "cache"))
     for var in ("NETCL_CONV_STRATEGY", "NETCL_CONV_WORKSPACE_LIMIT", "NETCL_CONV_PLAN_MODE"):
         monkeypatch.delenv(var, raising=False)
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
     yield
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
 
 
 class ToyStrategy(ConvStrategy):
@@ -58,10 +59,10 @@ class ToyStrategy(ConvStrategy):
 @pytest.fixture
 def toy():
     strategy = conv_registry.register(ToyStrategy())
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
     yield strategy
     conv_registry.unregister("toy")
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
 
 
 def test_a_registered_strategy_is_planned_forced_and_run(toy, device, rng, canaries, monkeypatch):
@@ -94,7 +95,7 @@ def test_unregistered_strategy_is_gone(device):
     conv_registry.register(ToyStrategy())
     assert "toy" in conv_registry.strategies()
     conv_registry.unregister("toy")
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
     assert "toy" not in conv_registry.strategies()
     plan = planner.plan_conv2d((2, 3, 7, 7), (4, 3, 3, 3), padding=1, device=device)
     assert plan.strategy != "toy" and plan.candidate("toy") is None

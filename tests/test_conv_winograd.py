@@ -8,7 +8,8 @@ import pytest
 
 import netcl as nc
 from netcl.ops.conv2d import conv2d
-from netcl.ops.conv_common import ConvLayer, strategies
+from netcl.ops.conv_common import ConvLayer
+from netcl.ops.conv_registry import strategies
 from test_conv_implicit_gemm import check_workspace, strategy_errors
 
 # operands past the GEMM's L1 threshold, so that netcl.ops.gemm allocates packing buffers

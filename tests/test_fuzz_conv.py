@@ -19,7 +19,8 @@ import pytest
 
 import netcl as nc
 from netcl.ops.conv2d import conv2d
-from netcl.ops.conv_common import ConvLayer, strategies
+from netcl.ops.conv_common import ConvLayer
+from netcl.ops.conv_registry import strategies
 from util import assert_close, conv2d_grads_ref, conv2d_ref
 
 SEED = int(os.environ.get("NETCL_FUZZ_SEED", "20240917"))

@@ -47,7 +47,53 @@ def test_a_lower_layer_imports_nothing_above_it(layer):
 
 def test_the_import_resolution_sees_relative_imports():
     ops_conv2d = dict((module, line) for line, module in _imports(PACKAGE / "ops" / "conv2d.py"))
-    assert "netcl.autograd.function" in ops_conv2d and "netcl.ops.conv_registry" in ops_conv2d
+    assert "netcl.autograd.function" in ops_conv2d and "netcl.ops.conv_chooser" in ops_conv2d
+
+
+def _cycle(graph: dict) -> list:
+    """A cycle of ``graph`` ({node: {nodes it imports}}) as a list of nodes, or []."""
+    done, path = set(), []
+
+    def visit(node):
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in done:
+            return []
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            found = visit(nxt)
+            if found:
+                return found
+        path.pop()
+        done.add(node)
+        return []
+    for node in sorted(graph):
+        found = visit(node)
+        if found:
+            return found
+    return []
+
+
+def test_the_convolution_modules_import_one_way():
+    """The convolution's modules (netcl/ops/conv*.py and what they import from ops) form no import cycle,
+    lazy imports included: the chooser sits above the trials, the trials above the planner."""
+    graph = {}
+    todo = [f"netcl.ops.{path.stem}" for path in sorted((PACKAGE / "ops").glob("conv*.py"))]
+    while todo:
+        module = todo.pop()
+        if module in graph:
+            continue
+        path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+        graph[module] = {m for _, m in _imports(path) if m.startswith("netcl.ops.")
+                         and (PACKAGE.parent / (m.replace(".", "/") + ".py")).exists()}
+        todo += sorted(graph[module])
+    assert _cycle(graph) == [], " -> ".join(_cycle(graph))
+    assert "netcl.ops.conv_chooser" not in graph["netcl.ops.conv2d_planner"] | graph["netcl.ops.conv_online"]
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) == []
 
 
 def test_no_importlib_below_the_command_line():

@@ -16,10 +16,12 @@ import pytest
 import netcl as nc
 from netcl import settings
 from netcl.ops import conv2d_planner as planner
+from netcl.ops import conv_chooser
 from netcl.ops import conv_registry
 from netcl.ops.conv_common import ConvStrategy
 from netcl.ops.conv2d_planner import plan_conv2d, plan_conv2d_layer
-from netcl.ops.conv_common import PASSES, ConvLayer, strategies
+from netcl.ops.conv_common import PASSES, ConvLayer
+from netcl.ops.conv_registry import strategies
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,9 +44,9 @@ def fresh_planner(tmp_path, monkeypatch):
     # the timing rules' minimum span and second session are for real plans, not for these checks
     monkeypatch.setitem(planner.MEASURE_TIMING, "min_time_s", 0.05)
     monkeypatch.setattr(planner, "MEASURE_SERIES", 1)
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
     yield
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
 
 
 class FakeLowering(ConvStrategy):
@@ -151,10 +153,11 @@ def test_budget_from_environment(device, monkeypatch):
     monkeypatch.setenv("NETCL_CONV_WORKSPACE_LIMIT", "1K")
     plan = plan_conv2d_layer(layer, "forward", device=device)
     assert plan.budget_bytes == 1024
+    assert (plan.inputs.budget_bytes, plan.inputs.budget_from) == (1024, "NETCL_CONV_WORKSPACE_LIMIT")
     assert plan.candidate(plan.strategy).workspace_bytes <= 1024
     assert im2col.workspace_bytes(layer, "forward") > 1024 and not plan.candidate("im2col").within_budget
     monkeypatch.setenv("NETCL_CONV_WORKSPACE_LIMIT", "lots")
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
     with pytest.raises(nc.NetclError, match="NETCL_CONV_WORKSPACE_LIMIT"):
         plan_conv2d_layer(layer, "forward", device=device)
 
@@ -206,6 +209,7 @@ def test_environment_override_wins_and_is_the_reason(device, monkeypatch):
     monkeypatch.setenv("NETCL_CONV_STRATEGY", "direct")
     plan = plan_conv2d((2, 4, 13, 13), (6, 4, 3, 3), device=device, pass_="backward_data")
     assert plan.strategy == "direct" and "NETCL_CONV_STRATEGY=direct" in plan.reason
+    assert (plan.inputs.forced, plan.inputs.forced_by) == ("direct", "NETCL_CONV_STRATEGY=direct")
     monkeypatch.setenv("NETCL_CONV_STRATEGY", "nonsense")
     with pytest.raises(nc.ShapeError, match="nonsense"):
         plan_conv2d((2, 4, 13, 13), (6, 4, 3, 3), device=device)
@@ -376,8 +380,30 @@ def test_plan_cli_rejects_bad_arguments(argv, capsys):
 def test_plan_cli_json(capsys):
     from netcl.cli.main import main
     assert main(["plan", "conv", "--input", "1x3x9x9", "--weight", "4x3x3x3", "--pass", "forward", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    text = capsys.readouterr().out.strip().splitlines()
+    out = json.loads(text[-1])
     assert out["device"] and out["layers"][0]["pass"] == "forward"
+    decided = out["layers"][0]["decided_by"]
+    assert set(decided) == {"mode", "forced", "forced_by", "budget_bytes", "budget_from", "deterministic",
+                            "first_step", "stored_plan", "calibration", "trials"}
+    assert decided["mode"] == "heuristic" and decided["forced"] is None and decided["trials"] == "off"
+    assert decided["budget_bytes"] == out["layers"][0]["budget_bytes"]
+    assert any(line.startswith("  decided by: mode heuristic; no strategy forced") for line in text)
+
+
+def test_the_inputs_of_a_choice_are_what_the_plan_was_made_with(device, monkeypatch):
+    layer = ConvLayer.from_shapes((2, 4, 13, 13), (6, 4, 3, 3))
+    inputs = conv_chooser.chooser(device).inputs(layer, "forward", device)
+    assert inputs == plan_conv2d_layer(layer, "forward", device=device).inputs
+    assert inputs.mode == "heuristic" and inputs.stored_plan is None and inputs.budget_from == "the device's memory"
+    forced = conv_chooser.chooser(device).inputs(layer, "forward", device, strategy="direct", training=True)
+    assert (forced.mode, forced.forced, forced.forced_by, forced.trials) == ("heuristic", "direct", "the caller", "off")
+    training = conv_chooser.chooser(device).inputs(layer, "forward", device, training=True)
+    assert (training.mode, training.trials) == ("online", "not started")
+    monkeypatch.setenv("NETCL_CONV_PLAN_MODE", "heuristic")
+    assert conv_chooser.chooser(device).inputs(layer, "forward", device, training=True).trials == "off"
+    monkeypatch.setenv("NETCL_DETERMINISTIC", "1")
+    assert plan_conv2d_layer(layer, "forward", budget_bytes=4096, device=device).inputs.deterministic
 
 
 def test_measured_plan_reused_in_process_without_disk_cache(device, monkeypatch):
@@ -414,13 +440,13 @@ def test_calibration_entry_with_wrong_types_is_tolerated(device):
     from netcl.ops import conv_profile
     conv_profile.update(device, "float32", lambda d: d.update(
         {"bandwidth_gbs": "fast", "launch_ms": -1, "class_gflops": {"large": "x"}, "samples": [1, 2]}))
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
     plan = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device)
     assert all(c.predicted_ms > 0 for c in plan.candidates if c.applicable)
     assert not plan.calibrated
     conv_profile.update(device, "float32", lambda d: d.update(
         {"samples": {"direct|forward": ["a", [1.0, 0.5, 3.0, "sig"], [None, 1, 2]]}}))
-    planner.clear_memory_cache()
+    conv_chooser.clear_memory_cache()
     calibrated = plan_conv2d((2, 3, 9, 9), (4, 3, 3, 3), device=device)
     direct = calibrated.candidate("direct")
     assert direct.calibrated and calibrated.calibrated

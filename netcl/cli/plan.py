@@ -1,7 +1,7 @@
 """`netcl plan lenet|mec|resnet20|conv|MODEL.onnx ...`: which strategy runs each pass of each layer, and why.
 
 The layer tables are netcl.cli.conv_layers, or an imported ONNX model's convolutions; the decisions are
-netcl.ops.conv2d_planner's.
+netcl.ops.conv2d_planner's, each printed with what decided it (a "decided by" line; "decided_by" in JSON).
 """
 from __future__ import annotations
 
@@ -103,6 +103,8 @@ def table(name: str, plan) -> str:
         lines.append("  " + "  ".join(v.ljust(widths[i]) if i < 3 else v.rjust(widths[i])
                                       for i, v in enumerate(r)).rstrip())
     lines.append(f"  -> {plan.strategy}: {plan.reason}")
+    if plan.inputs is not None:
+        lines.append(f"  decided by: {plan.inputs.describe()}")
     return "\n".join(lines)
 
 

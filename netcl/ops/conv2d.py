@@ -9,12 +9,12 @@ netcl.ops.conv2d_planner per pass and, in training, measures its choices over th
 """
 from __future__ import annotations
 
-from .. import dtypes, settings
+from .. import dtypes
 from ..autograd.function import Function, is_grad_enabled
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
+from .conv_chooser import chooser, forced_strategy
 from .conv_common import ConvLayer
-from .conv_registry import strategies
 
 CONV2D_DIRECT = "direct"
 CONV2D_IM2COL = "im2col"
@@ -47,49 +47,35 @@ def check_conv2d(x: Tensor, w: Tensor, bias: Tensor | None, stride, padding, dil
 
 def resolve_strategy(strategy) -> str:
     """"auto" unless the caller or NETCL_CONV_STRATEGY names one."""
-    if strategy in (None, CONV2D_AUTO):
-        return settings.CONV_STRATEGY.get() or CONV2D_AUTO
-    return strategy
+    return forced_strategy(strategy)[0] or CONV2D_AUTO
 
 
 def strategy_for(layer: ConvLayer, pass_: str, strategy: str, device=None) -> object:
     """The strategy object that runs ``pass_`` of ``layer`` on ``device``: the forced one (checked), or
-    the planner's choice for that device."""
+    the device's chooser's."""
     from ..runtime.device import resolve_device
     device = resolve_device(device)
-    if strategy in (None, CONV2D_AUTO):
-        from .conv2d_planner import plan_conv2d_layer
-        strategy = plan_conv2d_layer(layer, pass_, device=device).strategy
-    impl = strategies().get(strategy)
-    if impl is None:
-        raise ShapeError(f"unknown conv2d strategy {strategy!r}; choose one of {', '.join(strategies())} or 'auto'")
-    why = impl.why_not(layer, pass_, device)
-    if why:
-        raise ShapeError(f"conv2d strategy {strategy!r} cannot run the {pass_} pass of this layer: {why} "
-                         f"({layer.describe()})")
-    return impl
+    return chooser(device).strategy_for(layer, pass_, strategy, device)
 
 
 def run_pass(pass_: str, a: Tensor, b: Tensor, layer: ConvLayer, strategy: str, bias: Tensor | None = None,
              training: bool = False) -> Tensor:
     """One pass of the convolution on the operands' device: forward (x, w [, bias]), backward_data
-    (grad_y, w) or backward_weight (x, grad_y). ``training`` with strategy "auto" lets the planner measure
-    its choice on these calls (netcl.ops.conv_online) unless NETCL_CONV_PLAN_MODE says otherwise."""
+    (grad_y, w) or backward_weight (x, grad_y). ``training`` with strategy "auto" lets the device's chooser
+    measure its choice on these calls unless NETCL_CONV_PLAN_MODE says otherwise."""
     device = a.device
     a, b = a.contiguous(), b.contiguous()
+    choice = chooser(device)
 
     def execute(name):
-        impl = strategy_for(layer, pass_, name, device)
+        impl = choice.strategy_for(layer, pass_, name, device)
         if pass_ != "forward" or bias is None:
             return impl.run(pass_, a, b, layer)
         if getattr(impl, "fuses_bias", False):
             return impl.forward(a, b, layer, bias=bias.contiguous())
         from .bias import add_bias_
         return add_bias_(impl.forward(a, b, layer), bias)
-    if strategy in (None, CONV2D_AUTO) and training and settings.CONV_PLAN_MODE.get() == "online":
-        from . import conv_online
-        return conv_online.run(pass_, layer, a, b, device, execute)
-    return execute(strategy)
+    return choice.run(pass_, layer, device, strategy, training, execute)
 
 
 class Conv2dFunction(Function):

@@ -11,7 +11,10 @@ stored per device (family "conv_plans" of the tuning database) and reused by eve
 mode; their timings also refine the device's calibration. Training measures its plans over its first
 steps instead (netcl.ops.conv_online). Budget: ``budget_bytes``, else ``NETCL_CONV_WORKSPACE_LIMIT``
 (bytes, or with a K/M/G suffix), else the smaller of the device's max allocation and half its global
-memory. Overrides: a strategy forced by the caller, or ``NETCL_CONV_STRATEGY``.
+memory. Overrides: a strategy forced by the caller, or ``NETCL_CONV_STRATEGY``. What decided a plan
+(netcl.ops.conv_plan.ChoiceInputs) travels with it as ``plan.inputs``. Convolutions reach this module through the
+device's chooser (netcl.ops.conv_chooser), which also runs the training trials; this module imports
+neither.
 """
 from __future__ import annotations
 
@@ -25,10 +28,12 @@ import numpy as np
 from .. import settings
 from ..errors import NetclError, ShapeError
 from ..runtime.device import resolve_device
+from ..runtime import first_step
 from ..runtime import tuning_db as db
 from . import conv_profile
 from .conv_common import PASSES, ConvLayer
-from .conv_plan import Answer, Candidate, Plan, assess, choose, forced, mib, worth_measuring  # noqa: F401
+from .conv_plan import (Answer, Candidate, ChoiceInputs, Plan, assess, choose, forced, mib,  # noqa: F401
+                        worth_measuring)
 from .conv_profile import calibration_summary, device_profile  # noqa: F401
 from .conv_registry import strategies
 
@@ -51,10 +56,25 @@ PLANS = "conv plans"  # the device state's table of this process's plans (netcl.
 
 
 def default_budget(device) -> int:
+    return budget_and_source(device)[0]
+
+
+def budget_and_source(device) -> tuple[int, str]:
+    """The workspace budget when the caller names none, and where it comes from."""
     limit = settings.CONV_WORKSPACE_LIMIT.get()
     if limit is not None:
-        return limit
-    return int(min(device.max_alloc_bytes, device.global_mem_bytes // 2))
+        return limit, settings.CONV_WORKSPACE_LIMIT.name
+    return int(min(device.max_alloc_bytes, device.global_mem_bytes // 2)), "the device's memory"
+
+
+def forced_strategy(strategy: str | None) -> tuple[str | None, str | None]:
+    """(the strategy forced, who forced it): the caller's, else NETCL_CONV_STRATEGY's, else (None, None)."""
+    if strategy not in (None, "auto"):
+        return strategy, "the caller"
+    named = settings.CONV_STRATEGY.get()
+    if named:
+        return named, f"{settings.CONV_STRATEGY.name}={named}"
+    return None, None
 
 
 def planning_mode() -> str:
@@ -102,14 +122,9 @@ def forget(device, layer: ConvLayer, pass_: str) -> None:
         table.pop(key, None)
 
 
-def clear_memory_cache(device=None) -> None:
-    """Forget the plans, profiles and training trials this process holds for ``device`` (the default
-    device if None; the stores on disk stay). ``device.clear_state()`` forgets these and all else."""
-    from . import conv_online
-    device = resolve_device(device)
+def clear_plans(device) -> None:
+    """Forget this process's plans for ``device`` (the store on disk stays)."""
     device.state.table(PLANS).clear()
-    conv_profile.clear_memory(device)
-    conv_online.clear(device)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -176,25 +191,24 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
     device = resolve_device(device)
     if budget_bytes is not None and not (isinstance(budget_bytes, numbers.Real) and 0 <= budget_bytes < math.inf):
         raise ShapeError(f"budget_bytes must be a finite number of bytes ≥ 0, got {budget_bytes!r}")
-    budget = default_budget(device) if budget_bytes is None else int(budget_bytes)
-    registry = strategies()
-    names = tuple(registry)
-    chosen = strategy if strategy not in (None, "auto") else None
-    how = "the caller" if chosen else None
-    if chosen is None and settings.CONV_STRATEGY.get():
-        chosen = settings.CONV_STRATEGY.get()
-        how = f"{settings.CONV_STRATEGY.name}={chosen}"
+    budget, budget_from = budget_and_source(device) if budget_bytes is None else (int(budget_bytes), "the caller")
+    names = tuple(strategies())
+    chosen, how = forced_strategy(strategy)
     key = (layer.signature(), pass_, mode, budget, names, chosen)
     plans = device.state.table(PLANS)
     plan = plans.get(key)
     if plan is not None:
         return plan
     profile = device_profile(device, layer.dtype)
+    entry = None if chosen else stored_plan(device, layer, pass_, names)
+    inputs = ChoiceInputs(mode, budget, budget_from, chosen, how, settings.DETERMINISTIC.get(),
+                          first_step.in_progress(device), entry.get("mode") if entry else None, profile.calibration)
     candidates = assess(pass_, profile, answers(layer, pass_, device), budget, layer)
     if chosen:
-        plan = forced(layer, pass_, chosen, how, candidates, budget, mode, names)
+        plan = forced(layer, pass_, chosen, how, candidates, budget, mode, names, inputs)
     else:
-        plan = _free_plan(layer, pass_, mode, budget, device, names, candidates)
+        plan = _free_plan(layer, pass_, mode, budget, device, names, candidates, entry)
+        plan.inputs = inputs
     plans[key] = plan
     return plan
 
@@ -205,9 +219,8 @@ def fallback_note(candidates: list) -> str:
     return "predicted with the uncalibrated fallback: run `netcl tune conv` to calibrate this device"
 
 
-def _free_plan(layer, pass_, mode, budget, device, names, candidates) -> Plan:
+def _free_plan(layer, pass_, mode, budget, device, names, candidates, entry) -> Plan:
     calibrated = any(c.calibrated for c in candidates if c.applicable)
-    entry = stored_plan(device, layer, pass_, names)
     if entry and (mode != "exhaustive" or entry.get("mode") == "exhaustive"):
         for c in candidates:
             value = entry["measured_ms"].get(c.strategy)

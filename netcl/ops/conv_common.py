@@ -213,8 +213,3 @@ def tensor_bytes(layer: ConvLayer) -> int:
     return (layer.n * layer.c * layer.h * layer.w + layer.k * cg * layer.r * layer.s
             + layer.n * layer.k * layer.out_h * layer.out_w) * layer.itemsize
 
-
-def strategies() -> dict[str, object]:
-    """Every registered strategy by name (netcl.ops.conv_registry.strategies)."""
-    from .conv_registry import strategies as registered
-    return registered()

@@ -10,15 +10,20 @@ samples, the fastest becomes the plan: stored per device (netcl.ops.conv2d_plann
 The cost of measuring (the trial runs' time beyond what the winner would have taken) is in the stored
 plan and in :func:`stats`.
 
-The binaries of the programs only losing candidates ran are not written (:class:`_LoserBinaries`).
+The binaries of the programs only losing candidates ran are not written
+(netcl.runtime.loser_binaries). The trials are reached through the device's convolution chooser
+(netcl.ops.conv_chooser), which decides when training measures.
 """
 from __future__ import annotations
 
 import time
 
-from ..runtime import binaries, first_step
-from ..runtime.observers import launch_watcher
+from ..runtime import first_step
+from ..runtime.loser_binaries import LoserBinaries
+from . import conv2d_planner as planner
+from . import conv_profile
 from .conv_common import ConvLayer
+from .conv_registry import strategies
 
 MARGIN = 3.0
 MAX_CANDIDATES = 4
@@ -33,7 +38,7 @@ class _Online:
         self.trials: dict = {}  # (layer signature, pass) -> Trial
         self.ran: dict = {}  # (pass, dtype) -> names of the strategies run untimed
         self.totals = {"trials_done": 0, "cost_s": 0.0, "runs": 0, "calls_measuring": 0}
-        self.losers = _LoserBinaries(device.state)
+        self.losers = LoserBinaries(device.state)
 
     def close(self) -> None:
         self.losers.reset()
@@ -82,7 +87,6 @@ class Trial:
 
 
 def _trial_for(layer: ConvLayer, pass_: str, device):
-    from . import conv2d_planner as planner
     key = (layer.signature(), pass_)
     online = _online(device)
     trial = online.trials.get(key)
@@ -94,89 +98,15 @@ def _trial_for(layer: ConvLayer, pass_: str, device):
         best_first = sorted(candidates, key=lambda n: plan.candidate(n).predicted_ms)[:MAX_CANDIDATES]
         trial = online.trials[key] = Trial(plan.strategy, best_first)
         if not trial.done:
-            online.losers.trial_opened()
+            online.losers.opened()
     if trial.done:
         return planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device), None
     return None, trial
 
 
-class _LoserBinaries:
-    """Keeps trial losers' programs out of the binary cache. A program first built from source while a
-    candidate ran is a suspect. While any trial is open, every launch is noted with who made it: a
-    candidate of a trial, or anything else (OTHER). A suspect whose launchers all lost finished trials is
-    forgotten (netcl.runtime.binaries.forget); one that a winner or anything else launched is kept: after
-    a cold process's trials about half the programs waiting to be written were run by losers only, and
-    PoCL compiles a program again for its binary. A trial that never finishes (training stopped early) leaves the watching on, at the cost
-    of a set insertion per launch. One per device: it watches that device's launches.
-    """
-    OTHER = "other"
-
-    def __init__(self, state):
-        self.state = state  # the device's (netcl.runtime.device_state), whose launches are watched
-        self.open_trials = 0
-        self.launcher = self.OTHER  # (trial, name) while a candidate runs
-        self.launchers: dict = {}  # kernel -> {launcher keys}, while any trial is open
-        self.suspects: dict = {}  # binary path -> program handle
-        self.watcher = None
-
-    def trial_opened(self) -> None:
-        self.open_trials += 1
-        if self.watcher is None:
-            self.watcher = launch_watcher(self._note)
-            self.state.push(self.watcher)
-
-    def _note(self, kernel) -> None:
-        launchers = self.launchers.get(kernel)
-        if launchers is None:
-            launchers = self.launchers[kernel] = set()
-        launchers.add(self.launcher)
-
-    def run(self, trial: Trial, name: str, execute):
-        """``execute(name)`` as a candidate of ``trial``: what it builds is suspect, its launches its own."""
-        self.launcher = (trial, name)
-        try:
-            with binaries.builds_inside() as built:
-                return execute(name)
-        finally:
-            self.launcher = self.OTHER
-            self.suspects.update((path, program.int_ptr) for path, program in built.items())
-
-    def trial_finished(self) -> int:
-        """Forget the suspects that only losers ran; returns how many. The last open trial ends the
-        watching."""
-        self.open_trials -= 1
-        by_program: dict = {}
-        for kernel, launchers in self.launchers.items():
-            by_program.setdefault(kernel.program.int_ptr, set()).update(launchers)
-        forgotten = []
-        for path, handle in list(self.suspects.items()):
-            # per launcher: True lost, False won or is another op, None its trial is still open
-            verdicts = [False if key == self.OTHER else key[0].lost(key[1])
-                        for key in by_program.get(handle, ())]
-            if False in verdicts:
-                del self.suspects[path]  # a winner or another op runs it: its binary is worth writing
-            elif verdicts and all(verdicts):
-                del self.suspects[path]
-                forgotten.append(path)
-        if self.open_trials <= 0:
-            self.reset()
-        return binaries.forget(forgotten)
-
-    def reset(self) -> None:
-        if self.watcher is not None:
-            self.state.remove(self.watcher)
-            self.watcher = None
-        self.open_trials = 0
-        self.launcher = self.OTHER
-        self.launchers.clear()
-        self.suspects.clear()
-
-
-
-def run(pass_: str, layer: ConvLayer, a, b, device, execute):
+def run(pass_: str, layer: ConvLayer, device, execute):
     """Run ``pass_`` with the strategy training should use now: ``execute(name)`` runs it and returns
     the result. Measures a candidate on this call when one is due."""
-    from . import conv2d_planner as planner
     plan, trial = _trial_for(layer, pass_, device)
     if trial is None:
         return execute(plan.strategy)
@@ -192,7 +122,7 @@ def run(pass_: str, layer: ConvLayer, a, b, device, execute):
     device.synchronize()
     trial.add(name, time.perf_counter() - start)
     if trial.complete() and not trial.done:
-        _finish(trial, layer, pass_, device, planner)
+        _finish(trial, layer, pass_, device)
     return out
 
 
@@ -201,7 +131,6 @@ def _untimed_choice(trial: Trial, pass_: str, layer: ConvLayer, device) -> str:
     instead (a strategy whose kernels serve any layer, run before for this pass): LeNet's first conv1
     weight gradient then reuses conv2's implicit-GEMM kernel instead of building the blocked direct
     kernel, whose compile on PoCL takes hundreds of times as long as the pass."""
-    from .conv_common import strategies
     key = (pass_, layer.dtype)
     ran = _online(device).ran
     if first_step.in_progress(device):
@@ -213,14 +142,13 @@ def _untimed_choice(trial: Trial, pass_: str, layer: ConvLayer, device) -> str:
     return trial.heuristic
 
 
-def _finish(trial: Trial, layer: ConvLayer, pass_: str, device, planner) -> None:
-    from . import conv_profile
+def _finish(trial: Trial, layer: ConvLayer, pass_: str, device) -> None:
     trial.done = True
     measured = trial.results_ms()
     best_ms = min(measured.values())
     trial.winner = min(measured, key=measured.get)
     online = _online(device)
-    online.losers.trial_finished()
+    online.losers.finished()
     runs = sum(len(v) for v in trial.samples.values())
     cost_s = max(0.0, trial.spent_s - runs * best_ms / 1e3)
     names = tuple(planner.strategies())
@@ -232,6 +160,15 @@ def _finish(trial: Trial, layer: ConvLayer, pass_: str, device, planner) -> None
         online.totals["trials_done"] += 1
         online.totals["cost_s"] += cost_s
         online.totals["runs"] += runs
+
+
+def trial_state(layer: ConvLayer, pass_: str, device) -> str:
+    """"measuring" while this layer and pass's candidates are being measured, "done" once they were,
+    "not started" before its first call in training."""
+    trial = _online(device).trials.get((layer.signature(), pass_))
+    if trial is None:
+        return "not started"
+    return "done" if trial.done else "measuring"
 
 
 def measuring(device) -> int:

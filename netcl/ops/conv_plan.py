@@ -3,7 +3,8 @@
 assess   (layer, pass, profile, each strategy's answers) -> candidates with predicted times
 choose   (candidates, budget, whether measured) -> the winner
 explain  (winner, candidates, ...) -> one sentence saying why it won (or why the budget overruled)
-The answers are gathered by netcl.ops.conv2d_planner, which asks the strategies.
+The answers are gathered by netcl.ops.conv2d_planner, which asks the strategies. :class:`ChoiceInputs`
+is everything besides the layer and pass that decided a choice; each Plan carries its own.
 """
 from __future__ import annotations
 
@@ -43,6 +44,51 @@ class Candidate:
                 "within_budget": self.within_budget, "calibrated": self.calibrated}
 
 
+@dataclass(frozen=True)
+class ChoiceInputs:
+    """What decides which strategy runs one pass of one layer, besides the layer and the pass. Gathered
+    in one place, the device's convolution chooser (netcl.ops.conv_chooser), and shown by `netcl plan`.
+
+    mode           "heuristic", "measure", "exhaustive" (netcl.ops.conv2d_planner) or "online"
+                   (training measures its candidates over its first steps, netcl.ops.conv_online)
+    forced         the strategy forced, and ``forced_by`` who forced it (the caller, NETCL_CONV_STRATEGY)
+    budget_bytes   the workspace budget, and ``budget_from`` where it comes from
+    deterministic  nc.use_deterministic / NETCL_DETERMINISTIC (no stand-in kernels in the first step)
+    first_step     whether the device's cold start is in progress (netcl.runtime.first_step)
+    stored_plan    the mode of the measured plan stored for this layer and pass, if one is valid
+    calibration    who calibrated the device's cost model ("none": the uncalibrated fallback)
+    trials         the training trials of this layer and pass: "off", "measuring" or "done"
+    """
+    mode: str
+    budget_bytes: int
+    budget_from: str
+    forced: str | None = None
+    forced_by: str | None = None
+    deterministic: bool = False
+    first_step: bool = False
+    stored_plan: str | None = None
+    calibration: str = "none"
+    trials: str = "off"
+
+    def as_dict(self) -> dict:
+        return {"mode": self.mode, "forced": self.forced, "forced_by": self.forced_by,
+                "budget_bytes": self.budget_bytes, "budget_from": self.budget_from,
+                "deterministic": self.deterministic, "first_step": self.first_step,
+                "stored_plan": self.stored_plan, "calibration": self.calibration, "trials": self.trials}
+
+    def describe(self) -> str:
+        """One line: every input, in words."""
+        return "; ".join((
+            f"mode {self.mode}",
+            f"{self.forced} forced by {self.forced_by}" if self.forced else "no strategy forced",
+            f"budget {mib(self.budget_bytes)} from {self.budget_from}",
+            "deterministic" if self.deterministic else "not deterministic",
+            "first step in progress" if self.first_step else "first step over",
+            f"stored plan ({self.stored_plan})" if self.stored_plan else "no stored plan",
+            f"calibration: {self.calibration}",
+            f"trials {self.trials}"))
+
+
 @dataclass
 class Plan:
     strategy: str
@@ -54,6 +100,7 @@ class Plan:
     layer: ConvLayer = field(repr=False)
     source: str = "model"    # "model", "measured", "cache", "override", "training"
     calibrated: bool = False  # whether the device's calibration informed the predictions
+    inputs: ChoiceInputs | None = None  # what decided it (besides the layer and pass)
 
     def candidate(self, name: str) -> Candidate | None:
         return next((c for c in self.candidates if c.strategy == name), None)
@@ -61,6 +108,7 @@ class Plan:
     def as_dict(self) -> dict:
         return {"pass": self.pass_, "strategy": self.strategy, "reason": self.reason, "mode": self.mode,
                 "source": self.source, "budget_bytes": self.budget_bytes, "calibrated": self.calibrated,
+                "decided_by": None if self.inputs is None else self.inputs.as_dict(),
                 "candidates": [c.as_dict() for c in self.candidates]}
 
 
@@ -159,7 +207,7 @@ def explain(best, ranked, applicable, fits, budget, measured, from_cache, cost, 
 
 
 def forced(layer: ConvLayer, pass_: str, name: str, how: str, candidates: list, budget: int, mode: str,
-           known: tuple) -> Plan:
+           known: tuple, inputs: ChoiceInputs | None = None) -> Plan:
     """The plan when a strategy is forced (by the caller or NETCL_CONV_STRATEGY), checked."""
     if name not in known:
         raise ShapeError(f"unknown conv2d strategy {name!r} ({how}); choose one of {', '.join(known)} or 'auto'")
@@ -167,4 +215,5 @@ def forced(layer: ConvLayer, pass_: str, name: str, how: str, candidates: list, 
     if not c.applicable:
         raise ShapeError(f"conv2d strategy {name!r} ({how}) cannot run the {pass_} pass of this layer: {c.why_not} "
                          f"({layer.describe()})")
-    return Plan(name, f"{name} is forced by {how}.", candidates, pass_, mode, budget, layer, "override")
+    return Plan(name, f"{name} is forced by {how}.", candidates, pass_, mode, budget, layer, "override",
+                inputs=inputs)

@@ -140,6 +140,7 @@ def _measure_and_store(device, dtype, quick, progress, layers, budget_s) -> dict
     from tqdm import tqdm
     from ..errors import NetclError
     from ..ops import conv2d_planner as planner
+    from ..ops import conv_chooser
     from ..ops import conv_profile
     from ..ops import gemm_surface
     from ..ops.conv_registry import strategies
@@ -179,7 +180,7 @@ def _measure_and_store(device, dtype, quick, progress, layers, budget_s) -> dict
     conv_profile.update(device, dtype, lambda e: e.update(tune_seconds=round(seconds, 1), quick=quick,
                                                           rounds_scale=round(smallest_scale, 3),
                                                           tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
-    planner.clear_memory_cache(device)
+    conv_chooser.clear_memory_cache(device)
     profile = conv_profile.device_profile(device, dtype)
     return {"seconds": round(seconds, 1), "budget_seconds": budget_s, "rounds_scale": round(smallest_scale, 3),
             "layers": len(layers), "timings": timings, "basics": basics, "prebuilt": prebuilt, "residual": residual,

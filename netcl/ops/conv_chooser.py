@@ -1,0 +1,92 @@
+"""Which strategy runs one pass of one convolution on one device: the device's :class:`ConvChooser`.
+
+Every convolution asks its device's chooser (``chooser(device)``, held in ``device.state``), and the
+chooser is the one place that decides between the three ways of choosing:
+
+- a strategy forced by the caller or ``NETCL_CONV_STRATEGY`` runs as forced (checked);
+- in training with ``NETCL_CONV_PLAN_MODE=online`` (the default), the training trials measure the
+  candidates over the first steps (netcl.ops.conv_online) unless a measured plan is stored;
+- otherwise the planner's plan (netcl.ops.conv2d_planner): a stored measured plan, else the model's
+  choice (heuristic: no kernel runs), or a measurement in the measure modes, stored once.
+
+What decides a choice besides the layer and pass is one value, :class:`~netcl.ops.conv_plan.ChoiceInputs`
+(:meth:`ConvChooser.inputs`); each plan carries the inputs it was made with and `netcl plan` prints them.
+Imports run one way: this module → conv_online → conv2d_planner → conv_plan, conv_profile, conv_cost.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .. import settings
+from ..errors import ShapeError
+from ..runtime.device import resolve_device
+from . import conv2d_planner as planner
+from . import conv_online, conv_profile
+from .conv_common import ConvLayer
+from .conv_plan import ChoiceInputs
+from .conv_registry import strategies
+
+CHOOSER = "conv chooser"  # the device state's entry (netcl.runtime.device_state)
+forced_strategy = planner.forced_strategy  # (strategy, who forced it): the caller's, else NETCL_CONV_STRATEGY's
+
+
+def trials_on() -> bool:
+    """Whether training measures its "auto" choices over its first steps (NETCL_CONV_PLAN_MODE=online)."""
+    return settings.CONV_PLAN_MODE.get() == "online"
+
+
+class ConvChooser:
+    """The convolution choice of one device. It keeps no table of its own: the plans it made are in the
+    device's "conv plans" table (netcl.ops.conv2d_planner), the trials in "conv training trials"
+    (netcl.ops.conv_online), the cost model's profiles in "conv device profiles"; :meth:`clear` forgets
+    all three. Methods take the device: the device's state refers to no Device."""
+
+    def inputs(self, layer: ConvLayer, pass_: str, device, strategy: str | None = None,
+               training: bool = False) -> ChoiceInputs:
+        """Everything besides the layer and pass that decides which strategy runs this pass."""
+        if training and trials_on() and planner.forced_strategy(strategy)[0] is None:
+            plan = planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device)
+            return dataclasses.replace(plan.inputs, mode="online",
+                                       trials=conv_online.trial_state(layer, pass_, device))
+        return planner.plan_conv2d_layer(layer, pass_, None, device=device, strategy=strategy).inputs
+
+    def strategy_for(self, layer: ConvLayer, pass_: str, strategy: str | None, device) -> object:
+        """The strategy object that runs ``pass_`` of ``layer`` on ``device``: the forced one (checked),
+        or the planner's choice for that device."""
+        if strategy in (None, "auto"):
+            strategy = planner.plan_conv2d_layer(layer, pass_, device=device).strategy
+        impl = strategies().get(strategy)
+        if impl is None:
+            raise ShapeError(f"unknown conv2d strategy {strategy!r}; choose one of {', '.join(strategies())} "
+                             f"or 'auto'")
+        why = impl.why_not(layer, pass_, device)
+        if why:
+            raise ShapeError(f"conv2d strategy {strategy!r} cannot run the {pass_} pass of this layer: {why} "
+                             f"({layer.describe()})")
+        return impl
+
+    def run(self, pass_: str, layer: ConvLayer, device, strategy: str | None, training: bool, execute):
+        """Run ``pass_`` of ``layer``: ``execute(name)`` runs strategy ``name`` and returns its result.
+        ``strategy`` is the caller's (None or "auto": choose); ``training`` lets the trials measure."""
+        if strategy in (None, "auto") and training and trials_on():
+            return conv_online.run(pass_, layer, device, execute)
+        return execute(strategy)
+
+    def clear(self, device) -> None:
+        """Forget the plans, profiles and training trials this process holds for ``device`` (the stores on
+        disk stay)."""
+        planner.clear_plans(device)
+        conv_profile.clear_memory(device)
+        conv_online.clear(device)
+
+
+def chooser(device=None) -> ConvChooser:
+    """``device``'s chooser (the default device's when None)."""
+    return resolve_device(device).state.entry(CHOOSER, ConvChooser)
+
+
+def clear_memory_cache(device=None) -> None:
+    """Forget the plans, profiles and training trials this process holds for ``device`` (the default
+    device if None; the stores on disk stay). ``device.clear_state()`` forgets these and all else."""
+    device = resolve_device(device)
+    chooser(device).clear(device)
