@@ -221,8 +221,9 @@ __kernel void bn_apply(
    before the choice, so it compiles to a select: a load under a data-dependent condition became a
    branch per element under PoCL and made the reduction 2.5x slower. */
 <%def name="masked_grad(i)">
+<% out = f"y[y_off + {i}]" %>
 % if RELU6:
-select((${T}) 0, dy[dy_off + ${i}], ${'(long)' if T == 'double' else '(int)'} (y[y_off + ${i}] > (${T}) 0 && y[y_off + ${i}] < (${T}) 6))
+select((${T}) 0, dy[dy_off + ${i}], ${'(long)' if T == 'double' else '(int)'} (${out} > (${T}) 0 && ${out} < (${T}) 6))
 % elif RELU:
 select((${T}) 0, dy[dy_off + ${i}], ${'(long)' if T == 'double' else '(int)'} (y[y_off + ${i}] > (${T}) 0))
 % else:
@@ -233,8 +234,9 @@ dy[dy_off + ${i}]
 /* masked_grad for RUN_LANES consecutive elements from i, as an accumulator vector (a vector ternary is a
    select: a vector comparison's lanes are all ones when true). */
 <%def name="masked_grad_lanes(i)">
+<% out = wide_load("y + y_off + " + i) %>
 % if RELU6:
-((${wide_load("y + y_off + " + i)} > (${AV}) 0 & ${wide_load("y + y_off + " + i)} < (${AV}) 6) ? ${wide_load("dy + dy_off + " + i)} : (${AV}) 0)
+((${out} > (${AV}) 0 & ${out} < (${AV}) 6) ? ${wide_load("dy + dy_off + " + i)} : (${AV}) 0)
 % elif RELU:
 (${wide_load("y + y_off + " + i)} > (${AV}) 0 ? ${wide_load("dy + dy_off + " + i)} : (${AV}) 0)
 % else:

@@ -1,4 +1,5 @@
-"""Sigmoid, LeakyReLU, GELU (exact and tanh), Hardtanh, ReLU6, Hardswish, Hardsigmoid, SiLU, Softmax / LogSoftmax along any dim, Identity,
+"""Sigmoid, LeakyReLU, GELU (exact and tanh), Hardtanh, ReLU6, Hardswish, Hardsigmoid, SiLU (with PyTorch's
+gradients at their kinks), Softmax / LogSoftmax along any dim, Identity,
 AdaptiveAvgPool2d, and the containers ModuleList / ModuleDict, Module.to and buffers: float64 NumPy
 references on odd sizes with canaries, finite differences for the gradients."""
 from __future__ import annotations

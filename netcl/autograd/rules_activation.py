@@ -1,5 +1,5 @@
-"""Backward rules of LeakyReLU / GELU / Hardtanh / Hardswish / Hardsigmoid / SiLU, the residual add + ReLU, and softmax / log-softmax
-(netcl.ops.activation)."""
+"""Backward rules of LeakyReLU / GELU / Hardtanh / Hardswish / Hardsigmoid / SiLU, the residual add + ReLU,
+and softmax / log-softmax (netcl.ops.activation)."""
 from __future__ import annotations
 
 from .function import Function

@@ -26,6 +26,17 @@ def kaiming_uniform(shape, fan_in: int, a: float = math.sqrt(5.0), dtype=np.floa
     return _random.host_generator().uniform(-bound, bound, size=shape).astype(dtype)
 
 
+def kaiming_normal(shape, fan: int, a: float = 0.0, dtype=np.float32) -> np.ndarray:
+    """N(0, gain²/fan), gain = √(2/(1+a²)): PyTorch's kaiming_normal_ with the fan of its ``mode`` (fan_out =
+    out_channels · kh · kw for a convolution, whatever its groups) and the (leaky) ReLU gain."""
+    std = math.sqrt(2.0 / (1.0 + a * a)) / math.sqrt(max(fan, 1))
+    return _random.host_generator().normal(0.0, std, size=shape).astype(dtype)
+
+
+def normal(shape, std: float, mean: float = 0.0, dtype=np.float32) -> np.ndarray:
+    return _random.host_generator().normal(mean, std, size=shape).astype(dtype)
+
+
 def bias_uniform(shape, fan_in: int, dtype=np.float32) -> np.ndarray:
     bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
     return _random.host_generator().uniform(-bound, bound, size=shape).astype(dtype)
