@@ -3,13 +3,13 @@ netcl's (the torchvision architectures come written out in plain PyTorch from
 tests/fixtures/make_torchvision_fixtures.py, weights and data from tests/torchvision_reference.py):
 
     python benchmarks/torch_agreement_worker.py --model resnet18 --batch 2 --size 64 --classes 10 --out REF.npz
-        [--onnx MODEL.onnx] [--sgd-steps 50 --sgd-batch 16 --lr 0.01 --momentum 0.9]
+        [--onnx MODEL.onnx] [--sgd-steps 50 --sgd-batch 16 --sgd-size 64 --lr 0.01 --momentum 0.9]
 
 Writes to REF.npz PyTorch's float64 results on the synthetic weights and batch (eval logits, a training
 step's loss and every parameter's gradient, keyed by state_dict name) with the relative L2 error of its own
 float32 run against them; with --onnx, also exports the float32 model (eval mode, BatchNormalization kept as
 nodes so the import trains, initializers named as the state_dict); with --sgd-steps, the float32 losses of
-that many SGD steps on a batch of --sgd-batch synthetic images.
+that many SGD steps on a batch of --sgd-batch synthetic images of --sgd-size.
 """
 from __future__ import annotations
 
@@ -75,6 +75,7 @@ def main(argv=None):
     parser.add_argument("--onnx", type=Path)
     parser.add_argument("--sgd-steps", type=int, default=0)
     parser.add_argument("--sgd-batch", type=int, default=16)
+    parser.add_argument("--sgd-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--momentum", type=float, default=0.9)
     args = parser.parse_args(argv)
@@ -85,7 +86,7 @@ def main(argv=None):
     if args.onnx:
         export_onnx(args.model, args.classes, args.size, args.onnx)
     if args.sgd_steps:
-        results["sgd_losses"] = np.array(sgd_losses(args.model, args.classes, args.sgd_batch, args.size,
+        results["sgd_losses"] = np.array(sgd_losses(args.model, args.classes, args.sgd_batch, args.sgd_size,
                                                     args.sgd_steps, args.lr, args.momentum))
     np.savez(args.out, **results)
 
