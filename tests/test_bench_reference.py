@@ -141,7 +141,9 @@ def test_reference_process_runs_onnxruntime_on_an_onnx_file(device, rng, tmp_pat
 
 def test_bench_rejects_unknown_names_and_a_batch_without_a_model():
     for argv, message in ((["bench", "nothing"], "unknown benchmark 'nothing'"),
-                          (["bench", "lenet", "--batch", "3"], "--batch takes a positive batch size")):
+                          (["bench", "lenet", "--batch", "3"], "--batch is for `netcl bench imagenet`"),
+                          (["bench", "model.onnx", "--batch", "1,8"], "takes one batch size, got 1,8"),
+                          (["bench", "imagenet", "--batch", "0"], "--batch takes positive integers")):
         out = subprocess.run([sys.executable, "-m", "netcl", *argv], capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and message in out.stderr, out.stderr
 

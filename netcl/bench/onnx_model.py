@@ -46,11 +46,7 @@ def run(args):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no ONNX file {path}")
     device = nc.default_device()
-    batches = getattr(args, "batch", None) or (1,)
-    if len(batches) != 1:
-        from ..cli.main import ArgumentError
-        raise ArgumentError(f"netcl bench MODEL.onnx takes one batch size, got {','.join(map(str, batches))}")
-    batch = batches[0]
+    batch = (getattr(args, "batch", None) or (1,))[0]  # netcl.cli.bench lets one size through
     quick = bool(getattr(args, "quick", False))
     seconds, rounds = (0.3, 2) if quick else (1.5, 5)
     min_reps = getattr(args, "repeat", None) or (1 if quick else 3)

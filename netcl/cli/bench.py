@@ -24,8 +24,10 @@ def run(args):
     if not onnx_model and args.name not in BENCHMARKS:
         raise ArgumentError(f"netcl bench: unknown benchmark {args.name!r}; choose one of {', '.join(BENCHMARKS)} "
                             f"or give a MODEL.onnx file")
-    if args.batch is not None and (not onnx_model or args.batch < 1):
-        raise ArgumentError("netcl bench: --batch takes a positive batch size, for a MODEL.onnx run")
+    if args.batch is not None and not (onnx_model or args.name == "imagenet"):
+        raise ArgumentError("netcl bench: --batch is for `netcl bench imagenet` and `netcl bench MODEL.onnx`")
+    if args.batch is not None and onnx_model and len(args.batch) != 1:
+        raise ArgumentError(f"netcl bench MODEL.onnx takes one batch size, got {','.join(map(str, args.batch))}")
     if args.device is not None:
         import netcl as nc
         nc.set_default_device(args.device)
