@@ -244,3 +244,31 @@ def test_imagenet_models_round_trip(device, rng, name, size):
     for batch in (1, 3):
         x = rng.standard_normal((batch, 3, size, size)).astype(np.float32)
         assert_agrees(netcl_eval(model, x, device), run_onnxruntime(proto, x), 1e-5, f"{name} batch {batch}")
+
+
+def test_an_imported_model_goes_back_out_with_its_current_weights(device, rng, tmp_path):
+    """nc.onnx.load, a few SGD steps in train mode, nc.onnx.export: the graph it came in as, with the
+    fine-tuned weights and BatchNorm statistics, which onnxruntime runs as netcl does."""
+    model = nc.models.resnet8(seed=int(rng.integers(1 << 30)), device=device)
+    randomize_batchnorm(model, rng)
+    shape = (2, 3, 12, 12)
+    source = nc.onnx.export(model, nc.tensor(rng.standard_normal(shape).astype(np.float32), device=device))
+    imported = nc.onnx.load(source.SerializeToString(), device=device)
+    before = {k: v.to_host() for k, v in imported.state_dict().items()}
+    imported.train()
+    optimizer = nc.optim.SGD(imported.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(3):
+        x = nc.tensor(rng.standard_normal(shape).astype(np.float32), device=device)
+        labels = nc.tensor(rng.integers(0, 10, shape[0]), device=device)
+        optimizer.zero_grad()
+        nc.nn.CrossEntropyLoss()(imported(x), labels).backward()
+        optimizer.step()
+    changed = [k for k, v in imported.state_dict().items() if not np.array_equal(v.to_host(), before[k])]
+    assert any(k.endswith("running_mean") for k in changed) and any(k.endswith("weight") for k in changed)
+    proto = nc.onnx.export(imported, None, tmp_path / "tuned.onnx")
+    assert [n.op_type for n in proto.graph.node] == [n.op_type for n in source.graph.node]
+    assert sorted(t.name for t in proto.graph.initializer) == sorted(t.name for t in source.graph.initializer)
+    x = rng.standard_normal((3,) + shape[1:]).astype(np.float32)
+    assert_agrees(netcl_eval(imported, x, device), run_onnxruntime(proto, x), 1e-5, "fine-tuned import")
+    assert_agrees(netcl_eval(nc.onnx.load(tmp_path / "tuned.onnx", device=device), x, device),
+                  netcl_eval(imported, x, device), 1e-6, "exported and loaded again")

@@ -29,6 +29,7 @@ from ..errors import OnnxError
 from ..models.mobilenet import InvertedResidual, MobileNetV2
 from ..models.resnet import BasicBlock, Bottleneck, ImageNetResNet, ResNet
 from ..tensor import Tensor
+from .model import OnnxModel
 
 MIN_OPSET, MAX_OPSET = 13, 21
 
@@ -376,18 +377,53 @@ def _onnx():
     return onnx
 
 
+def _export_imported(onnx, model: OnnxModel, path):
+    """An imported model's own graph (nodes, opset, inputs and outputs as loaded), its weights taken from the
+    model's current parameters and buffers: a fine-tuned import goes back out as the graph it came in as."""
+    if model.source_graph is None:
+        raise OnnxError("this imported model kept no source graph to export (nc.onnx.load keeps one)")
+    proto = type(model.source_graph)()
+    proto.CopyFrom(model.source_graph)
+    values = {}
+    for key, tensor in model.state_dict().items():
+        name = model.initializer_names.get(key, key)
+        if name not in model.source_weights:
+            continue
+        array = tensor.to_host()
+        if name in values and not np.array_equal(values[name], array):
+            raise OnnxError(f"the graph stores {name!r} once, but the model's {key!r} now differs from the other "
+                            f"layer that was imported from it; it cannot be written back as one weight",
+                            initializer=name)
+        values[name] = array
+    for name, (dims, data_type) in model.source_weights.items():
+        array = values.get(name)
+        if array is None or array.size != int(np.prod(dims, dtype=np.int64)):
+            raise OnnxError(f"the model holds no value of the graph's weight {name!r} with {dims} elements",
+                            initializer=name, dims=dims)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(data_type)
+        proto.graph.initializer.append(onnx.numpy_helper.from_array(array.astype(dtype).reshape(dims), name))
+    if path is not None:
+        onnx.save(proto, os.fspath(path))
+    return proto
+
+
 def export(model, example_input, path=None, opset: int = 17, dynamic_batch: bool = True,
            input_name: str = "input", output_name: str = "output"):
     """Write ``model`` as an ONNX graph to ``path`` (a file name; None writes nothing) and return the
     ``onnx.ModelProto``. ``example_input``: a netcl Tensor (or array) of the input's shape; the model runs
     once on it in eval mode (its mode is restored after). ``opset``: 13 to 21. ``dynamic_batch``: the
     first dimension of input and output is the symbol "batch", so any batch size runs. The graph is
-    checked with ``onnx.checker`` (shapes inferred) before it is written."""
+    checked with ``onnx.checker`` (shapes inferred) before it is written.
+
+    A model made by ``nc.onnx.load`` is written as the graph it was loaded from (its opset, inputs and
+    outputs; ``example_input``, ``opset`` and ``dynamic_batch`` do not apply) with the weights it holds now."""
     onnx = _onnx()
     if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
         raise OnnxError(f"nc.onnx.export writes opsets {MIN_OPSET} to {MAX_OPSET}, not {opset!r}", opset=opset)
     if not isinstance(model, nn.Module):
         raise OnnxError(f"nc.onnx.export exports a netcl nn.Module, got {type(model).__name__}")
+    if isinstance(model, OnnxModel):
+        return _export_imported(onnx, model, path)
     if not isinstance(example_input, Tensor):  # on the model's device
         device = next((p.device for p in model.parameters()), None)
         example_input = Tensor.from_host(np.asarray(example_input, np.float32), device)

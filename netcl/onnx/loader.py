@@ -52,7 +52,7 @@ def load(path_or_bytes, device=None) -> OnnxModel:
     for name in graph.outputs:
         if name in constants:
             builder.constant_input(Node(name, "Constant", "", [], [name]), name)
-    return root.finish(builder).eval()
+    return root.finish(builder).keep_source(model).eval()
 
 
 def _unsupported(graph: Graph, node):

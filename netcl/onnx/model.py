@@ -23,29 +23,45 @@ class OnnxModel(Module):
 
     def __init__(self, graph, device):
         super().__init__()
-        object.__setattr__(self, "_graph_inputs", [(n, graph.shapes.get(n), graph.input_types.get(n))
-                                                  for n in graph.inputs])
-        object.__setattr__(self, "_graph_outputs", list(graph.outputs))
-        object.__setattr__(self, "_shapes", graph.shapes)
-        object.__setattr__(self, "_device", device)
-        object.__setattr__(self, "opset", graph.opset)
-        object.__setattr__(self, "producer", graph.producer)
-        for name in ("_steps", "_constant_sources", "_convs", "initializer_names"):
-            object.__setattr__(self, name, None)
+        self._graph_inputs = [(n, graph.shapes.get(n), graph.input_types.get(n)) for n in graph.inputs]
+        self._graph_outputs = list(graph.outputs)
+        self._shapes = graph.shapes
+        self._device = device
+        self.opset = graph.opset
+        self.producer = graph.producer
+        self._steps = self._constant_sources = self._convs = self.initializer_names = None
+        self.source_graph = None  # the graph less its weights (keep_source), for nc.onnx.export
+        self.source_weights: dict = {}  # initializer name -> (dims, ONNX data type) of each weight left out
 
     def finish(self, builder) -> "OnnxModel":
         """Take the steps a converters.Builder made of the graph's nodes."""
-        object.__setattr__(self, "_steps", builder.steps)
-        object.__setattr__(self, "_constant_sources", dict(builder.constant_sources))
-        object.__setattr__(self, "_convs", builder.convs)
-        object.__setattr__(self, "initializer_names", dict(builder.initializer_names))
+        self._steps = builder.steps
+        self._constant_sources = dict(builder.constant_sources)
+        self._convs = builder.convs
+        self.initializer_names = dict(builder.initializer_names)
         self._plan_releases()
+        return self
+
+    def keep_source(self, model_proto) -> "OnnxModel":
+        """Keep the graph the model came from, less the initializers the model's parameters and buffers
+        hold (state_dict keys map to them through ``initializer_names``), so that ``nc.onnx.export`` can
+        write the graph back with the model's current, possibly fine-tuned, values."""
+        initializers = {t.name for t in model_proto.graph.initializer}
+        held = {self.initializer_names.get(key, key) for key in self.state_dict()} & initializers
+        source = type(model_proto)()
+        source.CopyFrom(model_proto)
+        kept = [t for t in source.graph.initializer if t.name not in held]
+        self.source_weights = {t.name: (tuple(t.dims), t.data_type)
+                               for t in source.graph.initializer if t.name in held}
+        del source.graph.initializer[:]
+        source.graph.initializer.extend(kept)
+        self.source_graph = source
         return self
 
     def to(self, device) -> "OnnxModel":
         from ..runtime.device import resolve_device
         super().to(device)
-        object.__setattr__(self, "_device", resolve_device(device))
+        self._device = resolve_device(device)
         return self
 
     @property
@@ -74,7 +90,7 @@ class OnnxModel(Module):
         for name, k in last.items():
             if name not in keep:
                 groups[k].release.append(name)
-        object.__setattr__(self, "_groups", groups)
+        self._groups = groups
 
     # ---- running -------------------------------------------------------------------------------------
     def _bind(self, args, kwargs) -> dict:
