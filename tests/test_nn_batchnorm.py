@@ -248,3 +248,36 @@ def test_hardswish_folds_into_a_convolution_for_inference(device, rng, canaries)
     with pytest.raises(nc.ShapeError, match="one fused activation"):
         from netcl.ops.batchnorm import batch_norm_apply
         batch_norm_apply(_t(z.astype(np.float32), device), None, None, None, bn.bias, relu=True, hardswish=True)
+
+
+@pytest.mark.parametrize("tail", ["relu", "relu6", "residual", "residual+relu"])
+def test_a_biased_convolution_fuses_its_epilogue_in_inference(device, rng, canaries, tail):
+    """Conv2d with a bias followed by a shortcut and/or ReLU (a graph whose exporter folded BatchNorm into
+    the convolution): under no_grad one epilogue pass adds the bias [and the shortcut] and applies the
+    activation; the result is the float64 reference's, and with gradients wanted the steps run one by one."""
+    from netcl.nn import fusion
+    from util import conv2d_ref
+    conv = nc.nn.Conv2d(3, 5, 3, padding=1, device=device)
+    conv.bias = _t(rng.uniform(-4, 4, size=5).astype(np.float32), device, True)
+    x_h = (3 * rng.normal(size=(2, 3, 7, 5))).astype(np.float32)
+    shortcut_h = rng.normal(size=(2, 5, 7, 5)).astype(np.float32)
+    steps = [conv]
+    if "residual" in tail:
+        steps.append(fusion.Residual(_t(shortcut_h, device)))
+    if tail.endswith("relu6"):
+        steps.append(nc.nn.ReLU6())
+    elif tail.endswith("relu"):
+        steps.append(nc.nn.ReLU())
+    expected = conv2d_ref(x_h.astype(np.float64), conv.weight.to_host().astype(np.float64), padding=(1, 1))
+    expected += conv.bias.to_host().astype(np.float64)[None, :, None, None]
+    if "residual" in tail:
+        expected += shortcut_h
+    if tail.endswith("relu6"):
+        expected = np.clip(expected, 0, 6)
+    elif tail.endswith("relu"):
+        expected = np.maximum(expected, 0)
+    with nc.no_grad():
+        assert [n for n, _ in fusion.plan(steps)] == [f"conv+{tail} (inference)"]
+        y = fusion.run(steps, _t(x_h, device)).to_host()
+    assert_close(y, expected, 1e-5, f"conv+{tail}")
+    assert fusion.plan(steps)[0][0] != f"conv+{tail} (inference)"  # gradients wanted: not this fusion

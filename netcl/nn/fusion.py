@@ -14,6 +14,9 @@ Every fused call computes what the unfused steps compute (up to float rounding),
   Conv2d, BatchNorm2d, ReLU6               inference: the same with ReLU6 (MobileNetV2's Conv-BN-ReLU6)
   Conv2d, BatchNorm2d, Hardswish           inference: the same with Hardswish (MobileNetV3's)
   Conv2d, BatchNorm2d                       inference: the same without the ReLU
+  Conv2d [, Residual] [, ReLU or ReLU6]     inference, a convolution with a bias (a graph whose exporter
+                                            folded BatchNorm away): bias [+ shortcut] [activation] in one
+                                            pass after the convolution
   BatchNorm, Residual, ReLU                 relu(bn(x) + shortcut): one apply kernel (backward: two)
   BatchNorm, ReLU                           relu(bn(x)): one apply kernel
   BatchNorm, ReLU6                          relu6(bn(x)): one apply kernel
@@ -77,6 +80,19 @@ def _folded(steps, x, residual=None, relu: bool = False, relu6: bool = False, ha
                             hardswish=hardswish)
 
 
+def _biased_inference(steps) -> bool:
+    """Inference (no graph is recorded) through a convolution with a bias: the bias goes into the pass that
+    adds the shortcut or applies the activation (an imported graph whose exporter folded BatchNorm away)."""
+    return not is_grad_enabled() and steps[0].bias is not None
+
+
+def _conv_epilogue(steps, x, residual=None, relu: bool = False, relu6: bool = False):
+    """conv without its bias, then bias [+ residual] [activation] in one pass."""
+    conv = steps[0]
+    y = F.conv2d(x, conv.weight, None, conv.stride, conv.padding, conv.dilation, conv.groups, conv.strategy)
+    return batch_norm_apply(y, None, None, None, conv.bias, residual=residual, relu=relu, relu6=relu6)
+
+
 def _always(steps) -> bool:
     return True
 
@@ -94,6 +110,14 @@ FUSIONS: tuple[Fusion, ...] = (
            lambda s, x: _folded(s, x, hardswish=True)),
     Fusion("conv+bn (eval: folded)", ((Conv2d,), (BatchNorm2d,)), _foldable,
            lambda s, x: _folded(s, x)),
+    Fusion("conv+residual+relu (inference)", ((Conv2d,), (Residual,), (ReLU,)), _biased_inference,
+           lambda s, x: _conv_epilogue(s, x, s[1].shortcut, relu=True)),
+    Fusion("conv+residual (inference)", ((Conv2d,), (Residual,)), _biased_inference,
+           lambda s, x: _conv_epilogue(s, x, s[1].shortcut)),
+    Fusion("conv+relu (inference)", ((Conv2d,), (ReLU,)), _biased_inference,
+           lambda s, x: _conv_epilogue(s, x, relu=True)),
+    Fusion("conv+relu6 (inference)", ((Conv2d,), (ReLU6,)), _biased_inference,
+           lambda s, x: _conv_epilogue(s, x, relu6=True)),
     Fusion("bn+residual+relu", (_BN, (Residual,), (ReLU,)), _always,
            lambda s, x: s[0](x, relu=True, residual=s[1].shortcut)),
     Fusion("bn+relu", (_BN, (ReLU,)), _always, lambda s, x: s[0](x, relu=True)),
