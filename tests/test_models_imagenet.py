@@ -96,7 +96,11 @@ def _within_five_times_pytorch_float32(ours, expected, f32_error, what, floor=1e
 
 @pytest.mark.parametrize("name", sorted(NUMERIC_MODELS))
 def test_training_step_matches_pytorch_float64(device, monkeypatch, torch_outputs, synthetic_models, name):
-    monkeypatch.setenv("NETCL_CONV_PLAN_MODE", "heuristic")  # the plan, not training's trials of strategies
+    # One strategy for every layer: the models' numerics are under test here, not the mix of strategies a
+    # device's stored calibration picks (each strategy meets float64 on its own in test_conv_strategies.py).
+    # Across mixes the rounding differs, and a pre-activation within rounding of a ReLU's kink can change
+    # sides, which moves every gradient upstream of it by more than float32 rounding.
+    monkeypatch.setenv("NETCL_CONV_STRATEGY", "implicit_gemm")
     model = synthetic_models(name)
     model.train()
     images, targets = synthetic_batch()
