@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -212,7 +211,8 @@ def run(args) -> list:
     python = reference_python(args.torch_python)
     if not has_torch(python):
         raise SystemExit(f"{python} cannot import torch: pass --torch-python or set NETCL_REFERENCE_PYTHON")
-    os.environ.setdefault("NETCL_CONV_PLAN_MODE", "heuristic")  # numerics, not the planner's trials
+    if not settings.CONV_PLAN_MODE.is_set():
+        settings.CONV_PLAN_MODE.choose("heuristic")  # numerics, not the planner's trials
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.models.split(","):

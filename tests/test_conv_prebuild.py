@@ -18,7 +18,7 @@ from netcl.ops.conv_common import ConvLayer
 from netcl.ops.elementwise import copy_into
 from netcl.ops.gemm import shape_class
 from netcl.runtime import binaries, kernels
-from netcl.runtime.launching import builds_only
+from netcl.runtime.observers import builds_only
 from netcl.tuning import conv_prebuild
 
 LAYER = ConvLayer.from_shapes((2, 5, 9, 9), (7, 5, 3, 3), padding=1)

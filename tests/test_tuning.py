@@ -111,8 +111,8 @@ def test_gemm_uses_stored_parameters(tmp_cache, device, rng, canaries):
     b = rng.standard_normal((300, 500)).astype(np.float32)
     out = gemm_module.gemm(nc.Tensor.from_host(a, device), nc.Tensor.from_host(b, device))
     assert_close(out.to_host(), a.astype(np.float64) @ b, 1e-5, "gemm with stored parameters")
-    assert tuner.expected_gflops(device, np.float32, 20, 500, 300) == 1.0
-    assert tuner.expected_gflops(device, np.float32, 500, 500, 500) is None
+    assert gemm_module.expected_gflops(device, np.float32, 20, 500, 300) == 1.0
+    assert gemm_module.expected_gflops(device, np.float32, 500, 500, 500) is None
     # an invalid stored value falls back to the built-in parameters with a warning
     db.store(device, "gemm", {"MR": 0, "VW": 5}, key="float32/small_mn")
     with pytest.warns(RuntimeWarning, match="gemm parameters"):
@@ -157,7 +157,7 @@ def test_tuner_stores_winners(device, tmp_cache, monkeypatch):
         entry = db.lookup(device, "gemm", key)
         assert db.source(device, "gemm", key) == "user"
         assert entry["gflops"] > 0 and {"MR", "VW", "NV"} <= set(entry)
-    assert tuner.expected_gflops(device, np.float32, 24, 40, 8) > 0
+    assert gemm_module.expected_gflops(device, np.float32, 24, 40, 8) > 0
 
 
 def test_leaders_are_chosen_head_to_head_not_by_their_search_scores(device, tmp_cache, monkeypatch):

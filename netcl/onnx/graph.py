@@ -8,6 +8,8 @@ Every problem raises nc.OnnxError naming the node, the operator and the opset.
 """
 from __future__ import annotations
 
+import collections
+
 import os
 from dataclasses import dataclass, field
 
@@ -273,26 +275,25 @@ class Graph:
         for name in self.outputs:
             if name not in defined and name not in producer:
                 raise OnnxError(f"graph output {name!r} is not computed by any node", missing=name, opset=self.opset)
-        waiting = {id(n): sum(1 for i in n.inputs if i in producer) for n in nodes}
+        # Kahn's order over node positions: waiting[k] counts node k's inputs still to be produced
+        waiting = [sum(1 for i in n.inputs if i in producer) for n in nodes]
         users = {}
-        for node in nodes:
+        for k, node in enumerate(nodes):
             for name in node.inputs:
                 if name in producer:
-                    users.setdefault(name, []).append(node)
-        ready = [n for n in nodes if waiting[id(n)] == 0]
+                    users.setdefault(name, []).append(k)
+        ready = collections.deque(k for k, count in enumerate(waiting) if count == 0)
         ordered = []
         while ready:
-            node = ready.pop(0)
+            node = nodes[ready.popleft()]
             ordered.append(node)
             for out in node.outputs:
-                for user in users.get(out, ()):
-                    for name in user.inputs:
-                        if name == out:
-                            waiting[id(user)] -= 1
-                    if waiting[id(user)] == 0:
-                        ready.append(user)
+                for k in users.get(out, ()):
+                    waiting[k] -= 1
+                    if waiting[k] == 0:
+                        ready.append(k)
         if len(ordered) != len(nodes):
-            stuck = [n.name for n in nodes if waiting[id(n)] > 0]
+            stuck = [n.name for n, count in zip(nodes, waiting) if count > 0]
             raise OnnxError(f"the graph has a cycle through the nodes {stuck[:8]}{' ...' if len(stuck) > 8 else ''}",
                             node=stuck[0], op_type=next(n.op_type for n in nodes if n.name == stuck[0]),
                             opset=self.opset, cycle=stuck)

@@ -264,7 +264,7 @@ def _chains(steps, graph_outputs, shapes) -> list:
             open_chains[step.outputs[0]] = group
     last_index = {}
     for k, group in done:
-        last_index[id(group)] = (k, group)
+        last_index[group] = (k, group)  # a group's last position in the steps
     return [group for _, group in sorted(last_index.values(), key=lambda item: item[0])]
 
 

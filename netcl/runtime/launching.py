@@ -9,7 +9,7 @@ import pyopencl as cl
 
 from ..errors import DeviceError, DeviceMemoryError
 from .device import Device
-from .observers import builds_only, skip_launch  # noqa: F401  (builds_only: public here too)
+from .observers import skip_launch
 
 
 def round_up(n: int, multiple: int) -> int:

@@ -5,7 +5,7 @@ second or so, and builds serialize inside one process (two threads building at o
 after the other), so builds are most of a cold calibration. Two *processes* do build at the same time,
 and that driver hands a built program over as a binary for next to nothing (milliseconds to fetch and
 load). So before any timing the calibration runs each GEMM product and each
-conv pass it will time once with nothing launched (netcl.runtime.launching.builds_only), sharing them
+conv pass it will time once with nothing launched (netcl.runtime.observers.builds_only), sharing them
 with a helper process (``python -m netcl.tuning.conv_prebuild``) that writes what it builds to netcl's
 kernel cache; the timed passes then load those binaries instead of building.
 
@@ -61,7 +61,7 @@ def build(device, job) -> None:
     from ..ops.conv2d_planner import answers, operand_shapes
     from ..ops.conv_registry import strategies
     from ..ops.gemm import gemm, gemm_batched
-    from ..runtime.launching import builds_only
+    from ..runtime.observers import builds_only
     from ..tensor import Tensor
     with builds_only(device):
         if job[0] == "gemm":

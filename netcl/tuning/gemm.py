@@ -18,7 +18,6 @@ import time
 
 import numpy as np
 
-from ..ops.gemm import expected_gflops  # noqa: F401  (what a tuned rate serves)
 from ..runtime import binaries
 from ..runtime import tuning_db as db
 from ..runtime.timing import calls_per_sample
