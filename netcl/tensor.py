@@ -17,6 +17,8 @@ from .autograd import function as _ag
 from .errors import DeviceError, ShapeError
 from .runtime import memory
 from .runtime.device import Device, resolve_device
+from .runtime.recording import StorageWrites
+from .runtime.recording import active as recording_of
 from .tensor_math import MathMethods
 from .tensor_shape import ShapeMethods
 
@@ -77,6 +79,7 @@ class Tensor(ShapeMethods, MathMethods):
         self.grad: Tensor | None = None
         self._grad_node = None
         self._grad_slot = 0
+        self._writes: StorageWrites | None = None  # made at the first write or view, shared with every view
 
     # ---- creation ---------------------------------------------------------------------------
     @classmethod
@@ -160,7 +163,35 @@ class Tensor(ShapeMethods, MathMethods):
                               f"{self.device.describe()} and {other.device.describe()}")
 
     def _view(self, shape, strides, offset) -> "Tensor":
-        return Tensor(self.buffer, shape, self.dtype, self.device, strides, offset)
+        view = Tensor(self.buffer, shape, self.dtype, self.device, strides, offset)
+        view._writes = self._shared_writes()
+        return view
+
+    # ---- in-place writes -------------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """How many in-place writes this tensor's storage has had, through this tensor or any view of it
+        (PyTorch's ``_version``): a value derived from the tensor and kept (BatchNorm folded into a
+        convolution's weights) is current while the versions it was derived from are."""
+        writes = self._writes
+        return 0 if writes is None else writes.count
+
+    def mark_written(self) -> None:
+        """Count an in-place write of this tensor's storage. Every op that writes into a tensor it did not
+        allocate calls it; inside a recording (netcl.runtime.recording) the count is recorded too, so every
+        replay of a recorded training step counts the writes its commands make again."""
+        writes = self._shared_writes()
+        writes.count += 1
+        if self.device.state.observers:
+            recording = recording_of(self.device)
+            if recording is not None:
+                recording.written(writes, self.buffer)
+
+    def _shared_writes(self) -> "StorageWrites":
+        writes = self._writes
+        if writes is None:
+            writes = self._writes = StorageWrites()
+        return writes
 
     # ---- autograd ---------------------------------------------------------------------------------
     def backward(self, gradient=None) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 import netcl as nc
 from netcl.nn import fusion
+from util import randomize_batchnorm
 
 
 @pytest.fixture(autouse=True)
@@ -15,17 +16,6 @@ def fixed_kernels(monkeypatch):
     # that a timing could change between the two.
     monkeypatch.setenv("NETCL_DEFER_BUILDS", "0")
     monkeypatch.setenv("NETCL_CONV_STRATEGY", "im2col")
-
-
-def randomize_batchnorm(model, rng):
-    """Running statistics and affine parameters away from their defaults, so folding them changes values."""
-    for module in model.modules():
-        if isinstance(module, nc.nn.BatchNorm2d):
-            n = module.num_features
-            module.load_state_dict({"weight": rng.uniform(0.5, 1.5, n).astype(np.float32),
-                                    "bias": rng.uniform(-0.5, 0.5, n).astype(np.float32),
-                                    "running_mean": rng.uniform(-0.3, 0.3, n).astype(np.float32),
-                                    "running_var": rng.uniform(0.5, 2.0, n).astype(np.float32)}, strict=False)
 
 
 class InvertedResidual(nc.nn.Module):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+import netcl as nc
+
 
 def rel_l2(actual, expected) -> float:
     """Relative L2 error ||a - e|| / ||e|| (computed in float64; 0-norm references compare absolutely)."""
@@ -80,3 +82,14 @@ def conv2d_grads_ref(x, w, grad_y, stride=(1, 1), padding=(0, 0), dilation=(1, 1
                 gw[ks, :, i, j] += np.einsum("nkhw,nchw->kc", gy[:, ks], xp[:, cs, hs, ws])
                 gxp[:, cs, hs, ws] += np.einsum("nkhw,kc->nchw", gy[:, ks], w[ks, :, i, j])
     return gxp[:, :, ph:ph + h, pw:pw + wd], gw
+
+
+def randomize_batchnorm(model, rng):
+    """Running statistics and affine parameters away from their defaults, so folding them changes values."""
+    for module in model.modules():
+        if isinstance(module, nc.nn.BatchNorm2d):
+            n = module.num_features
+            module.load_state_dict({"weight": rng.uniform(0.5, 1.5, n).astype(np.float32),
+                                    "bias": rng.uniform(-0.5, 0.5, n).astype(np.float32),
+                                    "running_mean": rng.uniform(-0.3, 0.3, n).astype(np.float32),
+                                    "running_var": rng.uniform(0.5, 2.0, n).astype(np.float32)}, strict=False)

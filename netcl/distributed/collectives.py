@@ -60,6 +60,7 @@ def all_reduce(tensor: Tensor, op: str = "sum") -> Tensor:
         host *= host.dtype.type(1.0 / g.size)
     # Asynchronous: a later download into the same host buffer is queued behind this upload.
     memory.upload(tensor.device, tensor.buffer, host, offset_bytes, wait=False)
+    tensor.mark_written()
     return tensor
 
 
@@ -102,6 +103,7 @@ def _scatter(flat: np.ndarray, tensors, wait: bool) -> None:
     start = 0
     for t in tensors:
         memory.upload(t.device, t.buffer, flat[start:start + t.size], t.offset * t.dtype.itemsize, wait=wait)
+        t.mark_written()
         start += t.size
 
 

@@ -80,6 +80,7 @@ class _HostAveraged:
         for p, start, stop in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
             # asynchronous: the next pass downloads into this host buffer only behind this upload
             memory.upload(p.device, p.grad.buffer, result[start:stop], p.grad.offset * p.dtype.itemsize, wait=False)
+            p.grad.mark_written()
 
 
 class MpiBuckets(_HostAveraged):
@@ -292,3 +293,4 @@ class DeviceAveragedBuckets(_StartsAtPassEnd):
                 for start, stop in zip(offsets, offsets[1:])]
         for average, out in zip(averages, outs):
             average(out)
+            out.mark_written()

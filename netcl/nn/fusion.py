@@ -7,8 +7,9 @@ LeNet's ReLU + max-pool and the ResNet's BN + ReLU and residual add + ReLU share
 
 Every fused call computes what the unfused steps compute (up to float rounding), gradients included:
   Conv2d, BatchNorm2d [, Residual], ReLU     inference (eval and no_grad): BN folded into the convolution's
-                                            weights and bias (one launch, ops.batchnorm.fold_into_conv),
-                                            the convolution, then bias [+ shortcut] [relu] in one pass
+                                            weights and bias (FoldedConvBN, kept with the BatchNorm and
+                                            folded anew only when what it comes from changed), the
+                                            convolution, then bias [+ shortcut] [relu] in one pass
   Conv2d, BatchNorm2d, Residual            inference: the same with the shortcut and no activation
                                             (MobileNetV2's linear bottleneck plus its input)
   Conv2d, BatchNorm2d, ReLU6               inference: the same with ReLU6 (MobileNetV2's Conv-BN-ReLU6)
@@ -31,6 +32,8 @@ from typing import Callable, Sequence
 
 from ..autograd import is_grad_enabled
 from ..ops.batchnorm import batch_norm_apply, fold_into_conv
+from ..runtime.recording import host_call
+from ..tensor import Tensor
 from . import functional as F
 from .activation import Hardswish, ReLU, ReLU6
 from .layers import Conv2d, MaxPool2d
@@ -70,11 +73,57 @@ def _foldable(steps) -> bool:
             and conv.weight.dtype == bn.running_mean.dtype)
 
 
+class FoldedConvBN:
+    """A convolution's weight and bias with the eval-mode BatchNorm after it folded in, kept with that
+    BatchNorm (its ``folded_conv``). ``current(conv, bn)`` folds again (one launch) only when one of the
+    six tensors it comes from (the convolution's weight and bias, the running statistics, the affine
+    weight and bias) was written in place since (``Tensor.version``: an optimizer step, load_state_dict,
+    a training forward's running statistics, a replayed training step) or replaced, or ``eps`` changed;
+    it refolds into the same two tensors whenever their shapes allow, so a recorded forward that reads
+    them stays right. A recorded forward (netcl.training.CapturedInference) calls ``current`` as host work
+    at every replay (netcl.runtime.recording.host_call)."""
+
+    def __init__(self):
+        self.weight: Tensor | None = None
+        self.bias: Tensor | None = None
+        self._folded_from: tuple = ()  # (tensor, its buffer, its version) for each source, then eps
+
+    def current(self, conv, bn) -> tuple[Tensor, Tensor]:
+        """The folded (weight, bias), folded anew first if a source changed."""
+        sources = (conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias)
+        if not self._unchanged(sources, bn.eps):
+            self._fold(sources, bn.eps)
+        return self.weight, self.bias
+
+    def _unchanged(self, sources, eps) -> bool:
+        seen = self._folded_from
+        if not seen or seen[-1] != eps:
+            return False
+        for t, (was, buffer, version) in zip(sources, seen):
+            if t is not was or (t is not None and (t.buffer is not buffer or t.version != version)):
+                return False
+        return True
+
+    def _fold(self, sources, eps) -> None:
+        conv_weight = sources[0]
+        # The versions are read before the fold is enqueued: a write counted later comes after it.
+        seen = tuple((t, None if t is None else t.buffer, None if t is None else t.version) for t in sources)
+        out = None
+        if (self.weight is not None and self.weight.shape == conv_weight.shape
+                and self.weight.dtype == conv_weight.dtype and self.weight.device is conv_weight.device):
+            out = (self.weight, self.bias)
+        self.weight, self.bias = fold_into_conv(*sources, eps, out=out)
+        self._folded_from = seen + (eps,)
+
+
 def _folded(steps, x, residual=None, relu: bool = False, relu6: bool = False, hardswish: bool = False):
-    """conv with bn folded into its weights (one fold launch), then bias [+ residual] [relu] in one pass."""
+    """conv with bn folded into its weights (kept: see FoldedConvBN), then bias [+ residual] [relu] in one
+    pass."""
     conv, bn = steps[0], steps[1]
-    weight, bias = fold_into_conv(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias,
-                                  bn.eps)
+    fold = bn.folded_conv
+    if fold is None:
+        fold = bn.folded_conv = FoldedConvBN()
+    weight, bias = host_call(conv.weight.device, fold.current, conv, bn)
     y = F.conv2d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups, conv.strategy)
     return batch_norm_apply(y, None, None, None, bias, residual=residual, relu=relu, relu6=relu6,
                             hardswish=hardswish)

@@ -168,6 +168,7 @@ class Module:
             if not target.is_contiguous():
                 raise ShapeError(f"cannot load into non-contiguous {key!r}")
             memory.upload(target.device, target.buffer, host, target.offset * target.dtype.itemsize)
+            target.mark_written()
         return missing, unexpected
 
     # ---- modes and gradients --------------------------------------------------------------------------

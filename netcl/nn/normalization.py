@@ -54,6 +54,9 @@ class _BatchNorm(Module):
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
             self.register_buffer("num_batches_tracked", None)
+        # This layer folded into the convolution before it for inference (netcl.nn.fusion.FoldedConvBN),
+        # kept while the tensors it was folded from are unchanged.
+        self.folded_conv = None
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
@@ -80,6 +83,8 @@ class _BatchNorm(Module):
         ``relu6``: ReLU6 in place of the ReLU."""
         self._check_input(x)
         update = self.training and self.track_running_stats
+        if self.training:  # the kept fold is a second copy of the convolution's weights: not kept in training
+            self.folded_conv = None
         return F.batch_norm(x, self.running_mean if update or not self.training else None,
                             self.running_var if update or not self.training else None, self.weight, self.bias,
                             self.uses_batch_stats(), self.momentum, self.eps,

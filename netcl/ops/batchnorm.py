@@ -130,6 +130,9 @@ def batch_norm_stats(x: Tensor, running_mean: Tensor | None = None, running_var:
            np.int64(mean.offset), var.buffer, np.int64(var.offset), *_buf(running_mean, x), *_buf(running_var, x),
            *_buf(num_batches_tracked, x), np.int32(n), np.int32(c), np.int32(length),
            np.int32(_parts(x.device, n, length, local)), x.dtype.type(0.0 if momentum is None else momentum))
+    if update:
+        running_mean.mark_written()
+        running_var.mark_written()
     return mean, var
 
 
@@ -176,6 +179,8 @@ def batch_norm_apply(x: Tensor, mean: Tensor | None, var: Tensor | None, weight:
            y.buffer, np.int64(y.offset), *_buf(mean, x), *_buf(var, x), *_buf(weight, x), *_buf(bias, x),
            *_buf(count, x), np.int32(n * c), np.int32(c), np.int32(length),
            np.int32(chunk), x.dtype.type(eps))
+    if count is not None:
+        count.mark_written()
     return y
 
 
@@ -220,9 +225,11 @@ def batch_norm_backward(grad_y: Tensor, x: Tensor, y: Tensor, mean: Tensor, var:
 
 
 def fold_into_conv(conv_weight: Tensor, conv_bias: Tensor | None, running_mean: Tensor, running_var: Tensor,
-                   weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5):
+                   weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5, *,
+                   out: tuple[Tensor, Tensor] | None = None):
     """(folded weight, folded bias) of the convolution equal to batch_norm(conv(x)) with running
-    statistics, in one launch (no autograd: netcl.nn.utils.fold_conv_bn is the differentiable form)."""
+    statistics, in one launch (no autograd: netcl.nn.utils.fold_conv_bn is the differentiable form).
+    ``out``: contiguous (weight, bias) tensors to write them into (a kept fold refreshed in place)."""
     what = "fold_into_conv"
     if not isinstance(conv_weight, Tensor) or conv_weight.ndim < 2:
         raise ShapeError(f"{what}: expected a convolution weight (K, C, ...), got {getattr(conv_weight, 'shape', None)}")
@@ -234,8 +241,16 @@ def fold_into_conv(conv_weight: Tensor, conv_bias: Tensor | None, running_mean: 
                              f"({conv_weight.dtype})")
     cw = _contiguous(conv_weight)
     per_channel = cw.size // k
-    folded_w = Tensor.empty(cw.shape, cw.dtype, cw.device)
-    folded_b = Tensor.empty((k,), cw.dtype, cw.device)
+    if out is None:
+        folded_w = Tensor.empty(cw.shape, cw.dtype, cw.device)
+        folded_b = Tensor.empty((k,), cw.dtype, cw.device)
+    else:
+        folded_w, folded_b = out
+        for t, shape, name in ((folded_w, cw.shape, "out weight"), (folded_b, (k,), "out bias")):
+            if t.shape != shape or t.dtype != cw.dtype or not t.is_contiguous():
+                raise ShapeError(f"{what}: {name} must be a contiguous {shape} {cw.dtype} tensor, got "
+                                 f"{t.shape} {t.dtype}")
+            cw.same_device(t, what)
     kernel = get_kernel(cw.device, "batchnorm.cl", "bn_fold",
                         **_variant(cw, AFFINE=weight is not None, CONV_BIAS=conv_bias is not None))
     launch(cw.device, kernel, (per_channel, k), (min(per_channel, 64), 1), cw.buffer, np.int64(cw.offset),
@@ -243,4 +258,7 @@ def fold_into_conv(conv_weight: Tensor, conv_bias: Tensor | None, running_mean: 
            np.int64(running_var.offset), *_buf(weight, cw), *_buf(bias, cw), folded_w.buffer,
            np.int64(folded_w.offset), folded_b.buffer, np.int64(folded_b.offset), np.int32(k),
            np.int32(per_channel), cw.dtype.type(eps))
+    if out is not None:
+        folded_w.mark_written()
+        folded_b.mark_written()
     return folded_w, folded_b

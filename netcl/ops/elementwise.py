@@ -214,6 +214,12 @@ def clamp(x: Tensor, low=None, high=None) -> Tensor:
 
 def copy_into(dst: Tensor, src: Tensor) -> Tensor:
     """dst[...] = src, broadcasting src; dst may be any strided view (its elements must not overlap)."""
+    _copy_elements(dst, src)
+    dst.mark_written()
+    return dst
+
+
+def _copy_elements(dst: Tensor, src: Tensor) -> Tensor:
     dst.same_device(src, "copy")
     if src.dtype != dst.dtype:
         src = cast(src, dst.dtype)
@@ -236,7 +242,7 @@ def copy_into(dst: Tensor, src: Tensor) -> Tensor:
 
 def contiguous_copy(a: Tensor) -> Tensor:
     out = Tensor.empty(a.shape, a.dtype, a.device)
-    return copy_into(out, a)
+    return _copy_elements(out, a)  # a fresh tensor: no write to count
 
 
 def fill(t: Tensor, value) -> Tensor:
@@ -247,5 +253,6 @@ def fill(t: Tensor, value) -> Tensor:
         pattern = np.uint8(bool(value)) if t.dtype == dtypes.BOOL else t.dtype.type(value)
         memory.fill(t.device, t.buffer, pattern, t.nbytes, t.offset * t.dtype.itemsize)
     else:
-        copy_into(t, Tensor.from_host(np.asarray(value, dtype=t.dtype), t.device))
+        _copy_elements(t, Tensor.from_host(np.asarray(value, dtype=t.dtype), t.device))
+    t.mark_written()
     return t

@@ -206,6 +206,7 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
     if K != K2 or a.shape[0] not in (1, batch) or b.shape[0] not in (1, batch):
         raise ShapeError(f"gemm_batched: op(a) of shape {(a.shape[0], M, K)} (a {a.shape}) and op(b) of shape "
                          f"{(b.shape[0], K2, N)} (b {b.shape}) do not multiply (trans_a={trans_a}, trans_b={trans_b})")
+    written_in_place = c is not None
     if c is None:
         c = Tensor.empty((batch, M, N), a.dtype, a.device)
         beta = 0.0
@@ -218,6 +219,8 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
               a_rs, a_cs, a.strides[0] if a.shape[0] > 1 else 0,
               b_rs, b_cs, b.strides[0] if b.shape[0] > 1 else 0, c.strides[1], c.strides[2], c.strides[0])
     _plan(a.device, layout, params)(a.buffer, a.offset, b.buffer, b.offset, c.buffer, c.offset, alpha, beta)
+    if written_in_place:
+        c.mark_written()
     return c
 
 
@@ -230,6 +233,7 @@ def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta
     if K != K2:
         raise ShapeError(f"gemm: op(a) of shape {(M, K)} (a {a.shape}, trans_a={trans_a}) and op(b) of shape "
                          f"{(K2, N)} (b {b.shape}, trans_b={trans_b}) do not multiply")
+    written_in_place = c is not None
     if c is None:
         c = Tensor.empty((M, N), a.dtype, a.device)
         beta = 0.0
@@ -239,6 +243,8 @@ def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta
         return c
     layout = (a.dtype.char, M, N, K, 1, 1, 1, a_rs, a_cs, 0, b_rs, b_cs, 0, c.strides[0], c.strides[1], 0)
     _plan(a.device, layout, params)(a.buffer, a.offset, b.buffer, b.offset, c.buffer, c.offset, alpha, beta)
+    if written_in_place:
+        c.mark_written()
     return c
 
 

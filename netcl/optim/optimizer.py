@@ -139,6 +139,11 @@ class Optimizer:
             prepared(*args[:-1], *args[-1], dynamic={first_scalar + k: refresh for k, refresh in enumerate(dynamic)})
         else:
             prepared(*args[:-1], *args[-1])
+        for p, _, state in items:  # the parameters and their state were updated in place
+            p.mark_written()
+            for value in state.values():
+                if isinstance(value, Tensor):
+                    value.mark_written()
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:

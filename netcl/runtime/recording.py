@@ -5,7 +5,7 @@ launches (LeNet). On a CPU device that host time comes from the cores the kernel
 the step runs holds every command the step enqueued — kernel launches with their arguments, uploads,
 fills, copies — and the host work that must happen between them (gradient hooks such as
 DistributedDataParallel's allreduce), each an object of its own kind (``KernelLaunch``, ``Upload``,
-``Fill``, ``Copy``, ``HostCall``) that knows its place in a signature and how to enqueue itself again.
+``Fill``, ``Copy``, ``HostCall``, ``Written``) that knows its place in a signature and how to enqueue itself again.
 ``Replay`` enqueues the same commands again, each kernel a private copy with its arguments set once, for a
 few microseconds a launch.
 
@@ -14,7 +14,10 @@ netcl.training.replay records two consecutive steps and replays only when ``sign
 agree. What legitimately changes from step to step is declared where the launch is made:
 
 - a *dynamic* scalar argument (a Dropout seed) is recomputed by its callable at every replay;
-- host work (a hook) is recorded with ``host_call`` and called again at every replay.
+- host work (a hook) is recorded with ``host_call`` and called again at every replay;
+- the writes into existing tensors (``Tensor.mark_written``: an optimizer's update of the parameters,
+  BatchNorm's running statistics) are counted again at every replay, so what caches values derived from
+  those tensors (BatchNorm folded into a convolution) sees a replayed step's writes as it sees an eager one's.
 
 What cannot be replayed marks the recording unusable with a reason: a download (the host reading a
 result, e.g. ``loss.item()``, implies a decision taken on the host).
@@ -106,6 +109,15 @@ class Recording(LaunchObserver):
 
     def host(self, fn, args, kwargs) -> None:
         self.commands.append(HostCall(fn, args, kwargs))
+
+    def written(self, writes: "StorageWrites", buffer) -> None:
+        """A tensor stored in ``buffer`` was written in place (its ``writes`` counted once more): a replay
+        counts it again at this point. Consecutive writes are kept as one command."""
+        last = self.commands[-1] if self.commands else None
+        if isinstance(last, Written):
+            last.add(writes, buffer)
+        else:
+            self.commands.append(Written(writes, buffer))
 
     # ---- comparing two recordings ------------------------------------------------------------------
     def signature(self) -> list:
@@ -248,7 +260,44 @@ class HostCall:
 
     def prepare(self, queue):
         fn, args, kwargs = self.fn, self.args, self.kwargs
-        return lambda: fn(*args, **kwargs)
+
+        def call() -> None:  # what it returns is no event of the replay's
+            fn(*args, **kwargs)
+        return call
+
+
+class StorageWrites:
+    """The count of in-place writes into one tensor's storage, shared by the tensor and its views
+    (``Tensor.version`` reads it, ``Tensor.mark_written`` and replays of ``Written`` add to it)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self):
+        self.count = 0
+
+
+class Written:
+    """Tensors written in place by the commands before it: a replay counts their writes again."""
+
+    launches = 0
+
+    def __init__(self, writes: StorageWrites, buffer):
+        self.writes, self.buffers = [writes], [buffer]
+
+    def add(self, writes: StorageWrites, buffer) -> None:
+        self.writes.append(writes)
+        self.buffers.append(buffer)
+
+    def signature(self, names: _BufferNames) -> tuple:
+        return "written", tuple(names.buffer(b) for b in self.buffers)
+
+    def prepare(self, queue):
+        counts = tuple(self.writes)
+
+        def count_writes():
+            for writes in counts:
+                writes.count += 1
+        return count_writes
 
 
 def _identities(values) -> tuple:
@@ -299,12 +348,15 @@ class Replay:
         self._steps = [command.prepare(self.device.queue) for command in self._commands]
 
     def replay(self):
-        """Enqueue every command again; the last command's event (None when the last was host work)."""
+        """Enqueue every command again; the event of the last command that enqueued one (None when none
+        did): its completion means the whole replay's has, the queue being in order."""
         result = None
         try:
             for step in self._steps:
-                result = step()
+                event = step()
+                if event is not None:
+                    result = event
         except cl.Error as exc:
             raise DeviceError(f"replaying {self.launches} launches on {self.device.describe()} failed: "
                               f"{exc}") from None
-        return result if isinstance(result, cl.Event) else None
+        return result

@@ -7,9 +7,11 @@ device spends computing; on a CPU device that host time comes from the cores the
 input shape run the forward as written (kernels are built and plans made there); then it records two
 forwards (netcl.runtime.recording) and, when both enqueued the same commands on the same buffers, replays
 the second for every later input of that shape, dtype and device: the input is copied into the recorded
-input tensor and the recorded commands are enqueued again. BatchNorm folding in eval mode
-(netcl.nn.fusion) is part of what is recorded, so parameters changed in place (an optimizer step,
-``load_state_dict``) are folded anew by every replay.
+input tensor and the recorded commands are enqueued again. BatchNorm folded into a convolution in eval
+mode is kept with the BatchNorm (netcl.nn.fusion.FoldedConvBN); the recording holds, as host work, the
+check of each fold against the versions of the tensors it comes from, so a replay after parameters
+changed in place (an optimizer step, ``load_state_dict``, a replayed training step) folds those anew
+into the same tensors first, and one after no change enqueues no fold.
 
 An input of another shape, a model switched between train() and eval(), or a parameter or buffer whose
 storage was replaced runs as written (a replaced storage records again). A forward that reads a result on
