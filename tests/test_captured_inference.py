@@ -199,3 +199,22 @@ def test_captured_inference_of_the_imagenet_models_equals_eager(name, rng):
     expected = eager(model, nc.tensor(x))
     for out in outputs:
         np.testing.assert_array_equal(out.to_host(), expected)
+
+
+def test_a_replaced_module_records_again(rng):
+    """A sub-module swapped for another (its parameters never seen by the recording) ends the replay."""
+    model = nc.models.resnet8(num_classes=4, in_channels=3, seed=6)
+    randomize_batchnorm(model, rng)
+    model.eval()
+    infer = nc.training.CapturedInference(model)
+    x = nc.tensor(rng.standard_normal((1, 3, 9, 9)).astype(np.float32))
+    for _ in range(4):
+        infer(x)
+    assert infer.replaying, infer.status
+    model.fc = nc.nn.Linear(model.fc.in_features, 4)
+    np.testing.assert_array_equal(infer(x).to_host(), eager(model, x))
+    assert not infer.replaying, infer.status
+    for _ in range(3):
+        out = infer(x)
+    assert infer.replaying, infer.status
+    np.testing.assert_array_equal(out.to_host(), eager(model, x))

@@ -90,7 +90,10 @@ class FoldedConvBN:
 
     def current(self, conv, bn) -> tuple[Tensor, Tensor]:
         """The folded (weight, bias), folded anew first if a source changed."""
-        sources = (conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.weight, bn.bias)
+        # read from the registries: a replay calls this for every folded pair (Module.__getattr__ costs more)
+        params, affine, stats = conv._parameters, bn._parameters, bn._buffers
+        sources = (params["weight"], params.get("bias"), stats["running_mean"], stats["running_var"],
+                   affine.get("weight"), affine.get("bias"))
         if not self._unchanged(sources, bn.eps):
             self._fold(sources, bn.eps)
         return self.weight, self.bias

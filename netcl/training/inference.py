@@ -14,7 +14,7 @@ changed in place (an optimizer step, ``load_state_dict``, a replayed training st
 into the same tensors first, and one after no change enqueues no fold.
 
 An input of another shape, a model switched between train() and eval(), or a parameter or buffer whose
-storage was replaced runs as written (a replaced storage records again). A forward that reads a result on
+storage was replaced runs as written (a replaced storage or sub-module records again). A forward that reads a result on
 the host cannot be recorded; it runs as written every time, with ``status`` saying why.
 
 The output is a fresh tensor on every call (a device copy of the recorded output), so results of earlier
@@ -80,7 +80,7 @@ class CapturedInference:
         if self._replay is not None:
             if self._state_key() == self._key:
                 return self._replayed(x)
-            self._forget("recording again: the model's mode or a parameter's storage changed")
+            self._forget("recording again: the model's modules, their modes or a parameter's storage changed")
         if self._calls_of_layout <= self.warmup or self.recordings >= self.attempts or self._refused:
             return self._eager(x)
         if first_step.in_progress(x.device):
@@ -123,7 +123,7 @@ class CapturedInference:
                 self.status = "not replayed yet: two consecutive forwards enqueued different commands"
         if self.recordings >= self.attempts and self._replay is None:
             self.status += f"; gave up after {self.recordings} recordings, every call runs as written"
-        return output if self._replay is None or self.reuse_output else output.clone()
+        return output if self._replay is None or self.reuse_output else _copy(output)
 
     def _replayed(self, x: Tensor) -> Tensor:
         self._load_input(x)
@@ -133,10 +133,7 @@ class CapturedInference:
         if event is not None:
             self._in_flight.append(event)
         self.replays += 1
-        if self.reuse_output:
-            return self._output
-        with autograd.no_grad():
-            return self._output.clone()
+        return self._output if self.reuse_output else _copy(self._output)
 
     # ---- what a replay relies on -----------------------------------------------------------------------
     def _load_input(self, x: Tensor) -> None:
@@ -148,17 +145,35 @@ class CapturedInference:
                     x.offset * x.dtype.itemsize)
 
     def _state_key(self) -> tuple:
-        """What must be unchanged for a recording to stay right: every module's mode and the storage of
-        every parameter and buffer (values may change in place)."""
-        return (tuple(m.training for m in self.model.modules()),
-                tuple(id(t.buffer) for t in self.model.parameters()),
-                tuple(id(t.buffer) for t in self.model.buffers()))
+        """What must be unchanged for a recording to stay right: the modules, each one's mode and the
+        storage of every parameter and buffer (values may change in place). Checked at every call, so
+        it walks the modules without naming them (a model's names cost more than the check)."""
+        modules, seen, stack = [], set(), [self.model]
+        while stack:
+            module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            modules.append(module)
+            stack.extend(m for m in module._modules.values() if m is not None)
+        storages = [t.buffer for m in modules for registry in (m._parameters, m._buffers)
+                    for t in registry.values() if t is not None]
+        return tuple(modules), tuple(m.training for m in modules), tuple(storages)
 
     def _forget(self, why: str) -> None:
         self._replay, self._output, self._key, self._previous = None, None, None, None
         self.recordings = 0
         self._in_flight.clear()
         self.status = why
+
+
+def _copy(output: Tensor) -> Tensor:
+    """A copy in storage of its own (the driver's buffer copy: less host work than a copy kernel)."""
+    output = output.contiguous()
+    out = Tensor.empty(output.shape, output.dtype, output.device)
+    if out.nbytes:
+        memory.copy(out.device, out.buffer, output.buffer, out.nbytes, 0, output.offset * output.dtype.itemsize)
+    return out
 
 
 def _layout(x) -> tuple:
