@@ -105,6 +105,7 @@ def test_bench_imagenet_quick_reports_every_figure(tmp_path):
     names = {row["name"] for row in entry["layers"]}
     assert {"conv1", "bn1", "maxpool", "layer4.1.conv2", "fc"} <= names
     assert "per layer, resnet18 at batch 2" in out.stdout
+    assert "the layers' forward passes one by one" in out.stdout and "the replayed inference" in out.stdout
 
 
 def test_bench_imagenet_refuses_a_bad_batch_list():

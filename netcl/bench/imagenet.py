@@ -489,6 +489,9 @@ def _print(r) -> None:
             rate = (f"{row['gflops']:.1f} GFLOP/s" if "gflops" in row else f"{row['gbps']:.1f} GB/s")
             print(f"  {row['name']:<28}{row['pass']:<17}{row['strategy']:<16}{row['ms']:>9.3f}{rate:>14}"
                   f"{_fmt(row['share'], '7.0%')}", file=out)
+        forward_ms = sum(row["ms"] for row in e["layers"] if row["pass"] == "forward")
+        print(f"  (the layers' forward passes one by one, BatchNorm unfolded: {forward_ms:.1f} ms in all; the "
+              f"replayed inference: {e['inference_ms_per_batch']:.1f} ms per batch)", file=out)
     out.flush()
 
 
