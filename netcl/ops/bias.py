@@ -46,6 +46,7 @@ def add_bias_(y: Tensor, bias: Tensor, channel_axis: int = 1) -> Tensor:
     global_size = (ch, outer) if along_ch else (inner, outer * ch)
     launch(y.device, kernel, global_size, (local, 1), y.buffer, np.int64(y.offset), bias.buffer,
            np.int64(bias.offset), np.int32(outer), np.int32(ch), np.int32(inner))
+    y.mark_written()
     return y
 
 
