@@ -12,7 +12,8 @@ col2im_scatter  the im2col indexing run backwards: one work-item per column entr
                 on scheduling, so the result may differ in the last bits from run to run.
 col2im_gather   deterministic: one work-item per input element, summing the (at most R*S) entries that
                 read it in a fixed order. Tap r of output row p reads row h iff (h + PH - r*DH) is a
-                non-negative multiple of SH below P*SH; the same for columns.
+                non-negative multiple of SH below P*SH; the same for columns. With unit dilation the
+                loop steps over the taps SH apart that satisfy it.
 
 Template parameters (all have defaults): T, IDX, TRANSPOSED, VEC, LOCAL and the geometry
 N C H W R S P Q SH SW PH PW DH DW, exactly as in kernels/im2col.cl.
@@ -88,8 +89,8 @@ __kernel void col2im_gather(__global const ${T}* restrict cols, const long cols_
     if (${beyond('j', '(%s)%d' % (IDX, N * C * H * W))}) return;
     const ${IDX} w = j % ${W}, h = (j / ${W}) % ${H}, c = (j / ${H * W}) % ${C}, n = j / ${C * H * W};
     __global const ${T}* src = cols + cols_off;
-    /* Taps r whose output row p = (h + PH - r*DH) / SH lies in [0, P): r_lo..r_hi in closed form
-       (the divisibility by SH is tested only when SH > 1); the same for s. */
+    /* Taps r whose output row p = (h + PH - r*DH) / SH lies in [0, P): r_lo..r_hi in closed form; the
+       same for s. */
     const ${IDX} hp = h + ${PH}, wq = w + ${PW};
     /* ?: rather than the min/max built-ins, which are calls where the driver cannot inline them
        (netcl.runtime.cl_vectors) and stop the work-item loop from vectorizing */
@@ -98,18 +99,32 @@ __kernel void col2im_gather(__global const ${T}* restrict cols, const long cols_
     const ${IDX} r_lo = r_first > 0 ? r_first : 0, r_hi = r_last < ${R - 1} ? r_last : ${R - 1};
     const ${IDX} s_lo = s_first > 0 ? s_first : 0, s_hi = s_last < ${S - 1} ? s_last : ${S - 1};
     ${T} acc = 0;
+    /* With unit dilation, the taps that reach an output row are every SH-th from the first r ≥ r_lo with
+       r ≡ hp (mod SH): the loop visits only those (a stride-2 layer's loop a quarter as long), with no
+       divisibility test; a dilated strided layer tests each tap. The same for columns. */
+% if DH == 1:
+    for (${IDX} r = r_lo + (hp - r_lo) % ${SH}; r <= r_hi; r += ${SH}) {
+        const ${IDX} p = (hp - r) / ${SH};
+% else:
     for (${IDX} r = r_lo; r <= r_hi; ++r) {
         const ${IDX} ph = hp - r * ${DH};
-% if SH > 1:
+%   if SH > 1:
         if (ph % ${SH}) continue;
-% endif
+%   endif
         const ${IDX} p = ph / ${SH};
+% endif
+% if DW == 1:
+        for (${IDX} s = s_lo + (wq - s_lo) % ${SW}; s <= s_hi; s += ${SW}) {
+            const ${IDX} q = (wq - s) / ${SW};
+% else:
         for (${IDX} s = s_lo; s <= s_hi; ++s) {
             const ${IDX} qw = wq - s * ${DW};
-% if SW > 1:
+%   if SW > 1:
             if (qw % ${SW}) continue;
+%   endif
+            const ${IDX} q = qw / ${SW};
 % endif
-            const ${IDX} crs = (c * ${R} + r) * ${S} + s, npq = (n * ${P} + p) * ${Q} + qw / ${SW};
+            const ${IDX} crs = (c * ${R} + r) * ${S} + s, npq = (n * ${P} + p) * ${Q} + q;
 % if TRANSPOSED:
             acc += src[crs * NPQ + npq];
 % else:

@@ -66,10 +66,12 @@ def test_peak_over_baseline_sees_what_the_steps_hold():
 def test_the_shape_trace_sees_each_layers_input_and_leaves_the_modules_as_they_were():
     model = nc.models.resnet8(num_classes=3, in_channels=3, seed=0)
     model.train()
-    with imagenet._ShapeTrace(model) as trace, nc.no_grad():
-        model(nc.tensor(np.zeros((2, 3, 16, 16), np.float32)))
-    shapes = {name: shape for name, _, shape in trace.calls}
+    x = nc.tensor(np.zeros((2, 3, 16, 16), np.float32))
+    with imagenet._ShapeTrace(model, x) as trace, nc.no_grad():
+        model(x)
+    shapes = {name: shape for name, _, shape, _ in trace.calls}
     assert shapes["conv1"] == (2, 3, 16, 16) and shapes["layer2.0.conv2"] == (2, 32, 8, 8)
+    assert [name for name, _, _, reads_input in trace.calls if reads_input] == ["conv1"]
     assert shapes["fc"] == (2, 64)
     assert all("forward" not in m.__dict__ for m in model.modules())
 
@@ -99,6 +101,9 @@ def test_bench_imagenet_quick_reports_every_figure(tmp_path):
         assert entry["training_ratio_to_torch"] > 0  # an interpreter with torch is what the test got
     convs = [row for row in entry["layers"] if row["name"] == "layer1.0.conv1"]
     assert [row["pass"] for row in convs] == ["forward", "backward_data", "backward_weight"]
+    assert [(row["pass"], row["in_training"]) for row in entry["layers"] if row["name"] == "conv1"] == [
+        ("forward", True), ("backward_data", False), ("backward_weight", True)]
+    assert "backward_data*" in out.stdout and "not run in a training step" in out.stdout
     for row in entry["layers"]:
         assert row["ms"] > 0 and row["strategy"] and row["pass"]
         assert ("gflops" in row) == (row["bound"] == "compute") and row["share"] > 0

@@ -143,3 +143,26 @@ def test_workspace_bytes_is_exact(name, case, pass_, rng, device, monkeypatch):
     out = run()
     device.synchronize()
     assert sum(allocated) - out.nbytes == impl.workspace_bytes(layer, pass_), allocated
+
+
+def test_training_skips_the_data_gradient_of_a_plain_input(rng, device, monkeypatch):
+    """A network's first convolution (ResNet's 7×7 stem) reads an input that needs no gradient: a training
+    step runs its forward and weight-gradient passes, never backward_data, and the weight gradient is
+    still right."""
+    passes = []
+    real = conv2d_module.run_pass
+
+    def recording(pass_, *args, **kwargs):
+        passes.append(pass_)
+        return real(pass_, *args, **kwargs)
+    monkeypatch.setattr(conv2d_module, "run_pass", recording)
+    conv = nc.nn.Conv2d(3, 5, 7, stride=2, padding=3, bias=False).to(device)
+    conv.train()
+    x = rng.standard_normal((2, 3, 17, 15)).astype(np.float32)
+    y = conv(nc.Tensor.from_host(x, device))
+    gy = rng.standard_normal(y.shape).astype(np.float32)
+    y.backward(nc.Tensor.from_host(gy, device))
+    assert passes == ["forward", "backward_weight"]
+    _, gw_ref = conv2d_grads_ref(x.astype(np.float64), conv.weight.to_host().astype(np.float64),
+                                 gy.astype(np.float64), (2, 2), (3, 3))
+    assert_close(conv.weight.grad.to_host(), gw_ref, 1e-4, "weight gradient of a conv on a plain input")

@@ -26,6 +26,9 @@ CASES = [
     ((2, 5, 7, 9), (3, 5, 1, 1), 1, 0, 1, 1, "float32"),                    # 1×1, the gemm strategy's case
     ((2, 6, 5, 5), (4, 3, 1, 1), 1, 0, 1, 2, "float32"),                    # 1×1, groups 2
     ((1, 3, 8, 7), (4, 3, 1, 1), 2, 1, 1, 1, "float32"),                    # 1×1 with stride and padding
+    ((3, 7, 11, 9), (5, 7, 1, 1), 2, 0, 1, 1, "float32"),                   # 1×1 stride 2, odd sizes (downsample)
+    ((1, 6, 10, 13), (8, 3, 1, 1), (3, 2), 0, 1, 2, "float32"),             # 1×1 stride (3, 2), groups 2
+    ((2, 5, 7, 7), (3, 5, 1, 1), 2, 0, 1, 1, "float64"),                    # 1×1 stride 2, float64
     ((2, 3, 13, 13), (8, 3, 3, 3), 1, 1, 1, 1, "float32"),
     ((2, 8, 16, 16), (16, 8, 3, 3), 1, 1, 1, 1, "float32"),                 # Winograd-friendly
     ((1, 7, 16, 15), (5, 7, 3, 3), 2, 0, 1, 1, "float32"),
@@ -139,7 +142,7 @@ def test_channel_mismatch_names_both_shapes(device):
 
 @pytest.mark.skipif("gemm" not in strategies(), reason="the gemm strategy is not registered")
 @pytest.mark.parametrize("kw, rule", [
-    (dict(kernel=3), "1×1"), (dict(stride=2), "stride"), (dict(padding=1), "padding"),
+    (dict(kernel=3), "1×1"), (dict(stride=2, padding=1), "padding"), (dict(padding=1), "padding"),
     (dict(dilation=2, kernel=3), "1×1")])
 def test_forced_strategy_that_cannot_serve_says_why(device, kw, rule):
     k = kw.pop("kernel", 1)

@@ -19,6 +19,9 @@ CASES = [
     ((1, 2, 31, 33), 11, 11, 4, 2, 1),
     ((1, 7, 5, 5), 3, 3, 1, 3, 1),              # windows entirely in the padding
     ((2, 13, 8, 1), 3, 1, (2, 1), (1, 0), 1),   # one input column
+    ((1, 3, 23, 21), 7, 7, 2, 3, 1),            # a 7×7 stride-2 stem
+    ((2, 5, 14, 13), 3, 3, 2, 1, 1),            # a strided 3×3 layer, even and odd sizes
+    ((1, 2, 17, 16), 3, 3, (3, 2), 1, (2, 1)),  # stride with dilation in one axis only
 ]
 
 

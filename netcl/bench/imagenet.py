@@ -13,7 +13,9 @@ torchvision's ImageNet networks (nc.models.resnet18/50, mobilenet_v2) on synthet
               strategy, and every other layer's forward and forward with backward, in milliseconds on the model's own
               shapes, with the rate achieved: GFLOP/s and its share of the device's GEMM rate where the
               layer's arithmetic intensity is above the device's ridge point (GEMM rate / copy bandwidth),
-              else GB/s (each tensor read or written once) and its share of the copy bandwidth;
+              else GB/s (each tensor read or written once) and its share of the copy bandwidth; the
+              backward_data of a convolution on the network's input (the stem) is marked with "*": a
+              training step never runs it, as the input needs no gradient;
   references: PyTorch (the same architectures written out in PyTorch, netcl.bench.reference_worker) and
               onnxruntime (the network as an ONNX file: nc.onnx.export where netcl has it, else PyTorch's
               exporter on the same weights) each in a process of its own,
@@ -200,12 +202,12 @@ def main(argv) -> int:
 # ---- per layer ---------------------------------------------------------------------------------------
 
 class _ShapeTrace:
-    """Within, the leaf modules of ``model`` record (name, module, input shape) at each call, in call order.
-    Training-mode forward calls every convolution and BatchNorm as a module (fusion folds only in
-    inference), so the trace sees each layer's own input."""
+    """Within, the leaf modules of ``model`` record (name, module, input shape, whether that input is
+    ``network_input``) at each call, in call order. Training-mode forward calls every convolution and
+    BatchNorm as a module (fusion folds only in inference), so the trace sees each layer's own input."""
 
-    def __init__(self, model):
-        self.model, self.calls, self._wrapped = model, [], []
+    def __init__(self, model, network_input=None):
+        self.model, self.network_input, self.calls, self._wrapped = model, network_input, [], []
 
     def __enter__(self):
         for name, module in self.model.named_modules():
@@ -214,7 +216,7 @@ class _ShapeTrace:
             original = module.forward
 
             def traced(x, *args, _name=name, _module=module, _original=original, **kwargs):
-                self.calls.append((_name, _module, tuple(x.shape)))
+                self.calls.append((_name, _module, tuple(x.shape), x is self.network_input))
                 return _original(x, *args, **kwargs)
             object.__setattr__(module, "forward", traced)
             self._wrapped.append(module)
@@ -238,7 +240,10 @@ def _rate(flops: float, nbytes: float, ms: float, rates: dict) -> dict:
     return {"gbps": gbps, "bound": "memory", "share": gbps / copy if copy else None}
 
 
-def _conv_rows(name, conv, input_shape, device, rates, repeats: int) -> list:
+def _conv_rows(name, conv, input_shape, device, rates, repeats: int, reads_network_input: bool = False) -> list:
+    """The three passes of one convolution. A convolution on the network's input (the stem) needs no
+    backward_data in training, as nothing upstream needs a gradient: that row is timed all the same but
+    marked ``"in_training": False``."""
     from ..ops.conv2d import strategy_for
     from ..ops.conv2d_planner import pass_runners
     from ..ops.conv_common import ConvLayer
@@ -253,6 +258,7 @@ def _conv_rows(name, conv, input_shape, device, rates, repeats: int) -> list:
         run = pass_runners({impl.name: impl}, layer, pass_, device)[impl.name]
         ms = sample(run, device, repeats=repeats, warmup=1).ms
         rows.append({"name": name, "pass": pass_, "strategy": impl.name, "ms": ms,
+                     "in_training": not (reads_network_input and pass_ == "backward_data"),
                      "shape": f"{layer.input_shape}*{layer.weight_shape}/s{conv.stride[0]}",
                      **_rate(layer.flops, nbytes, ms, rates)})
     return rows
@@ -291,15 +297,15 @@ def layer_rows(model, batch: int, image_size: int, device, rates: dict, repeats:
     import netcl as nc
     model.train()
     x, _ = _inputs(batch, image_size, device)
-    with _ShapeTrace(model) as trace, nc.no_grad():
+    with _ShapeTrace(model, x) as trace, nc.no_grad():
         model(x)
     rows, seen = [], set()
-    for name, module, shape in trace.calls:
+    for name, module, shape, reads_network_input in trace.calls:
         if name in seen or type(module).__name__ in ("Flatten", "Dropout", "Identity"):
             continue
         seen.add(name)
         if isinstance(module, nc.nn.Conv2d):
-            rows += _conv_rows(name, module, shape, device, rates, repeats)
+            rows += _conv_rows(name, module, shape, device, rates, repeats, reads_network_input)
         else:
             rows += _module_rows(name, module, shape, device, rates, repeats)
     for p in model.parameters():
@@ -487,11 +493,14 @@ def _print(r) -> None:
         print(f"  {'layer':<28}{'pass':<17}{'strategy':<16}{'ms':>9}{'rate':>14}{'share':>7}", file=out)
         for row in e["layers"]:
             rate = (f"{row['gflops']:.1f} GFLOP/s" if "gflops" in row else f"{row['gbps']:.1f} GB/s")
-            print(f"  {row['name']:<28}{row['pass']:<17}{row['strategy']:<16}{row['ms']:>9.3f}{rate:>14}"
+            pass_ = row["pass"] + ("*" if row.get("in_training") is False else "")
+            print(f"  {row['name']:<28}{pass_:<17}{row['strategy']:<16}{row['ms']:>9.3f}{rate:>14}"
                   f"{_fmt(row['share'], '7.0%')}", file=out)
         forward_ms = sum(row["ms"] for row in e["layers"] if row["pass"] == "forward")
         print(f"  (the layers' forward passes one by one, BatchNorm unfolded: {forward_ms:.1f} ms in all; the "
               f"replayed inference: {e['inference_ms_per_batch']:.1f} ms per batch)", file=out)
+        if any(row.get("in_training") is False for row in e["layers"]):
+            print("  (*: not run in a training step: the network's input needs no gradient)", file=out)
     out.flush()
 
 

@@ -1,13 +1,21 @@
-"""The `gemm` conv2d strategy: a 1×1 convolution with stride 1 and no padding is a plain matrix product
-per image, Y[n](K, HW) = W(K, C) · X[n](C, HW), with no lowering and no workspace. GEMM's strided
-operands address the NCHW tensors in place; each call is batched over images or over groups (whichever
-needs fewer calls), and the weight gradient accumulates over images with beta = 1.
+"""The `gemm` conv2d strategy: a 1×1 convolution without padding is a plain matrix product per image,
+Y[n](K, PQ) = W(K, C) · X[n](C, PQ). With stride 1, GEMM's strided operands address the NCHW tensors in
+place (no lowering, no workspace); each call is batched over images or over groups (whichever needs
+fewer calls), and the weight gradient accumulates over images with beta = 1. With a stride, X[n](C, PQ)
+is the input's every stride-th row and column: the forward and weight-gradient passes gather it into an
+(N, C, P, Q) workspace first (kernels/conv_transform.cl's subsample), and the data gradient's product
+lands in such a workspace from which upsample_zero writes the input gradient, zero between the strided
+rows and columns (a 1×1 window touches no other input element).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from .. import dtypes
 from ..runtime.device import resolve_device
+from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import ConvLayer, ConvStrategy, CostTerms, Product
 from . import gemm as gemm_module
@@ -42,20 +50,50 @@ def _weight_views(w: Tensor, layer: ConvLayer, *, by_group: bool, index: int):
     return _view(w, (1, kg, cg), (0, cg, 1), index * kg * cg)
 
 
+def _strided(layer: ConvLayer) -> bool:
+    return (layer.stride_h, layer.stride_w) != (1, 1)
+
+
+def _subsampled(layer: ConvLayer) -> ConvLayer:
+    """The stride-1 layer on the (N, C, P, Q) input a strided 1×1 convolution actually reads."""
+    return dataclasses.replace(layer, h=layer.out_h, w=layer.out_w, stride_h=1, stride_w=1)
+
+
+def _subsampled_bytes(layer: ConvLayer) -> int:
+    return layer.n * layer.c * layer.out_h * layer.out_w * layer.itemsize
+
+
+def _resample(kernel_name: str, src: Tensor, dst: Tensor, layer: ConvLayer) -> Tensor:
+    """kernels/conv_transform.cl's subsample ((N, C, H, W) -> every stride-th (N, C, P, Q)) or
+    upsample_zero (the reverse, zeros between), both contiguous."""
+    kernel = get_kernel(src.device, "conv_transform.cl", kernel_name, T=dtypes.c_type(src.dtype))
+    rows = layer.out_h if kernel_name == "subsample" else layer.h
+    launch(src.device, kernel, (rows, layer.n * layer.c), None, src.buffer, np.int64(src.offset),
+           dst.buffer, np.int64(dst.offset), np.int64(layer.n * layer.c), np.int32(layer.h), np.int32(layer.w),
+           np.int32(layer.out_h), np.int32(layer.out_w), np.int32(layer.stride_h), np.int32(layer.stride_w))
+    return dst
+
+
+def _gather(x: Tensor, layer: ConvLayer) -> Tensor:
+    return _resample("subsample", x, Tensor.empty((layer.n, layer.c, layer.out_h, layer.out_w), x.dtype, x.device),
+                     layer)
+
+
 class GemmStrategy(ConvStrategy):
     name = "gemm"
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         if (layer.r, layer.s) != (1, 1):
             return f"the kernel is {layer.r}×{layer.s}; the gemm strategy needs a 1×1 kernel"
-        if (layer.stride_h, layer.stride_w) != (1, 1):
-            return f"the stride is {(layer.stride_h, layer.stride_w)}; the gemm strategy needs stride 1"
         if (layer.pad_h, layer.pad_w) != (0, 0):
             return f"the padding is {(layer.pad_h, layer.pad_w)}; the gemm strategy needs padding 0"
         return None
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
-        """No lowering; only GEMM's operand packing (equal-shaped calls share its buffers)."""
+        """No lowering; GEMM's operand packing (equal-shaped calls share its buffers) and, with a stride,
+        the (N, C, P, Q) subsampled input or input gradient."""
+        if _strided(layer):
+            return _subsampled_bytes(layer) + self.workspace_bytes(_subsampled(layer), pass_, device)
         kg, cg, hw, dt = layer.k // layer.groups, layer.c // layer.groups, layer.h * layer.w, layer.dtype
         by_group = self._plan(layer)[0]
         batch = layer.groups if by_group else layer.n
@@ -70,7 +108,16 @@ class GemmStrategy(ConvStrategy):
 
     def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
         """The products on the NCHW tensors in place: no lowering, x, w and y each moved once (the weight
-        gradient once per image, as it accumulates)."""
+        gradient once per image, as it accumulates). A stride adds the gather of the subsampled input
+        (every stride-th row read, the subsampled input written), or the writing of the whole input
+        gradient from it."""
+        if _strided(layer):
+            terms = self.cost_terms(_subsampled(layer), pass_, device)
+            sub = _subsampled_bytes(layer)
+            x_bytes = layer.n * layer.c * layer.h * layer.w * layer.itemsize
+            terms.bytes_moved += x_bytes + sub if pass_ == "backward_data" else x_bytes // layer.stride_h + sub
+            terms.launches += 1
+            return terms
         b, g, n = layer.itemsize, layer.groups, layer.n
         kg, cg, hw = layer.k // g, layer.c // g, layer.h * layer.w
         x_bytes, y_bytes, w_bytes = n * layer.c * hw * b, n * layer.k * hw * b, layer.k * cg * b
@@ -89,6 +136,8 @@ class GemmStrategy(ConvStrategy):
         return by_group, range(layer.n if by_group else layer.groups)
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        if _strided(layer):
+            return self.forward(_gather(x, layer), w, _subsampled(layer))
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
         kg, cg = layer.k // layer.groups, layer.c // layer.groups
         by_group, calls = self._plan(layer)
@@ -99,6 +148,9 @@ class GemmStrategy(ConvStrategy):
         return y
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+        if _strided(layer):
+            grad_sub = self.backward_data(grad_y, w, _subsampled(layer))
+            return _resample("upsample_zero", grad_sub, Tensor.empty(layer.input_shape, w.dtype, w.device), layer)
         grad_x = Tensor.empty(layer.input_shape, w.dtype, w.device)
         kg, cg = layer.k // layer.groups, layer.c // layer.groups
         by_group, calls = self._plan(layer)
@@ -109,6 +161,8 @@ class GemmStrategy(ConvStrategy):
         return grad_x
 
     def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
+        if _strided(layer):
+            return self.backward_weight(_gather(x, layer), grad_y, _subsampled(layer))
         grad_w = Tensor.empty(layer.weight_shape, x.dtype, x.device)
         kg, cg = layer.k // layer.groups, layer.c // layer.groups
         gw = _view(grad_w, (layer.groups, kg, cg), (kg * cg, cg, 1))

@@ -77,6 +77,9 @@ LAYERS = [
     ((1, 128, 28, 28), (512, 128, 1, 1), 1, 0),
     ((1, 1024, 7, 7), (256, 1024, 1, 1), 1, 0),
     ((1, 64, 56, 56), (128, 64, 3, 3), 2, 1),
+    # A ResNet stride-2 1×1 projection at batch 4 (the second stage's): the gemm strategy's subsample and
+    # the products after it, beside implicit GEMM's residue classes, at a size where the two differ.
+    ((4, 128, 28, 28), (256, 128, 1, 1), 2, 0),
 ]
 QUICK_LAYERS = [LAYERS[0], LAYERS[2], LAYERS[4], LAYERS[8]]
 # The fastest sample: a device characteristic, which load from other processes only slows down (the

@@ -18,7 +18,8 @@ from util import assert_close, conv2d_grads_ref, conv2d_ref
 pytestmark = pytest.mark.oclgrind
 
 # (input NCHW, weight KCRS, stride, padding, dilation, groups): small enough for the simulator, varied
-# enough that every strategy finds layers it serves (1×1 for gemm, 3×3 stride 1 for Winograd).
+# enough that every strategy finds layers it serves (1×1 for gemm, with and without a stride; 3×3
+# stride 1 for Winograd).
 LAYERS = [
     ((2, 3, 5, 6), (4, 3, 1, 1), 1, 0, 1, 1),
     ((1, 4, 6, 5), (4, 2, 3, 3), 1, 1, 1, 2),
@@ -28,6 +29,7 @@ LAYERS = [
     ((1, 8, 4, 5), (2, 8, 3, 3), 1, 1, 1, 1),   # 8 input channels: Winograd's vector filter transform
     ((2, 3, 4, 8), (4, 3, 3, 3), 1, 1, 1, 1),   # rows of whole vectors: direct_blocked without bounds tests
     ((2, 3, 7, 9), (6, 1, 3, 3), 2, 1, 1, 3),   # depthwise, multiplier 2, stride 2
+    ((2, 3, 7, 6), (4, 3, 1, 1), 2, 0, 1, 1),   # strided 1×1 (gemm's subsample), a last input row unread
 ]
 TOLERANCES = {"winograd": (1e-4, 5e-4)}
 
