@@ -42,14 +42,22 @@ def active(device) -> "Recording | None":
 
 
 class Recording(LaunchObserver):
-    """The commands enqueued inside ``with Recording(device) as r:`` (device: the one they go to)."""
+    """The commands enqueued inside ``with Recording(device) as r:`` (device: the one they go to).
 
-    def __init__(self, device):
+    The commands keep the buffers they refer to alive. With an ``arena`` (netcl.runtime.memory.Arena),
+    the buffers allocated inside come from it and the commands hold their own handle of each such
+    buffer instead of the tensor's, so a tensor dead mid-step gives its buffer back to the arena for the
+    step's later tensors: the recording, and its replay, need the step's live set of buffers, not the
+    sum of every buffer the step used."""
+
+    def __init__(self, device, arena=None):
         super().__init__(thread=threading.get_ident())
         self.device = device
+        self.arena = arena
         self.commands: list = []  # KernelLaunch, Upload, Fill, Copy and HostCall, in their order
         self.unusable: str | None = None  # why this recording cannot be replayed
         self.paused = False
+        self._handles: dict[int, cl.Buffer] = {}  # an arena buffer's OpenCL handle -> the recording's own
 
     def __enter__(self) -> "Recording":
         if any(isinstance(o, Recording) for o in self.device.state.observers):
@@ -68,19 +76,31 @@ class Recording(LaunchObserver):
             self.refuse(f"{kernel.function_name} is launched with a Python number, whose type a replay "
                         f"cannot know")
             return
+        if self.arena is not None:
+            args = [self._kept(a) if isinstance(a, cl.MemoryObjectHolder) else a for a in args]
         self.commands.append(KernelLaunch(kernel, global_size, local_size, tuple(args), dict(dynamic or {})))
 
     def upload(self, device, buffer, array: np.ndarray, offset_bytes: int) -> None:
         if self._check_device(device):
-            self.commands.append(Upload(buffer, np.array(array, copy=True), offset_bytes))
+            self.commands.append(Upload(self._kept(buffer), np.array(array, copy=True), offset_bytes))
 
     def fill(self, device, buffer, value, nbytes: int, offset_bytes: int) -> None:
         if self._check_device(device):
-            self.commands.append(Fill(buffer, value, nbytes, offset_bytes))
+            self.commands.append(Fill(self._kept(buffer), value, nbytes, offset_bytes))
 
     def copy(self, device, dst, src, nbytes: int, dst_offset: int, src_offset: int) -> None:
         if self._check_device(device):
-            self.commands.append(Copy(dst, src, nbytes, dst_offset, src_offset))
+            self.commands.append(Copy(self._kept(dst), self._kept(src), nbytes, dst_offset, src_offset))
+
+    def _kept(self, buffer):
+        """What a command keeps of ``buffer``: the buffer itself, or for one of the arena's, a handle of
+        the recording's own (it keeps the memory alive without keeping it out of the arena)."""
+        if self.arena is None or not self.arena.owns(buffer):
+            return buffer
+        handle = self._handles.get(buffer.int_ptr)
+        if handle is None:
+            handle = self._handles[buffer.int_ptr] = cl.Buffer.from_int_ptr(buffer.int_ptr, retain=True)
+        return handle
 
     def download(self, device, nbytes: int) -> None:
         # the host reads a result: what it decides from it is not recorded
@@ -106,6 +126,10 @@ class Recording(LaunchObserver):
 
     def host(self, fn, args, kwargs) -> None:
         self.commands.append(HostCall(fn, args, kwargs))
+
+    def buffer_bytes(self) -> int:
+        """Bytes of the distinct buffers the commands refer to (what a replay of them keeps)."""
+        return _buffer_bytes(self.commands)
 
     # ---- comparing two recordings ------------------------------------------------------------------
     def signature(self) -> list:
@@ -158,6 +182,9 @@ class KernelLaunch:
                 self.local_size, tuple("dynamic" if i in self.dynamic else names.argument(a)
                                        for i, a in enumerate(self.args)))
 
+    def buffers(self) -> tuple:
+        return tuple(a for a in self.args if isinstance(a, cl.MemoryObjectHolder))
+
     def prepare(self, queue):
         """A private copy of the kernel with its fixed arguments set once: a replay sets only the
         dynamic ones."""
@@ -189,6 +216,9 @@ class Upload:
     def __init__(self, buffer, array: np.ndarray, offset_bytes: int):
         self.buffer, self.array, self.offset_bytes = buffer, array, offset_bytes
 
+    def buffers(self) -> tuple:
+        return (self.buffer,)
+
     def signature(self, names: _BufferNames) -> tuple:
         return "upload", names.buffer(self.buffer), self.array.dtype.str, self.array.tobytes(), self.offset_bytes
 
@@ -204,6 +234,9 @@ class Fill:
 
     def __init__(self, buffer, value, nbytes: int, offset_bytes: int):
         self.buffer, self.value, self.nbytes, self.offset_bytes = buffer, value, nbytes, offset_bytes
+
+    def buffers(self) -> tuple:
+        return (self.buffer,)
 
     def signature(self, names: _BufferNames) -> tuple:
         return "fill", names.buffer(self.buffer), names.argument(self.value), self.nbytes, self.offset_bytes
@@ -221,6 +254,9 @@ class Copy:
     def __init__(self, dst, src, nbytes: int, dst_offset: int, src_offset: int):
         self.dst, self.src, self.nbytes = dst, src, nbytes
         self.dst_offset, self.src_offset = dst_offset, src_offset
+
+    def buffers(self) -> tuple:
+        return self.dst, self.src
 
     def signature(self, names: _BufferNames) -> tuple:
         return ("copy", names.buffer(self.dst), names.buffer(self.src), self.nbytes, self.dst_offset,
@@ -240,6 +276,9 @@ class HostCall:
     def __init__(self, fn, args: tuple, kwargs: dict):
         self.fn, self.args, self.kwargs = fn, args, kwargs
 
+    def buffers(self) -> tuple:
+        return ()
+
     def signature(self, names: _BufferNames) -> tuple:
         """The function and the objects it is given, by identity: the recording holds them, so no
         identity is reused while the signature is compared."""
@@ -249,6 +288,14 @@ class HostCall:
     def prepare(self, queue):
         fn, args, kwargs = self.fn, self.args, self.kwargs
         return lambda: fn(*args, **kwargs)
+
+
+def _buffer_bytes(commands) -> int:
+    sizes = {}
+    for command in commands:
+        for buffer in command.buffers():
+            sizes[buffer.int_ptr] = buffer.size
+    return sum(sizes.values())
 
 
 def _identities(values) -> tuple:
@@ -296,6 +343,7 @@ class Replay:
         self.device = recording.device
         self.launches = recording.launches
         self._commands = tuple(recording.commands)  # they hold the buffers and arrays they refer to
+        self.buffer_bytes = _buffer_bytes(self._commands)
         self._steps = [command.prepare(self.device.queue) for command in self._commands]
 
     def replay(self):
