@@ -11,7 +11,7 @@ import pytest
 
 import netcl as nc
 from netcl.runtime import memory
-from netcl.runtime.recording import Recording
+from netcl.runtime.recording import Recording, Replay
 from netcl.tensor import Tensor
 
 
@@ -59,6 +59,7 @@ def test_replayed_steps_reusing_buffers_equal_the_steps_as_written():
     written_losses, written_state, _ = _train(data, replay=False)
     losses, state, step = _train(data, replay=True)
     assert step.replays == 4, step.status
+    assert step.state.replay.planned_bytes > 0  # the dead tensors were moved into the planned slab
     assert losses == written_losses
     for name, value in written_state.items():
         np.testing.assert_array_equal(state[name], value, err_msg=name)
@@ -74,14 +75,17 @@ def test_a_recorded_step_keeps_its_live_set_not_every_buffer_it_used(device):
         with Recording(device, arena=arena) as recording:
             nc.nn.functional.cross_entropy(model(x), y).backward()
             optimizer.step()
-        return recording.buffer_bytes()
+        return recording
 
-    recorded(None)  # momentum buffers and builds exist before the two recordings compared
-    every_buffer = recorded(None)
+    recorded(None)  # momentum buffers and builds exist before the recordings compared
+    every_buffer = recorded(None).buffer_bytes()
     arena = memory.Arena(device)
-    live_set = recorded(arena)
+    recording = recorded(arena)
+    live_set = recording.buffer_bytes()
     assert arena.stats()["held_bytes"] > 0  # dead tensors went back to the arena ...
     assert live_set < 0.6 * every_buffer, (live_set, every_buffer)  # ... and served later ones
+    planned = Replay(recording).buffer_bytes
+    assert planned <= live_set, (planned, live_set)  # the plan needs no more than the pool's size classes
 
 
 def test_backward_frees_what_the_graph_saved(device, rng):
@@ -133,3 +137,24 @@ def test_a_training_step_leaves_no_reference_cycles():
         gc.garbage.clear()
         gc.enable()
     assert cyclic_tensors == []  # freed by reference counting, where their last use ends
+
+
+def test_the_plan_never_shares_bytes_between_allocations_in_use_together(rng):
+    from netcl.runtime.recording import _place
+    count, alignment = 60, 256
+    sizes = [int(s) for s in rng.integers(1, 5000, count)]
+    spans = {}
+    for allocation in range(count):
+        first = int(rng.integers(0, 200))
+        spans[allocation] = [first, first + int(rng.integers(0, 40))]
+    offsets, total = _place(spans, sizes, alignment)
+    for a in spans:
+        assert offsets[a] % alignment == 0 and offsets[a] + sizes[a] <= total
+        for b in spans:
+            in_use_together = spans[a][0] <= spans[b][1] and spans[b][0] <= spans[a][1]
+            if a < b and in_use_together:
+                assert offsets[a] + sizes[a] <= offsets[b] or offsets[b] + sizes[b] <= offsets[a], (a, b)
+    # never more than every allocation side by side, and less where lifetimes are disjoint
+    assert total <= sum(-(-s // alignment) * alignment for s in sizes)
+    chain = {a: [a, a + 1] for a in range(count)}  # each allocation overlaps only its neighbours
+    assert _place(chain, sizes, alignment)[1] <= 3 * max(-(-s // alignment) * alignment for s in sizes)

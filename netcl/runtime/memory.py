@@ -64,9 +64,7 @@ def allocate(device: Device, nbytes: int):
             if pool is None:
                 return cl.Buffer(device.context, cl.mem_flags.READ_WRITE, nbytes)
             buffer = pool.allocate(nbytes)
-            if arena is not None:
-                arena.handles.add(buffer.int_ptr)
-            return buffer
+            return buffer if arena is None else arena.lend(buffer, nbytes)
         except cl.Error as exc:
             if attempt == 0:
                 release_cached(device)  # held buffers may be what the driver is missing
@@ -78,21 +76,58 @@ def allocate(device: Device, nbytes: int):
 class Arena:
     """A buffer pool of its own for the steps one owner records (netcl.training.CapturedStep): inside
     ``with Recording(device, arena=arena)`` every allocation comes from it, so a buffer whose tensor dies
-    mid-step serves a later tensor of the same step, as in a step run as written, and the replay reuses
-    buffers exactly as the recorded step did. The recording keeps its own reference to each arena buffer
-    it saw, not the tensor's, so a dead tensor's buffer returns here; nothing outside a recording of
-    this arena's owner allocates from it, so a buffer the replay writes is never handed to a tensor that
-    outlives the step. The arena frees nothing while it lives (the buffers it hands out are known by
-    their handles, which therefore cannot be reused by the driver); ``release()`` hands its held buffers
-    back to the driver once no replay of its recordings is left."""
+    mid-step serves a later tensor of the same step, as in a step run as written. The recording keeps its
+    own reference to each arena buffer it saw, not the tensor's, so a dead tensor's buffer returns here;
+    nothing outside a recording of this arena's owner allocates from it, so a buffer the replay writes is
+    never handed to a tensor that outlives the step.
+
+    The arena also knows each *allocation* (one tensor's buffer, from its allocation to its tensor's
+    death; ``sizes[allocation]`` its bytes) and which of them are alive, so a recording can plan where
+    the step's dead tensors live (netcl.runtime.recording.Recording.compacted). It frees nothing while
+    recordings use it (the buffers it hands out are known by their handles, which therefore cannot be
+    reused by the driver); ``release()`` hands its held buffers back to the driver afterwards."""
 
     def __init__(self, device: Device):
         self.device = device
         self.pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(device.queue))
         self.handles: set[int] = set()  # the OpenCL handle of every buffer it handed out
+        self.sizes: list[int] = []  # bytes requested by each allocation, in their order
+        self._current: dict[int, int] = {}  # a buffer's OpenCL handle -> the live allocation using it
+        self.alignment = max(256, device.base_align_bytes)  # of a sub-buffer's origin in a slab
+
+    def lend(self, buffer, nbytes: int):
+        """Register ``buffer`` (from ``pool``) as a new allocation of ``nbytes``; its end is noticed when
+        the last reference to the buffer goes."""
+        allocation = len(self.sizes)
+        self.sizes.append(nbytes)
+        self.handles.add(buffer.int_ptr)
+        self._current[buffer.int_ptr] = allocation
+        buffer.netcl_lease = _Lease(self, buffer.int_ptr, allocation)
+        return buffer
 
     def owns(self, buffer) -> bool:
         return buffer.int_ptr in self.handles
+
+    def allocation_of(self, buffer) -> int | None:
+        """The live allocation ``buffer`` holds, if it is one of the arena's."""
+        return self._current.get(buffer.int_ptr)
+
+    def live_allocations(self) -> set[int]:
+        return set(self._current.values())
+
+    def _ended(self, handle: int, allocation: int) -> None:
+        if self._current.get(handle) == allocation:
+            del self._current[handle]
+
+    def slab(self, nbytes: int) -> cl.Buffer | None:
+        """One buffer of ``nbytes`` for a plan of allocations, outside the pool; None when the device
+        allows no single allocation that large or has not the memory (the plan is then not used)."""
+        if nbytes > self.device.max_alloc_bytes:
+            return None
+        try:
+            return cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 1))
+        except cl.Error:
+            return None
 
     def stats(self) -> dict:
         """Buffers in use and held for reuse, as ``pool_stats``."""
@@ -100,8 +135,25 @@ class Arena:
                 "active_bytes": self.pool.active_bytes, "held_bytes": _held_bytes(self.pool)}
 
     def release(self) -> None:
+        """Hand the held buffers back to the driver: only once no recording of this arena is made any more
+        (their handles may then be reused by the driver)."""
+        self.device.queue.finish()  # a driver frees a buffer that queued commands use only once they are done
         self.pool.free_held()
         self.handles.clear()
+        _trim_host_heap()
+
+
+class _Lease:
+    """Rides on an arena buffer (as an attribute of the pooled buffer object, which takes no weak
+    references) and tells the arena when the last reference to the buffer, and so the allocation, ends."""
+
+    __slots__ = ("arena", "handle", "allocation")
+
+    def __init__(self, arena: Arena, handle: int, allocation: int):
+        self.arena, self.handle, self.allocation = arena, handle, allocation
+
+    def __del__(self):
+        self.arena._ended(self.handle, self.allocation)
 
 
 def _recording_arena(device: Device) -> Arena | None:
@@ -130,8 +182,9 @@ def release_cached(device: Device) -> int:
     if pool is None:
         return 0
     held = pool.held_blocks
-    pool.free_held()
     if held:
+        device.queue.finish()  # a driver frees a buffer that queued commands use only once they are done
+        pool.free_held()
         _trim_host_heap()
     return held
 

@@ -251,12 +251,12 @@ class CapturedStep:
         take = _Take(recording, capture) if recording.unusable is None else None
         del recording
         self._compared(take, recording_unusable)
-        if not self.replaying:
-            # Only the newest recording is ever replayed, once the next one agrees with it: this one's
-            # commands are not needed beyond its signature, nor the arena's buffers they wrote.
-            if take is not None:
-                take.recording = None
-            arena.release()
+        # Only the newest recording is ever replayed, once the next one agrees with it, and the replay
+        # made from it has its own plan for the step's dead tensors: the recording's commands are not
+        # needed beyond its signature, nor the arena's buffers that held those tensors.
+        if take is not None:
+            take.recording = None
+        arena.release()
         return _copy(loss)  # its own storage: replays overwrite the recorded loss
 
     def _replayed(self, x, y) -> Tensor:
