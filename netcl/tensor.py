@@ -194,7 +194,9 @@ class Tensor(ShapeMethods, MathMethods):
         return writes
 
     # ---- autograd ---------------------------------------------------------------------------------
-    def backward(self, gradient=None) -> None:
+    def backward(self, gradient=None, retain_graph: bool = False) -> None:
+        """Accumulate the gradients of this tensor into the leaves' ``.grad``; the graph's saved tensors
+        are freed as the pass goes, unless ``retain_graph`` (needed to call backward through it again)."""
         if not self.requires_grad:
             raise RuntimeError("backward() on a tensor that does not require grad (no graph was recorded)")
         if gradient is None:
@@ -206,7 +208,7 @@ class Tensor(ShapeMethods, MathMethods):
             gradient = Tensor.from_host(np.asarray(gradient, dtype=self.dtype), self.device)
         if gradient.shape != self.shape:
             raise ShapeError(f"gradient of shape {gradient.shape} for a tensor of shape {self.shape}")
-        _ag.backward(self, gradient)
+        _ag.backward(self, gradient, retain_graph)
 
     def detach(self) -> "Tensor":
         return self._view(self.shape, self.strides, self.offset)

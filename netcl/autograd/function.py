@@ -56,13 +56,54 @@ class Context:
 
 
 class Node:
+    """One recorded application of a Function. ``inputs`` keeps, per positional argument, where its
+    gradient goes: the leaf tensor itself, an ``Edge`` to the node that made it, or None (not a tensor,
+    or one that needs no gradient). It keeps no computed tensor alive: only ``ctx`` holds what backward
+    needs, and backward drops ``ctx`` once it has used it, so activations are freed after their last use."""
+
     __slots__ = ("function", "ctx", "inputs", "n_outputs", "__weakref__")
 
     def __init__(self, function, ctx, inputs, n_outputs):
         self.function = function
         self.ctx = ctx
-        self.inputs = inputs  # the Tensor arguments, positions kept (None for non-tensors)
+        self.inputs = inputs
         self.n_outputs = n_outputs
+
+
+class Edge:
+    """Where the gradient of a computed (non-leaf) input goes: output ``_grad_slot`` of ``_grad_node``;
+    ``shape`` checks the gradient delivered. It stands in for the tensor, which is not kept."""
+
+    __slots__ = ("_grad_node", "_grad_slot", "shape")
+    requires_grad = True
+
+    def __init__(self, tensor):
+        self._grad_node, self._grad_slot, self.shape = tensor._grad_node, tensor._grad_slot, tensor.shape
+
+
+def _gradient_target(arg, tensor_type):
+    if not isinstance(arg, tensor_type) or not arg.requires_grad:
+        return None
+    return arg if arg._grad_node is None else Edge(arg)
+
+
+def _unlink_saved_outputs(ctx, outs) -> None:
+    """Replace the outputs a rule saved on ``ctx`` (directly or in a tuple) by detached views of the same
+    storage: an output holding its node, which holds the output, would be a reference cycle that only
+    the cyclic garbage collector frees, at a moment of its own choosing long after the step."""
+    for name, value in vars(ctx).items():
+        replaced = _unlinked(value, outs)
+        if isinstance(value, tuple):
+            replaced = tuple(_unlinked(v, outs) for v in value)
+            if all(a is b for a, b in zip(replaced, value)):
+                continue
+        elif replaced is value:
+            continue
+        setattr(ctx, name, replaced)
+
+
+def _unlinked(value, outs):
+    return value.detach() if any(value is out for out in outs if out is not None) else value
 
 
 class Function:
@@ -78,7 +119,8 @@ class Function:
             outputs = cls.forward(ctx, *args, **kwargs)
         if is_grad_enabled() and any(ctx.needs_input_grad):
             outs = outputs if isinstance(outputs, tuple) else (outputs,)
-            node = Node(cls, ctx, tuple(a if isinstance(a, Tensor) else None for a in args), len(outs))
+            _unlink_saved_outputs(ctx, outs)
+            node = Node(cls, ctx, tuple(_gradient_target(a, Tensor) for a in args), len(outs))
             for k, out in enumerate(outs):
                 if out is not None and out.dtype.kind == "f":
                     out._grad_node = node
@@ -162,13 +204,14 @@ def backward_callbacks_scope(device):
         being_made.host(_close_callbacks, (device,), {})
 
 
-def backward(root, gradient) -> None:
-    """Accumulate d(root)/d(leaf) into every leaf's ``.grad``; then run the callbacks queued meanwhile."""
+def backward(root, gradient, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) into every leaf's ``.grad``; then run the callbacks queued meanwhile.
+    Each node's saved tensors are dropped once its backward has run, unless ``retain_graph``."""
     with backward_callbacks_scope(root.device):
-        _backward(root, gradient)
+        _backward(root, gradient, retain_graph)
 
 
-def _backward(root, gradient) -> None:
+def _backward(root, gradient, retain_graph: bool = False) -> None:
     order, seen = [], set()
     stack = [(root._grad_node, False)] if root._grad_node is not None else []
     while stack:  # iterative post-order DFS: deep graphs must not hit the recursion limit
@@ -206,7 +249,14 @@ def _backward(root, gradient) -> None:
                 if pending:
                     _settle_leaves(node, pending)
                 continue
-            in_grads = node.function.backward(node.ctx, *outs)
+            ctx = node.ctx
+            if ctx is None:
+                raise RuntimeError(f"backward through {node.function.__name__} a second time: its saved tensors "
+                                   f"were freed by the first backward (pass retain_graph=True to the first)")
+            if not retain_graph:
+                node.ctx = None
+            in_grads = node.function.backward(ctx, *outs)
+            del ctx
             if not isinstance(in_grads, tuple):
                 in_grads = (in_grads,)
             for t, g in zip(node.inputs, in_grads):

@@ -18,7 +18,7 @@ import pyopencl as cl
 import pyopencl.tools as cl_tools
 
 from ..errors import DeviceError, DeviceMemoryError
-from . import error_flags
+from . import error_flags, recording
 from .device import Device
 
 
@@ -50,22 +50,117 @@ def allocate(device: Device, nbytes: int):
             f"cannot allocate {nbytes:,} bytes on {device.describe()}: the largest single allocation it "
             f"allows is {device.max_alloc_bytes:,} bytes (global memory {device.global_mem_bytes:,})",
             requested_bytes=nbytes, available_bytes=device.max_alloc_bytes)
-    pool = _pool(device)
-    if _held_bytes(pool) > held_limit(device):
-        pool.free_held()
+    arena = _recording_arena(device)
+    if arena is not None:
+        pool = arena.pool
+    else:
+        pool = _pool(device)
+        if _held_bytes(pool) > held_limit(device):
+            pool.free_held()
     if pool.alloc_size(pool.bin_number(nbytes)) > device.max_alloc_bytes:
         pool = None  # its size class would round past the largest allocation: ask the driver directly
     for attempt in range(2):
         try:
             if pool is None:
                 return cl.Buffer(device.context, cl.mem_flags.READ_WRITE, nbytes)
-            return pool.allocate(nbytes)
+            buffer = pool.allocate(nbytes)
+            return buffer if arena is None else arena.lend(buffer, nbytes)
         except cl.Error as exc:
             if attempt == 0:
                 release_cached(device)  # held buffers may be what the driver is missing
                 continue
             raise DeviceMemoryError(f"allocating {nbytes:,} bytes on {device.describe()} failed: {exc}",
                                     requested_bytes=nbytes, available_bytes=device.max_alloc_bytes) from None
+
+
+class Arena:
+    """A buffer pool of its own for the steps one owner records (netcl.training.CapturedStep): inside
+    ``with Recording(device, arena=arena)`` every allocation comes from it, so a buffer whose tensor dies
+    mid-step serves a later tensor of the same step, as in a step run as written. The recording keeps its
+    own reference to each arena buffer it saw, not the tensor's, so a dead tensor's buffer returns here;
+    nothing outside a recording of this arena's owner allocates from it, so a buffer the replay writes is
+    never handed to a tensor that outlives the step.
+
+    The arena also knows each *allocation* (one tensor's buffer, from its allocation to its tensor's
+    death; ``sizes[allocation]`` its bytes) and which of them are alive, so a recording can plan where
+    the step's dead tensors live (netcl.runtime.recording.Recording.compacted). It frees nothing while
+    recordings use it (the buffers it hands out are known by their handles, which therefore cannot be
+    reused by the driver); ``release()`` hands its held buffers back to the driver afterwards."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(device.queue))
+        self.handles: set[int] = set()  # the OpenCL handle of every buffer it handed out
+        self.sizes: list[int] = []  # bytes requested by each allocation, in their order
+        self._current: dict[int, int] = {}  # a buffer's OpenCL handle -> the live allocation using it
+        self.alignment = max(256, device.base_align_bytes)  # of a sub-buffer's origin in a slab
+
+    def lend(self, buffer, nbytes: int):
+        """Register ``buffer`` (from ``pool``) as a new allocation of ``nbytes``; its end is noticed when
+        the last reference to the buffer goes."""
+        allocation = len(self.sizes)
+        self.sizes.append(nbytes)
+        self.handles.add(buffer.int_ptr)
+        self._current[buffer.int_ptr] = allocation
+        buffer.netcl_lease = _Lease(self, buffer.int_ptr, allocation)
+        return buffer
+
+    def owns(self, buffer) -> bool:
+        return buffer.int_ptr in self.handles
+
+    def allocation_of(self, buffer) -> int | None:
+        """The live allocation ``buffer`` holds, if it is one of the arena's."""
+        return self._current.get(buffer.int_ptr)
+
+    def live_allocations(self) -> set[int]:
+        return set(self._current.values())
+
+    def _ended(self, handle: int, allocation: int) -> None:
+        if self._current.get(handle) == allocation:
+            del self._current[handle]
+
+    def slab(self, nbytes: int) -> cl.Buffer | None:
+        """One buffer of ``nbytes`` for a plan of allocations, outside the pool; None when the device
+        allows no single allocation that large or has not the memory (the plan is then not used)."""
+        if nbytes > self.device.max_alloc_bytes:
+            return None
+        try:
+            return cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 1))
+        except cl.Error:
+            return None
+
+    def stats(self) -> dict:
+        """Buffers in use and held for reuse, as ``pool_stats``."""
+        return {"active_blocks": self.pool.active_blocks, "held_blocks": self.pool.held_blocks,
+                "active_bytes": self.pool.active_bytes, "held_bytes": _held_bytes(self.pool)}
+
+    def release(self) -> None:
+        """Hand the held buffers back to the driver: only once no recording of this arena is made any more
+        (their handles may then be reused by the driver)."""
+        self.device.queue.finish()  # a driver frees a buffer that queued commands use only once they are done
+        self.pool.free_held()
+        self.handles.clear()
+        _trim_host_heap()
+
+
+class _Lease:
+    """Rides on an arena buffer (as an attribute of the pooled buffer object, which takes no weak
+    references) and tells the arena when the last reference to the buffer, and so the allocation, ends."""
+
+    __slots__ = ("arena", "handle", "allocation")
+
+    def __init__(self, arena: Arena, handle: int, allocation: int):
+        self.arena, self.handle, self.allocation = arena, handle, allocation
+
+    def __del__(self):
+        self.arena._ended(self.handle, self.allocation)
+
+
+def _recording_arena(device: Device) -> Arena | None:
+    if not device.state.observers:
+        return None
+    being_made = recording.active(device)
+    return None if being_made is None else being_made.arena
 
 
 def over_host_array(device: Device, array: np.ndarray) -> cl.Buffer:
@@ -87,8 +182,30 @@ def release_cached(device: Device) -> int:
     if pool is None:
         return 0
     held = pool.held_blocks
-    pool.free_held()
+    if held:
+        device.queue.finish()  # a driver frees a buffer that queued commands use only once they are done
+        pool.free_held()
+        _trim_host_heap()
     return held
+
+
+def _trim_host_heap() -> None:
+    """Ask the C library to give freed heap pages back to the system. A CPU driver takes buffers from
+    the process's heap (malloc), where freed blocks below the dynamic mmap threshold stay resident until
+    trimmed, so buffers handed back to the driver would otherwise still count as the process's memory."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _malloc_trim():
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc: nothing to trim, or no way to ask
 
 
 def pool_stats(device: Device) -> dict:

@@ -45,14 +45,23 @@ def active(device) -> "Recording | None":
 
 
 class Recording(LaunchObserver):
-    """The commands enqueued inside ``with Recording(device) as r:`` (device: the one they go to)."""
+    """The commands enqueued inside ``with Recording(device) as r:`` (device: the one they go to).
 
-    def __init__(self, device):
+    The commands keep the buffers they refer to alive. With an ``arena`` (netcl.runtime.memory.Arena),
+    the buffers allocated inside come from it and the commands hold their own handle of each such
+    buffer instead of the tensor's, so a tensor dead mid-step gives its buffer back to the arena for the
+    step's later tensors: the recording, and its replay, need the step's live set of buffers, not the
+    sum of every buffer the step used."""
+
+    def __init__(self, device, arena=None):
         super().__init__(thread=threading.get_ident())
         self.device = device
+        self.arena = arena
         self.commands: list = []  # KernelLaunch, Upload, Fill, Copy and HostCall, in their order
         self.unusable: str | None = None  # why this recording cannot be replayed
         self.paused = False
+        self._handles: dict[int, cl.Buffer] = {}  # an arena buffer's OpenCL handle -> the recording's own
+        self.arena_uses: list[tuple[int, int, int]] = []  # (command index, buffer position, allocation)
 
     def __enter__(self) -> "Recording":
         if any(isinstance(o, Recording) for o in self.device.state.observers):
@@ -71,19 +80,35 @@ class Recording(LaunchObserver):
             self.refuse(f"{kernel.function_name} is launched with a Python number, whose type a replay "
                         f"cannot know")
             return
+        if self.arena is not None:
+            args = [self._kept(a, i) if isinstance(a, cl.MemoryObjectHolder) else a for i, a in enumerate(args)]
         self.commands.append(KernelLaunch(kernel, global_size, local_size, tuple(args), dict(dynamic or {})))
 
     def upload(self, device, buffer, array: np.ndarray, offset_bytes: int) -> None:
         if self._check_device(device):
-            self.commands.append(Upload(buffer, np.array(array, copy=True), offset_bytes))
+            self.commands.append(Upload(self._kept(buffer, 0), np.array(array, copy=True), offset_bytes))
 
     def fill(self, device, buffer, value, nbytes: int, offset_bytes: int) -> None:
         if self._check_device(device):
-            self.commands.append(Fill(buffer, value, nbytes, offset_bytes))
+            self.commands.append(Fill(self._kept(buffer, 0), value, nbytes, offset_bytes))
 
     def copy(self, device, dst, src, nbytes: int, dst_offset: int, src_offset: int) -> None:
         if self._check_device(device):
-            self.commands.append(Copy(dst, src, nbytes, dst_offset, src_offset))
+            self.commands.append(Copy(self._kept(dst, 0), self._kept(src, 1), nbytes, dst_offset, src_offset))
+
+    def _kept(self, buffer, position: int):
+        """What the command being recorded keeps of ``buffer``, its ``position``-th buffer argument: the
+        buffer itself, or for one of the arena's, a handle of the recording's own (it keeps the memory
+        alive without keeping it out of the arena), noting which allocation the command used."""
+        if self.arena is None or not self.arena.owns(buffer):
+            return buffer
+        allocation = self.arena.allocation_of(buffer)
+        if allocation is not None:
+            self.arena_uses.append((len(self.commands), position, allocation))
+        handle = self._handles.get(buffer.int_ptr)
+        if handle is None:
+            handle = self._handles[buffer.int_ptr] = cl.Buffer.from_int_ptr(buffer.int_ptr, retain=True)
+        return handle
 
     def download(self, device, nbytes: int) -> None:
         # the host reads a result: what it decides from it is not recorded
@@ -118,6 +143,34 @@ class Recording(LaunchObserver):
             last.add(writes, buffer)
         else:
             self.commands.append(Written(writes, buffer))
+
+    def buffer_bytes(self) -> int:
+        """Bytes of the distinct buffers the commands refer to (what a replay of them keeps)."""
+        return _buffer_bytes(self.commands)
+
+    def compacted(self):
+        """``(commands, slab)``: the commands with every arena allocation that died within the recording
+        moved into one buffer, ``slab``, where allocations share bytes whenever the commands that use them
+        do not overlap (from an allocation's first use to its last): a static memory plan of the step,
+        free of the pool's size classes. Allocations still alive (gradients, the loss) keep their
+        buffers. ``(commands, None)`` where there is nothing to plan or no slab could be allocated."""
+        dead = {}  # allocation -> [first use, last use]
+        live = self.arena.live_allocations() if self.arena is not None else set()
+        for index, _, allocation in self.arena_uses:
+            if allocation not in live:
+                dead.setdefault(allocation, [index, index])[1] = index
+        if not dead:
+            return list(self.commands), None
+        offsets, total = _place(dead, self.arena.sizes, self.arena.alignment)
+        slab = self.arena.slab(total)
+        if slab is None:
+            return list(self.commands), None
+        views = {a: slab.get_sub_region(offsets[a], self.arena.sizes[a]) for a in dead}
+        moved: dict[int, dict[int, cl.Buffer]] = {}  # command index -> {buffer position: its new buffer}
+        for index, position, allocation in self.arena_uses:
+            if allocation in views:
+                moved.setdefault(index, {})[position] = views[allocation]
+        return [command.moved(moved[i]) if i in moved else command for i, command in enumerate(self.commands)], slab
 
     # ---- comparing two recordings ------------------------------------------------------------------
     def signature(self) -> list:
@@ -170,6 +223,14 @@ class KernelLaunch:
                 self.local_size, tuple("dynamic" if i in self.dynamic else names.argument(a)
                                        for i, a in enumerate(self.args)))
 
+    def buffers(self) -> tuple:
+        return tuple(a for a in self.args if isinstance(a, cl.MemoryObjectHolder))
+
+    def moved(self, buffers: dict) -> "KernelLaunch":
+        """This launch with the buffer arguments at the given positions replaced."""
+        args = tuple(buffers.get(i, a) for i, a in enumerate(self.args))
+        return KernelLaunch(self.kernel, self.global_size, self.local_size, args, self.dynamic)
+
     def prepare(self, queue):
         """A private copy of the kernel with its fixed arguments set once: a replay sets only the
         dynamic ones."""
@@ -201,6 +262,12 @@ class Upload:
     def __init__(self, buffer, array: np.ndarray, offset_bytes: int):
         self.buffer, self.array, self.offset_bytes = buffer, array, offset_bytes
 
+    def buffers(self) -> tuple:
+        return (self.buffer,)
+
+    def moved(self, buffers: dict) -> "Upload":
+        return Upload(buffers.get(0, self.buffer), self.array, self.offset_bytes)
+
     def signature(self, names: _BufferNames) -> tuple:
         return "upload", names.buffer(self.buffer), self.array.dtype.str, self.array.tobytes(), self.offset_bytes
 
@@ -216,6 +283,12 @@ class Fill:
 
     def __init__(self, buffer, value, nbytes: int, offset_bytes: int):
         self.buffer, self.value, self.nbytes, self.offset_bytes = buffer, value, nbytes, offset_bytes
+
+    def buffers(self) -> tuple:
+        return (self.buffer,)
+
+    def moved(self, buffers: dict) -> "Fill":
+        return Fill(buffers.get(0, self.buffer), self.value, self.nbytes, self.offset_bytes)
 
     def signature(self, names: _BufferNames) -> tuple:
         return "fill", names.buffer(self.buffer), names.argument(self.value), self.nbytes, self.offset_bytes
@@ -234,6 +307,13 @@ class Copy:
         self.dst, self.src, self.nbytes = dst, src, nbytes
         self.dst_offset, self.src_offset = dst_offset, src_offset
 
+    def buffers(self) -> tuple:
+        return self.dst, self.src
+
+    def moved(self, buffers: dict) -> "Copy":
+        return Copy(buffers.get(0, self.dst), buffers.get(1, self.src), self.nbytes, self.dst_offset,
+                    self.src_offset)
+
     def signature(self, names: _BufferNames) -> tuple:
         return ("copy", names.buffer(self.dst), names.buffer(self.src), self.nbytes, self.dst_offset,
                 self.src_offset)
@@ -251,6 +331,9 @@ class HostCall:
 
     def __init__(self, fn, args: tuple, kwargs: dict):
         self.fn, self.args, self.kwargs = fn, args, kwargs
+
+    def buffers(self) -> tuple:
+        return ()
 
     def signature(self, names: _BufferNames) -> tuple:
         """The function and the objects it is given, by identity: the recording holds them, so no
@@ -282,14 +365,17 @@ class Written:
     launches = 0
 
     def __init__(self, writes: StorageWrites, buffer):
-        self.writes, self.buffers = [writes], [buffer]
+        self.writes, self.written_buffers = [writes], [buffer]
 
     def add(self, writes: StorageWrites, buffer) -> None:
         self.writes.append(writes)
-        self.buffers.append(buffer)
+        self.written_buffers.append(buffer)
+
+    def buffers(self) -> tuple:
+        return ()  # the device does nothing here: a replay only counts the writes again
 
     def signature(self, names: _BufferNames) -> tuple:
-        return "written", tuple(names.buffer(b) for b in self.buffers)
+        return "written", tuple(names.buffer(b) for b in self.written_buffers)
 
     def prepare(self, queue):
         counts = tuple(self.writes)
@@ -298,6 +384,38 @@ class Written:
             for writes in counts:
                 writes.count += 1
         return count_writes
+
+
+def _place(spans: dict, sizes: list, alignment: int) -> tuple[dict, int]:
+    """Offsets for allocations used over ``spans`` (allocation -> [first, last] command index) such that
+    two whose spans overlap never share a byte: the largest first, each at the lowest aligned offset
+    that fits between those already placed whose spans overlap its own. Returns (offsets, total bytes)."""
+    def aligned(n):
+        return -(-n // alignment) * alignment
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+    offsets, total = {}, 0
+    for allocation in sorted(spans, key=lambda a: (-sizes[a], spans[a][0])):
+        first, last = spans[allocation]
+        size = sizes[allocation]
+        offset = 0
+        for start, end in sorted((o, e) for o, e, f, l in placed if f <= last and first <= l):
+            if offset + size <= start:
+                break
+            offset = max(offset, aligned(end))
+        offsets[allocation] = offset
+        placed.append((offset, offset + size, first, last))
+        total = max(total, offset + size)
+    return offsets, total
+
+
+def _buffer_bytes(commands, outside=None) -> int:
+    """Bytes of the distinct buffers ``commands`` refer to, sub-buffers of ``outside`` left out."""
+    sizes = {}
+    for command in commands:
+        for buffer in command.buffers():
+            if outside is None or buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT) != outside:
+                sizes[buffer.int_ptr] = buffer.size
+    return sum(sizes.values())
 
 
 def _identities(values) -> tuple:
@@ -337,14 +455,19 @@ _set_scalar_arg = getattr(cl.Kernel, "_set_arg_buf", cl.Kernel.set_arg)  # see l
 class Replay:
     """A recording made ready to enqueue again: ``replay()`` runs its commands in order, each kernel a
     private copy with its fixed arguments set once; the recording's buffers are kept alive (and so out of
-    the memory pool) for as long as this object lives."""
+    the memory pool) for as long as this object lives. A recording made with an arena is replayed from
+    its compacted commands (``Recording.compacted``): the step's dead tensors in one planned buffer, the
+    slab, of ``planned_bytes``; ``buffer_bytes`` counts the slab and every other buffer the replay keeps."""
 
     def __init__(self, recording: Recording):
         if recording.unusable:
             raise ValueError(f"this recording cannot be replayed: {recording.unusable}")
         self.device = recording.device
         self.launches = recording.launches
-        self._commands = tuple(recording.commands)  # they hold the buffers and arrays they refer to
+        commands, self._slab = recording.compacted()
+        self._commands = tuple(commands)  # they hold the buffers and arrays they refer to
+        self.planned_bytes = 0 if self._slab is None else self._slab.size  # the step's dead tensors, planned
+        self.buffer_bytes = self.planned_bytes + _buffer_bytes(self._commands, outside=self._slab)
         self._steps = [command.prepare(self.device.queue) for command in self._commands]
 
     def replay(self):

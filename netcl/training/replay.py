@@ -103,7 +103,8 @@ class _Capture:
 
 
 class _Take:
-    """A usable recording, its signature and its capture: a candidate for replay once the next agrees."""
+    """A usable recording, its signature and its capture: a candidate for replay once the next agrees
+    (``recording`` is dropped once it is known that it will not be replayed)."""
 
     def __init__(self, recording: Recording, capture: _Capture):
         self.recording, self.signature, self.capture = recording, recording.signature(), capture
@@ -199,6 +200,8 @@ class CapturedStep:
         elif previous is not None and previous.agrees(take):
             self.state = Replaying(Replay(take.recording), take.capture)
             self.status = f"replaying {self.state.replay.launches} launches (recorded at step {self.calls})"
+            # What the steps as written left in the device's pool serves no replayed step: hand it back.
+            memory.release_cached(take.recording.device)
             return
         else:
             self.state = Comparing(take)
@@ -230,16 +233,30 @@ class CapturedStep:
         static_x, static_y = self._inputs
         self.optimizer.zero_grad()
         optimizer_key = self.optimizer.replay_key()  # None: its step runs as written after each replay
-        with Recording(x.device) as recording:
+        # A recorded step allocates from a fresh arena of its own: it reuses the buffers of its dead
+        # tensors as a step run as written does, so its replay needs the step's live set of buffers, not
+        # every buffer it touched; and starting empty, it reuses them in the same pattern at every
+        # recording of the same step, so two recordings' signatures can agree.
+        arena = memory.Arena(x.device)
+        with Recording(x.device, arena=arena) as recording:
             loss = self.loss_fn(self.model(static_x), static_y)
             loss.backward()
             capture = _Capture(self.model, loss, optimizer_key)
             if optimizer_key is not None:
                 self.optimizer.step()
+        recording_unusable = recording.unusable
         if optimizer_key is None:
             self.optimizer.step()
         self.recordings += 1
-        self._compared(_Take(recording, capture) if recording.unusable is None else None, recording.unusable)
+        take = _Take(recording, capture) if recording.unusable is None else None
+        del recording
+        self._compared(take, recording_unusable)
+        # Only the newest recording is ever replayed, once the next one agrees with it, and the replay
+        # made from it has its own plan for the step's dead tensors: the recording's commands are not
+        # needed beyond its signature, nor the arena's buffers that held those tensors.
+        if take is not None:
+            take.recording = None
+        arena.release()
         return _copy(loss)  # its own storage: replays overwrite the recorded loss
 
     def _replayed(self, x, y) -> Tensor:
