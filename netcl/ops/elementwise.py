@@ -239,6 +239,12 @@ def contiguous_copy(a: Tensor) -> Tensor:
     return copy_into(out, a)
 
 
+def as_contiguous(a: Tensor) -> Tensor:
+    """``a`` itself when its elements are contiguous, else a contiguous copy. Records no graph (ops run
+    below autograd, unlike ``Tensor.contiguous``, which goes through its rule)."""
+    return a if a.is_contiguous() else contiguous_copy(a)
+
+
 def fill(t: Tensor, value) -> Tensor:
     """Fill a contiguous tensor in place."""
     if t.size == 0:
