@@ -13,11 +13,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "netcl"
 # above them). From the top: cli and bench, training, onnx, models and dense, nn/optim/data, distributed,
 # the core (module.py, tensor.py ...), tuning above ops, ops, runtime (docs/architecture.md).
 _TOP = ("netcl.cli", "netcl.bench", "netcl.training")
+_RULES = tuple(f"netcl.autograd.{path.stem}" for path in sorted((PACKAGE / "autograd").glob("rules*.py")))
 ABOVE = {
     "runtime": _TOP + ("netcl.onnx", "netcl.models", "netcl.dense", "netcl.nn", "netcl.optim", "netcl.data",
                        "netcl.distributed", "netcl.module", "netcl.tuning", "netcl.ops", "netcl.autograd"),
     "ops": _TOP + ("netcl.onnx", "netcl.models", "netcl.dense", "netcl.nn", "netcl.optim", "netcl.data",
-                   "netcl.distributed", "netcl.module", "netcl.tuning", "netcl.autograd.rules"),
+                   "netcl.distributed", "netcl.module", "netcl.tuning") + _RULES,
     "tuning": _TOP + ("netcl.onnx", "netcl.models", "netcl.dense", "netcl.nn", "netcl.optim", "netcl.data",
                       "netcl.distributed"),
     "module.py": _TOP + ("netcl.onnx", "netcl.models", "netcl.dense", "netcl.nn", "netcl.optim", "netcl.data",
@@ -32,6 +33,11 @@ ABOVE = {
     "dense": _TOP + ("netcl.onnx", "netcl.tuning"),
     "onnx": _TOP + ("netcl.tuning",),
     "training": ("netcl.cli", "netcl.bench"),
+    "autograd": _TOP + ("netcl.onnx", "netcl.models", "netcl.dense", "netcl.nn", "netcl.optim", "netcl.data",
+                        "netcl.distributed", "netcl.module", "netcl.tuning"),
+    "autograd/function.py": _TOP + ("netcl.onnx", "netcl.models", "netcl.dense", "netcl.nn", "netcl.optim",
+                                    "netcl.data", "netcl.distributed", "netcl.module", "netcl.tuning",
+                                    "netcl.ops") + _RULES,
 }
 
 
