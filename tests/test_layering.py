@@ -171,3 +171,14 @@ def test_no_importlib_below_the_command_line():
     # netcl/__init__.py loads its subpackages on first use (PEP 562); the command line dispatches to the
     # module a subcommand names. Both import downward.
     assert set(users) <= {"netcl/__init__.py", "netcl/cli/main.py", "netcl/cli/bench.py", "netcl/cli/tune.py"}, users
+
+
+def test_ops_make_no_graph_through_tensor_methods():
+    """Ops make a tensor contiguous with ops.elementwise.as_contiguous, not Tensor.contiguous (whose rule
+    lives above ops); numpy arrays have no such methods, so any call of them in ops/ is a Tensor's."""
+    offenders = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno} .{node.func.attr}()"
+                 for path in sorted((PACKAGE / "ops").rglob("*.py"))
+                 for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                 and node.func.attr in ("contiguous", "detach", "requires_grad_", "backward")]
+    assert not offenders, "\n".join(offenders)
