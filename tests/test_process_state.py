@@ -1,7 +1,7 @@
 """What netcl keeps outside the per-device state, found by reading the source (ast): every module-level
 table written at run time, every ``global`` rebinding and every memoizing decorator is one of the
 process-wide things docs/architecture.md lists, each for a reason given here; no table in runtime/ or ops/
-is keyed by ``id()``."""
+is keyed by ``id()``; the environment is written only where a driver or a child reads it."""
 from __future__ import annotations
 
 import ast
@@ -140,3 +140,38 @@ def test_no_table_in_runtime_or_ops_is_keyed_by_id():
 def test_the_id_finder_sees_id_keys():
     code = "t = {}\nt[id(a)] = 1\nt.get(id(b))\nid(c) in t\nu = {id(d): 1}\nv = id(e)\n"
     assert _id_keyed_tables(ast.parse(code)) == [2, 3, 4, 5]
+
+
+# Where netcl writes the environment, and for whom: the OpenCL ICD loader reads OCL_ICD_VENDORS at its
+# first call; the drivers' thread pools (and MPI's children) read their thread counts at start.
+ENVIRONMENT_WRITERS = {"runtime/device.py", "distributed/process_group.py"}
+
+
+def _environment_writes(tree: ast.Module) -> list[int]:
+    """Lines that change the environment: ``os.environ[...] = / del``, os.environ's mutating methods,
+    os.putenv and os.unsetenv."""
+    def is_environ(node):
+        return isinstance(node, ast.Attribute) and node.attr == "environ"
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            lines += [node.lineno for t in targets if isinstance(t, ast.Subscript) and is_environ(t.value)]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if is_environ(node.func.value) and node.func.attr in MUTATORS:
+                lines.append(node.lineno)
+            elif node.func.attr in ("putenv", "unsetenv"):
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_environment_is_written_only_for_a_driver_or_a_child():
+    writers = {str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
+               if _environment_writes(ast.parse(path.read_text(), str(path)))}
+    assert writers == ENVIRONMENT_WRITERS, writers
+
+
+def test_the_environment_write_finder_sees_writes():
+    code = ("import os\nos.environ['A'] = '1'\nos.environ.setdefault('B', '2')\ndel os.environ['C']\n"
+            "os.putenv('D', '3')\nx = os.environ.get('E')\n")
+    assert _environment_writes(ast.parse(code)) == [2, 3, 4, 5]
