@@ -6,6 +6,8 @@ guard must be intact. This catches out-of-bounds writes and kernels that ignore 
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import os
 
@@ -82,3 +84,17 @@ def canaries(monkeypatch):
     yield guard
     monkeypatch.undo()
     guard.check()
+
+
+@pytest.fixture
+def unfused(monkeypatch):
+    """A context manager inside which every chain of layers (Sequential, the models' blocks, an ONNX
+    model's groups) runs its steps one by one instead of through netcl.nn.fusion's table."""
+    from netcl.nn import fusion
+
+    @contextlib.contextmanager
+    def steps_one_by_one():
+        with monkeypatch.context() as patch:
+            patch.setattr(fusion, "run", lambda steps, x: functools.reduce(lambda h, step: step(h), steps, x))
+            yield
+    return steps_one_by_one

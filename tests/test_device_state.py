@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import netcl as nc
+from netcl.ops import conv_memory
 from netcl.ops.elementwise import copy_into
 from netcl.ops.gemm import gemm
 from netcl.runtime import first_step, kernels
@@ -96,9 +97,9 @@ def test_clearing_a_devices_state_changes_no_result(device, monkeypatch):
     monkeypatch.setenv("NETCL_CONV_PLAN_MODE", "heuristic")  # online trials would time, and so choose anew
     before = _small_conv_net_step(device, seed=5)
     state = device.state
-    assert state.kernels and state.table("conv plans")
+    assert state.kernels and conv_memory.memory(device).plans
     device.clear_state()
-    assert device.state is state and not state.kernels and not state.programs and not state.table("conv plans")
+    assert device.state is state and not state.kernels and not state.programs and not conv_memory.memory(device).plans
     assert not state.first_step_over  # a fresh process's phase
     first_step.end(device)  # as the tests' process does at its start (tests/conftest.py)
     after = _small_conv_net_step(device, seed=5)
@@ -125,3 +126,20 @@ def test_netcls_caches_keep_no_device_alive(device, rng):
     del temporary, x, weight, out
     gc.collect()
     assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
+
+
+def test_the_convolution_chooser_forgets_its_memory_in_one_call(device):
+    """Profiles, plans and training trials are one object per device (netcl.ops.conv_memory), which the
+    device's chooser drops whole; the next plan is the same."""
+    from netcl.ops import conv2d_planner as planner, conv_chooser, conv_online
+    from netcl.ops.conv_common import ConvLayer
+    layer = ConvLayer.from_shapes((2, 3, 9, 7), (5, 3, 3, 3), padding=1)
+    first = planner.plan_conv2d_layer(layer, "forward", "heuristic", device=device).strategy
+    conv_online.trial_state(layer, "forward", device)
+    remembered = conv_memory.memory(device)
+    assert remembered.plans and remembered.profiles and remembered.trials is not None
+    assert device.state.entry(conv_memory.CHOICE, dict) is remembered
+    conv_chooser.chooser(device).clear(device)
+    fresh = conv_memory.memory(device)
+    assert fresh is not remembered and not fresh.plans and not fresh.profiles and fresh.trials is None
+    assert planner.plan_conv2d_layer(layer, "forward", "heuristic", device=device).strategy == first

@@ -75,3 +75,19 @@ def test_the_pool_releases_what_it_holds_past_its_limit(device, monkeypatch):
         assert memory.pool_stats(device)["held_bytes"] > 1 << 20
         kept = nc.Tensor.empty((10,), np.float32, device)  # the next allocation finds too much held
         assert memory.pool_stats(device)["held_bytes"] < 1 << 20 and kept.size == 10
+
+
+def test_buffers_handed_back_while_queued_and_made_anew_compute_right(device, rng):
+    """The GEMM's launch plans set a changing buffer argument only when its OpenCL handle differs from
+    the last call's. Here every product's operands go back to the driver while its kernels may still be
+    queued, and the driver's next buffers may reuse the released handles: each product must still be
+    computed from its own operands."""
+    shape = (37, 29)
+    for _ in range(12):
+        a_h = rng.standard_normal(shape).astype(np.float32)
+        b_h = rng.standard_normal(shape[::-1]).astype(np.float32)
+        a, b = nc.tensor(a_h, device=device), nc.tensor(b_h, device=device)
+        product = a @ b
+        del a, b  # queued behind the product's kernels, then released with the pool's held buffers
+        memory.release_cached(device)
+        np.testing.assert_allclose(product.to_host(), a_h.astype(np.float64) @ b_h, rtol=1e-4, atol=1e-4)

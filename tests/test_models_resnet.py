@@ -107,7 +107,7 @@ def test_resnet8_training_step_against_float64_reference(device, rng):
         assert np.max(np.abs(ours - numeric)) <= 2e-3 * scale + 1e-6, (key, ours, numeric)
 
 
-def test_eval_folds_batch_norm_and_matches_reference(device, rng):
+def test_eval_folds_batch_norm_and_matches_reference(device, rng, unfused):
     model = nc.models.resnet8(device=device)
     for _ in range(2):  # move the running statistics away from 0 / 1
         model(nc.tensor(_batch(rng)[0] * 2 + 1, device=device))
@@ -122,14 +122,9 @@ def test_eval_folds_batch_norm_and_matches_reference(device, rng):
     with nc.no_grad():
         y = model(nc.tensor(x_h, device=device)).to_host()
     assert_close(y, resnet_forward_ref(state, x_h, 1, False), 1e-4, "eval logits")
-    table = fusion.FUSIONS
-    try:  # the same eval pass without any fusion
-        fusion.FUSIONS = ()
-        with nc.no_grad():
-            unfused = model(nc.tensor(x_h, device=device)).to_host()
-    finally:
-        fusion.FUSIONS = table
-    assert_close(y, unfused, 1e-5, "folded vs unfused eval")
+    with unfused(), nc.no_grad():  # the same eval pass without any fusion
+        one_by_one = model(nc.tensor(x_h, device=device)).to_host()
+    assert_close(y, one_by_one, 1e-5, "folded vs unfused eval")
     assert int(model.bn1.num_batches_tracked.to_host()) == 2
     fused = nc.nn.utils.fuse_conv_bn_eval(block.conv1, block.bn1)
     h = nc.tensor(rng.normal(size=(2, 16, 9, 9)).astype(np.float32), device=device)

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import DTypeError, ShapeError
 from .. import nn as L  # the public layer names, wherever netcl.nn defines them
 from ..nn import functional as F
-from ..nn.module import Module
+from ..module import Module
 from ..ops.conv_common import pair
 from ..tensor import Tensor
 

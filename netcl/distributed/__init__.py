@@ -10,8 +10,10 @@ mpi4py is optional (``pip install mpi4py mpich``); without it init_process_group
 DistributedError saying so. See docs/howto/distributed.md.
 """
 from .collectives import REDUCE_OPS, all_reduce, barrier, broadcast
+from .ddp import DistributedDataParallel
 from .process_group import (DistributedError, abort, describe, get_local_rank, get_rank, get_world_size,
                             init_process_group, is_available, is_initialized)
 
 __all__ = ["init_process_group", "get_rank", "get_world_size", "get_local_rank", "barrier", "all_reduce",
-           "broadcast", "abort", "describe", "is_available", "is_initialized", "DistributedError", "REDUCE_OPS"]
+           "broadcast", "abort", "describe", "is_available", "is_initialized", "DistributedError", "REDUCE_OPS",
+           "DistributedDataParallel"]

@@ -9,8 +9,7 @@ callback) the transport starts what has not started, every bucket's average is w
 transport writes the averages into each ``.grad``. The transport decides what happens at each of these
 points; ``GradientBuckets`` only keeps the pass's order and its waits.
 
-netcl.nn.parallel.DistributedDataParallel is the Module users wrap their model in; this is what it
-delegates to.
+DistributedDataParallel (ddp.py) is the Module users wrap their model in; this is what it delegates to.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from .activation import (GELU, Hardsigmoid, Hardswish, Hardtanh, Identity, Leaky
 from .containers import ModuleDict, ModuleList, Sequential
 from .layers import AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d
 from .loss import CrossEntropyLoss, MSELoss, NLLLoss
-from .module import Module
+from ..module import Module
 from .normalization import BatchNorm1d, BatchNorm2d
 from .shaping import Concat, ConstantPad2d, Permute, Reshape
 from . import fusion, utils

@@ -9,7 +9,7 @@ import numbers
 
 from ..errors import ShapeError
 from . import functional as F
-from .module import Module
+from ..module import Module
 
 
 class ReLU(Module):

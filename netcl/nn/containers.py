@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from . import fusion
-from .module import Module
+from ..module import Module
 
 
 def _check_module(module, owner: str, name) -> None:

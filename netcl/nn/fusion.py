@@ -28,6 +28,7 @@ Only exact types match (a subclass may override forward), and a module called on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Callable, Sequence
 
 from ..autograd import is_grad_enabled
@@ -179,20 +180,20 @@ FUSIONS: tuple[Fusion, ...] = (
 )
 
 
-_starting_with: tuple = (None, {})  # (the FUSIONS table it was made from, step type -> candidate fusions)
+def _by_first_step(fusions: Sequence[Fusion]) -> MappingProxyType:
+    """Step type -> the fusions whose pattern starts with it, in table order."""
+    kinds = dict.fromkeys(kind for f in fusions for kind in f.pattern[0])
+    return MappingProxyType({kind: tuple(f for f in fusions if kind in f.pattern[0]) for kind in kinds})
+
+
+# Most steps start no pattern: looking the candidates up by the step's type keeps a forward pass from
+# testing every pattern at every step.
+STARTING_WITH = _by_first_step(FUSIONS)
 
 
 def _fusion_at(steps: Sequence, k: int) -> Fusion | None:
-    """The first FUSIONS entry that covers steps[k:], if any. Most steps start no pattern: looking the
-    candidates up by the step's type keeps a forward pass from testing every pattern at every step."""
-    global _starting_with
-    table, by_type = _starting_with
-    if table is not FUSIONS:  # the table was replaced (tests switch fusion off that way)
-        table, by_type = _starting_with = (FUSIONS, {})
-    kind = type(steps[k])
-    candidates = by_type.get(kind)
-    if candidates is None:
-        candidates = by_type[kind] = tuple(f for f in table if kind in f.pattern[0])
+    """The first FUSIONS entry that covers steps[k:], if any."""
+    candidates = STARTING_WITH.get(type(steps[k]), ())
     if not candidates:
         return None
     rest = steps[k:]

@@ -15,7 +15,7 @@ from ..ops.conv_common import pair
 from ..tensor import Tensor
 from . import functional as F
 from . import init
-from .module import Module
+from ..module import Module
 
 
 def _check_fits(shape, dtype, device, what: str) -> None:

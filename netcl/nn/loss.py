@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..tensor import Tensor
 from . import functional as F
-from .module import Module
+from ..module import Module
 
 REDUCTIONS = ("mean", "sum", "none")
 

@@ -17,7 +17,7 @@ from .. import dtypes
 from ..errors import ShapeError
 from ..tensor import Tensor
 from . import functional as F
-from .module import Module
+from ..module import Module
 
 
 class _BatchNorm(Module):

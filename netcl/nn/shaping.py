@@ -7,7 +7,7 @@ import numbers
 from ..autograd.rules_tensor import cat
 from ..errors import ShapeError
 from . import functional as F
-from .module import Module
+from ..module import Module
 
 
 def _ints(values, what: str) -> tuple[int, ...]:

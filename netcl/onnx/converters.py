@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import nn
-from ..nn.module import Module
+from ..module import Module
 from ..tensor import Tensor
 from . import layers as L
 from .graph import Dim, Graph, Node, has_dims, resolve_reshape

@@ -12,7 +12,7 @@ import numpy as np
 from ..autograd.rules import matmul
 from ..autograd.rules_tensor import cat, maximum, minimum
 from ..errors import DTypeError, ShapeError
-from ..nn.module import Module
+from ..module import Module
 
 BINARY = {
     "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": lambda a, b: a / b,

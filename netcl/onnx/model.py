@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DTypeError, OnnxError, ShapeError
-from ..nn.module import Module
+from ..module import Module
 from ..tensor import Tensor
 from .graph import Dim
 

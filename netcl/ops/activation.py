@@ -14,6 +14,7 @@ from .. import dtypes
 from ..errors import DTypeError, ShapeError
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
+from .elementwise import as_contiguous
 
 # each activation with the names of its scalar parameters (the kernel's p0, p1)
 ACTIVATIONS = {"leaky_relu": ("negative_slope",), "gelu": (), "gelu_tanh": (), "hardtanh": ("min_val", "max_val"),
@@ -24,7 +25,7 @@ def _float_input(x: Tensor, what: str) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{what}: input must be a netcl Tensor, got {type(x).__name__}")
     dtypes.require_float(x.dtype, what)
-    return x if x.is_contiguous() else x.contiguous()
+    return as_contiguous(x)
 
 
 def _same(a: Tensor, b: Tensor, what: str) -> None:

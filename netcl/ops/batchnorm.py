@@ -17,6 +17,7 @@ from .. import dtypes
 from ..errors import DTypeError, ShapeError
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
+from .elementwise import as_contiguous
 
 REDUCE_LOCAL = 64
 
@@ -31,7 +32,7 @@ def _reduce_local(device) -> int:
 
 
 def _contiguous(t: Tensor) -> Tensor:
-    return t if t.is_contiguous() else t.contiguous()
+    return as_contiguous(t)
 
 
 def channel_view(x: Tensor, what: str = "batch_norm") -> tuple[int, int, int]:

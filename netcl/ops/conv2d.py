@@ -15,6 +15,7 @@ from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from .conv_chooser import chooser, forced_strategy
 from .conv_common import ConvLayer
+from .elementwise import as_contiguous
 
 CONV2D_DIRECT = "direct"
 CONV2D_IM2COL = "im2col"
@@ -64,7 +65,7 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, layer: ConvLayer, strategy: str, 
     (grad_y, w) or backward_weight (x, grad_y). ``training`` with strategy "auto" lets the device's chooser
     measure its choice on these calls unless NETCL_CONV_PLAN_MODE says otherwise."""
     device = a.device
-    a, b = a.contiguous(), b.contiguous()
+    a, b = as_contiguous(a), as_contiguous(b)
     choice = chooser(device)
 
     def execute(name):
@@ -72,7 +73,7 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, layer: ConvLayer, strategy: str, 
         if pass_ != "forward" or bias is None:
             return impl.run(pass_, a, b, layer)
         if getattr(impl, "fuses_bias", False):
-            return impl.forward(a, b, layer, bias=bias.contiguous())
+            return impl.forward(a, b, layer, bias=as_contiguous(bias))
         from .bias import add_bias_
         return add_bias_(impl.forward(a, b, layer), bias)
     return choice.run(pass_, layer, device, strategy, training, execute)
@@ -97,7 +98,7 @@ class Conv2dFunction(Function):
             grad_w = run_pass("backward_weight", ctx.x, grad_y, layer, ctx.strategy, training=ctx.training)
         if ctx.needs_input_grad[2]:
             from .bias import bias_grad
-            grad_b = bias_grad(grad_y.contiguous())
+            grad_b = bias_grad(as_contiguous(grad_y))
         return grad_x, grad_w, grad_b, None, None, None
 
 

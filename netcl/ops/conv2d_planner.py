@@ -32,6 +32,7 @@ from ..runtime import first_step
 from ..runtime import tuning_db as db
 from . import conv_profile
 from .conv_common import PASSES, ConvLayer
+from .conv_memory import memory
 from .conv_plan import (Answer, Candidate, ChoiceInputs, Plan, assess, choose, forced, mib,  # noqa: F401
                         worth_measuring)
 from .conv_profile import calibration_summary, device_profile  # noqa: F401
@@ -51,8 +52,6 @@ MEASURE_TIMING = dict(warmup=2, min_runs=7, max_runs=40, time_budget_s=3.0, cont
 # Independent series of timings per measured plan, the lower result counting: under load the first series
 # on a layer in a process can still disagree with later ones, and a stored plan is worth a second series.
 MEASURE_SERIES = 2
-
-PLANS = "conv plans"  # the device state's table of this process's plans (netcl.runtime.device_state)
 
 
 def default_budget(device) -> int:
@@ -117,14 +116,14 @@ def store_plan(device, layer: ConvLayer, pass_: str, names: tuple, entry: dict) 
 
 def forget(device, layer: ConvLayer, pass_: str) -> None:
     """Drop this process's memoized plans of one layer and pass (a new measurement replaces them)."""
-    table = device.state.table(PLANS)
-    for key in [k for k in list(table) if k[0] == layer.signature() and k[1] == pass_]:
-        table.pop(key, None)
+    plans = memory(device).plans
+    for key in [k for k in list(plans) if k[0] == layer.signature() and k[1] == pass_]:
+        plans.pop(key, None)
 
 
 def clear_plans(device) -> None:
     """Forget this process's plans for ``device`` (the store on disk stays)."""
-    device.state.table(PLANS).clear()
+    memory(device).plans.clear()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -195,7 +194,7 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
     names = tuple(strategies())
     chosen, how = forced_strategy(strategy)
     key = (layer.signature(), pass_, mode, budget, names, chosen)
-    plans = device.state.table(PLANS)
+    plans = memory(device).plans
     plan = plans.get(key)
     if plan is not None:
         return plan

@@ -11,7 +11,8 @@ chooser is the one place that decides between the three ways of choosing:
 
 What decides a choice besides the layer and pass is one value, :class:`~netcl.ops.conv_plan.ChoiceInputs`
 (:meth:`ConvChooser.inputs`); each plan carries the inputs it was made with and `netcl plan` prints them.
-Imports run one way: this module → conv_online → conv2d_planner → conv_plan, conv_profile, conv_cost.
+Imports run one way: this module → conv_online → conv2d_planner → conv_plan, conv_profile, conv_cost →
+conv_memory, the device's memory of all three (profiles, plans, trials).
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from .. import settings
 from ..errors import ShapeError
 from ..runtime.device import resolve_device
 from . import conv2d_planner as planner
-from . import conv_online, conv_profile
+from . import conv_online
 from .conv_common import ConvLayer
+from .conv_memory import CHOICE
 from .conv_plan import ChoiceInputs
 from .conv_registry import strategies
 
@@ -36,10 +38,10 @@ def trials_on() -> bool:
 
 
 class ConvChooser:
-    """The convolution choice of one device. It keeps no table of its own: the plans it made are in the
-    device's "conv plans" table (netcl.ops.conv2d_planner), the trials in "conv training trials"
-    (netcl.ops.conv_online), the cost model's profiles in "conv device profiles"; :meth:`clear` forgets
-    all three. Methods take the device: the device's state refers to no Device."""
+    """The convolution choice of one device. What it decides from is the device's convolution memory
+    (netcl.ops.conv_memory: the cost model's profiles, the plans, the training trials), which the planner
+    and the trials fill; :meth:`clear` forgets it in one call. Methods take the device: the device's state
+    refers to no Device."""
 
     def inputs(self, layer: ConvLayer, pass_: str, device, strategy: str | None = None,
                training: bool = False) -> ChoiceInputs:
@@ -75,9 +77,7 @@ class ConvChooser:
     def clear(self, device) -> None:
         """Forget the plans, profiles and training trials this process holds for ``device`` (the stores on
         disk stay)."""
-        planner.clear_plans(device)
-        conv_profile.clear_memory(device)
-        conv_online.clear(device)
+        device.state.drop(CHOICE)
 
 
 def chooser(device=None) -> ConvChooser:

@@ -213,7 +213,8 @@ class DepthwiseStrategy(ConvStrategy):
         shape = geometry(layer, "backward_weight", x.device)
         partial = Tensor.empty((layer.k * layer.r * layer.s, _partial_rows(shape)), x.dtype, x.device)
         _run("backward_weight", layer, x, grad_y, partial, extra=(layer.n,))
-        return reduce(partial, "sum", axis=1).reshape(layer.weight_shape)
+        summed = reduce(partial, "sum", axis=1)  # contiguous: a view of it has the weight's shape
+        return Tensor(summed.buffer, layer.weight_shape, summed.dtype, summed.device, None, summed.offset)
 
 
 STRATEGY = DepthwiseStrategy()

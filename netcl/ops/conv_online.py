@@ -23,16 +23,16 @@ from ..runtime.loser_binaries import LoserBinaries
 from . import conv2d_planner as planner
 from . import conv_profile
 from .conv_common import ConvLayer
+from .conv_memory import memory
 from .conv_registry import strategies
 
 MARGIN = 3.0
 MAX_CANDIDATES = 4
 RUNS = 3  # per candidate: one warm-up, then the samples
-TRIALS = "conv training trials"  # the device state's entry (netcl.runtime.device_state)
 
 
 class _Online:
-    """What the training-time trials keep for one device (its state's entry "conv training trials")."""
+    """What the training-time trials keep for one device (its convolution memory's ``trials``)."""
 
     def __init__(self, device):
         self.trials: dict = {}  # (layer signature, pass) -> Trial
@@ -45,7 +45,12 @@ class _Online:
 
 
 def _online(device) -> _Online:
-    return device.state.entry(TRIALS, lambda: _Online(device))
+    remembered = memory(device)
+    if remembered.trials is None:
+        with device.state.lock:
+            if remembered.trials is None:
+                remembered.trials = _Online(device)
+    return remembered.trials
 
 
 class Trial:
@@ -194,4 +199,8 @@ def stats(device) -> dict:
 
 def clear(device) -> None:
     """Forget the trials on ``device`` (the plans they stored stay on disk)."""
-    device.state.drop(TRIALS)
+    remembered = memory(device)
+    with device.state.lock:
+        trials, remembered.trials = remembered.trials, None
+    if trials is not None:
+        trials.close()

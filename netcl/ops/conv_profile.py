@@ -23,6 +23,7 @@ import numpy as np
 
 from ..runtime import tuning_db as db
 from . import conv_cost, gemm_surface
+from .conv_memory import memory
 
 FAMILY = "conv_calibration"
 # One representative product per GEMM shape class (netcl.ops.gemm.shape_class), conv-like and quick.
@@ -33,8 +34,6 @@ CLASS_SHAPES = {"large": (256, 256, 256), "small_k": (32, 9216, 50), "small_mn":
 # direct_blocked's backward_data; 5: products priced by the measured rate surface; 6: products smaller than
 # the surface's grid priced at its smallest product's time, and the residual model).
 CALIBRATION_VERSION = 6
-
-PROFILES = "conv device profiles"  # the device state's table of them, by dtype (netcl.runtime.device_state)
 
 
 def context(device) -> str:
@@ -67,7 +66,7 @@ def update(device, dtype: str, mutate) -> None:
             db.store(device, FAMILY, entry, key=np.dtype(dtype).name)
         except OSError:
             pass  # an unwritable cache costs the next process these measurements only
-        device.state.table(PROFILES).pop(np.dtype(dtype).name, None)
+        memory(device).profiles.pop(np.dtype(dtype).name, None)
 
 
 def _positive(value) -> float | None:
@@ -98,7 +97,7 @@ def device_profile(device, dtype: str = "float32") -> conv_cost.DeviceProfile:
     """The cost model's view of the device: measured quantities (else the GEMM tuner's rates, else the
     estimate) and the coefficients fitted to this device's measurements."""
     dtype = np.dtype(dtype).name
-    profiles = device.state.table(PROFILES)
+    profiles = memory(device).profiles
     profile = profiles.get(dtype)
     if profile is None:
         with device.state.lock:
@@ -255,4 +254,5 @@ def calibration_summary(device, dtype: str = "float32") -> str:
 
 
 def clear_memory(device) -> None:
-    device.state.drop(PROFILES)
+    with device.state.lock:
+        memory(device).profiles.clear()

@@ -245,6 +245,22 @@ def contiguous_copy(a: Tensor) -> Tensor:
     return _copy_elements(out, a)  # a fresh tensor: no write to count
 
 
+def as_contiguous(a: Tensor) -> Tensor:
+    """``a`` itself when its elements are contiguous, else a contiguous copy. Records no graph (ops run
+    below autograd, unlike ``Tensor.contiguous``, which goes through its rule)."""
+    return a if a.is_contiguous() else contiguous_copy(a)
+
+
+def contiguous_view(a: Tensor, shape) -> Tensor:
+    """``a``'s elements in ``shape`` (as many), viewed contiguously: ``a`` is copied first when it is not
+    contiguous. Records no graph (the op-level ``Tensor.reshape``)."""
+    shape = tuple(int(n) for n in shape)
+    if int(np.prod(shape, dtype=np.int64)) != a.size:
+        raise ShapeError(f"cannot view {a.size} elements of shape {a.shape} as {shape}")
+    a = as_contiguous(a)
+    return Tensor(a.buffer, shape, a.dtype, a.device, None, a.offset)
+
+
 def fill(t: Tensor, value) -> Tensor:
     """Fill a contiguous tensor in place."""
     if t.size == 0:

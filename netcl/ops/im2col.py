@@ -18,6 +18,7 @@ from ..errors import DTypeError, ShapeError
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
 from .conv_common import ConvLayer
+from .elementwise import as_contiguous
 
 VEC = 4  # column entries per work-item: amortizes the index decode without hurting coalescing
 _INT_LIMIT = 2**31 - 1
@@ -221,7 +222,7 @@ def im2col(x: Tensor, kernel_h: int, kernel_w: int, stride=1, padding=0, dilatio
     """
     _check_float(x, "im2col input")
     layer = _layer(x.shape, kernel_h, kernel_w, stride, padding, dilation, x.dtype)
-    x = x.detach().contiguous() if not x.is_contiguous() else x
+    x = as_contiguous(x)
     out = Tensor.empty(cols_shape(layer, transposed), x.dtype, x.device)
     return im2col_into(x, layer, out, transposed)
 
@@ -242,6 +243,6 @@ def col2im(cols: Tensor, input_shape, kernel_h: int, kernel_w: int, stride=1, pa
     if cols.shape != expected:
         raise ShapeError(f"col2im: columns of shape {cols.shape} do not match input {layer.input_shape} with a "
                          f"{layer.r}×{layer.s} kernel (expected {expected}{', transposed' if transposed else ''})")
-    cols = cols.detach().contiguous() if not cols.is_contiguous() else cols
+    cols = as_contiguous(cols)
     out = Tensor.empty(layer.input_shape, cols.dtype, cols.device)
     return col2im_into(cols, layer, out, transposed, deterministic)

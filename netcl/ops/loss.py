@@ -24,6 +24,7 @@ from ..errors import ClassIndexError, DTypeError, ShapeError
 from ..runtime.error_flags import error_flag
 from ..runtime.kernels import get_kernel, launch, local_size_1d
 from ..tensor import Tensor
+from .elementwise import as_contiguous
 
 LOCAL = 64
 REDUCTIONS = ("mean", "sum", "none")
@@ -63,9 +64,8 @@ def _check(x: Tensor, target: Tensor, weight: Tensor | None, what: str):
             raise ShapeError(f"{what} weight must be a {x.dtype} tensor of shape ({x.shape[1]},), got "
                              f"{getattr(weight, 'shape', type(weight).__name__)} {getattr(weight, 'dtype', '')}")
         x.same_device(weight, what)
-        weight = weight if weight.is_contiguous() else weight.contiguous()
-    return (x if x.is_contiguous() else x.contiguous(),
-            target if target.is_contiguous() else target.contiguous(), weight)
+        weight = as_contiguous(weight)
+    return as_contiguous(x), as_contiguous(target), weight
 
 
 def _params(x: Tensor, target: Tensor, weight, opts: LossOptions) -> dict:
@@ -119,7 +119,7 @@ def loss_backward(grad_loss: Tensor, x: Tensor, target: Tensor, weight: Tensor |
     x, target, weight = _check(x, target, weight, what)
     lse, aux = saved
     n, c = x.shape
-    grad_loss = grad_loss if grad_loss.is_contiguous() else grad_loss.contiguous()
+    grad_loss = as_contiguous(grad_loss)
     gx = Tensor.empty((n, c), x.dtype, x.device)
     w_buf, w_off = (weight.buffer, weight.offset) if weight is not None else (x.buffer, 0)
     lse_buf, lse_off = (lse.buffer, lse.offset) if lse is not None else (aux.buffer, aux.offset)

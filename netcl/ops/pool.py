@@ -18,7 +18,7 @@ from ..errors import DTypeError, ShapeError
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import pair
-from .elementwise import fill
+from .elementwise import as_contiguous, fill
 
 ROWS_PER_CPU_GROUP = 4
 
@@ -115,7 +115,7 @@ def _check_input(x: Tensor, what: str) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{what}: input must be a netcl Tensor, got {type(x).__name__}")
     dtypes.require_float(x.dtype, what)
-    return x if x.is_contiguous() else x.contiguous()
+    return as_contiguous(x)
 
 
 def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: bool = True, relu: bool = False):

@@ -10,6 +10,7 @@ from .. import dtypes
 from ..errors import DTypeError, ShapeError
 from ..runtime.kernels import VARYING, PreparedLaunch, get_kernel, launch, local_size_1d
 from ..tensor import Tensor
+from .elementwise import as_contiguous, contiguous_view
 
 CHUNK = 2048
 ARG_OPS = ("argmax", "argmin")
@@ -60,7 +61,7 @@ def _reduce_axis(x: Tensor, axis: int, op: str):
     while chunks > 1:
         values, indices, chunks = _reduce_one(values, outer, chunks, inner, op, indices)
     shape = x.shape[:axis] + (1,) + x.shape[axis + 1:]
-    return values.reshape(shape), (indices.reshape(shape) if indices is not None else None)
+    return contiguous_view(values, shape), (contiguous_view(indices, shape) if indices is not None else None)
 
 
 def _check_nonempty(x: Tensor, axes, op: str) -> None:
@@ -74,20 +75,20 @@ def reduce(x: Tensor, op: str, axis=None, keepdims: bool = False) -> Tensor:
     axes = normalize_axes(axis, x.ndim)
     _check_nonempty(x, axes, op)
     base = "sum" if op == "mean" else op
-    y = x.contiguous()
+    y = as_contiguous(x)
     if op == "mean" and y.dtype.kind != "f":
         from .elementwise import cast
         y = cast(y, np.float32)
     if y.ndim == 0:
-        y = y.reshape((1,))
+        y = contiguous_view(y, (1,))
         axes = (0,)
     for a in axes:
-        y, _ = _reduce_axis(y.contiguous(), a, base)
+        y, _ = _reduce_axis(as_contiguous(y), a, base)
     if op == "mean":
         count = math.prod(x.shape[a] for a in axes) if x.ndim else 1
         from .elementwise import map_expr
         y = map_expr("{0} / {1}", [y, float(max(count, 1))], compute_dtype=y.dtype)
-    return y.reshape(reduced_shape(x.shape, axes, keepdims) if x.ndim else ())
+    return contiguous_view(y, reduced_shape(x.shape, axes, keepdims) if x.ndim else ())
 
 
 def arg_reduce(x: Tensor, op: str, axis=None, keepdims: bool = False) -> Tensor:
@@ -96,8 +97,8 @@ def arg_reduce(x: Tensor, op: str, axis=None, keepdims: bool = False) -> Tensor:
     if axis is None:
         if x.size == 0:
             raise ShapeError(f"{op} of an empty tensor")
-        _, idx = _reduce_axis(x.contiguous().reshape((x.size,)), 0, op)
-        return idx.reshape((1,) * x.ndim if keepdims else ())
+        _, idx = _reduce_axis(contiguous_view(x, (x.size,)), 0, op)
+        return contiguous_view(idx, (1,) * x.ndim if keepdims else ())
     return reduce_with_indices(x, op, axis, keepdims)[1]
 
 
@@ -108,17 +109,17 @@ def reduce_with_indices(x: Tensor, op: str, axis: int, keepdims: bool = False) -
     if x.ndim == 0:
         if axis not in (0, -1):
             raise ShapeError(f"axis {axis} is out of range for a 0-d tensor")
-        values, idx = _reduce_axis(x.reshape((1,)), 0, op)
-        return values.reshape(()), idx.reshape(())
+        values, idx = _reduce_axis(contiguous_view(x, (1,)), 0, op)
+        return contiguous_view(values, ()), contiguous_view(idx, ())
     if not isinstance(axis, numbers.Integral):
         raise ShapeError(f"{op} along one axis takes an int axis, got {axis!r}")
     (a,) = normalize_axes(axis, x.ndim)
     _check_nonempty(x, (a,), op)
-    values, idx = _reduce_axis(x.contiguous(), a, op)
+    values, idx = _reduce_axis(as_contiguous(x), a, op)
     if keepdims:
         return values, idx
     shape = reduced_shape(x.shape, (a,), False)
-    return values.reshape(shape), idx.reshape(shape)
+    return contiguous_view(values, shape), contiguous_view(idx, shape)
 
 
 def argmax(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:

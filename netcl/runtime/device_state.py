@@ -8,9 +8,10 @@ A :class:`DeviceState` is made at a Device's first use and lives as long as the 
   launch geometries (netcl.runtime.launching);
 - the cold-start phase (netcl.runtime.first_step): whether this device's first training step is over;
 - the launch observers (:mod:`netcl.runtime.observers`): a stack that context managers push and pop;
-- one named table per kind of knowledge the layers above keep for the device (:meth:`table`): GEMM
-  parameters, plans and packing workspaces, convolution plans, profiles and training trials, im2col's
-  kernels, the tuning database's entries read from disk, what a probe found out about the driver.
+- one named entry per kind of knowledge the layers above keep for the device (:meth:`table`,
+  :meth:`entry`): build statistics, error flags, GEMM parameters, plans and packing workspaces, the
+  convolution chooser and its memory (profiles, plans, training trials), im2col's kernels, the host
+  buffers of collectives, what a probe found out about the driver.
 
 Every table here is keyed by values (parameters, shapes, names), never by ``id()`` of an object that
 may be collected; nothing here refers to the Device, so a Device nobody uses is collected with its state.
@@ -43,7 +44,8 @@ class DeviceState:
 
     def table(self, name: str) -> dict:
         """The device's table ``name`` (made empty at its first use): one per kind of knowledge a layer
-        above the runtime keeps for this device, named by that layer ("gemm plans", "conv plans"...)."""
+        above the runtime keeps for this device, named by that layer ("gemm plans", "im2col layer
+        kernels"...)."""
         return self.entry(name, dict)
 
     def entry(self, name: str, make):

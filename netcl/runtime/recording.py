@@ -179,6 +179,11 @@ class Recording(LaunchObserver):
         names = _BufferNames()
         return [command.signature(names) for command in self.commands]
 
+    def host_calls(self) -> tuple:
+        """The host calls recorded (what their signatures name by identity, so whoever compares this
+        recording's signature later keeps them)."""
+        return tuple(command for command in self.commands if isinstance(command, HostCall))
+
     @property
     def launches(self) -> int:
         return sum(command.launches for command in self.commands)

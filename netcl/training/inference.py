@@ -57,7 +57,9 @@ class CapturedInference:
         self._input: Tensor | None = None       # the tensor the recording reads
         self._output: Tensor | None = None      # the tensor the recording writes
         self._replay: Replay | None = None
-        self._previous: tuple | None = None     # (signature, state key) of the last recording
+        # (signature, state key, host calls) of the last recording: its host calls are kept because the
+        # signature names the objects they were given by identity, which must not be reused meanwhile
+        self._previous: tuple | None = None
         self._key: tuple | None = None          # the state the replay was recorded in
         self._in_flight: collections.deque = collections.deque()
         self._refused = False                   # a recording was refused: the forward reads on the host
@@ -113,12 +115,12 @@ class CapturedInference:
             self._refused = True  # it would refuse every time: stop paying for recordings
             return output
         signature = recording.signature()
-        if previous is not None and previous == (signature, key):
+        if previous is not None and previous[:2] == (signature, key):
             self._replay, self._output, self._key, self._previous = Replay(recording), output, key, None
             self.status = (f"replaying {self._replay.launches} launches for inputs of shape {x.shape} "
                            f"(recorded at call {self.calls})")
         else:
-            self._previous = (signature, key)
+            self._previous = (signature, key, recording.host_calls())
             if previous is not None:
                 self.status = "not replayed yet: two consecutive forwards enqueued different commands"
         if self.recordings >= self.attempts and self._replay is None:

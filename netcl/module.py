@@ -1,4 +1,7 @@
-"""nn.Module: parameters, sub-modules, state_dict and train/eval, as in torch.nn.
+"""nc.nn.Module: parameters, sub-modules, state_dict and train/eval, as in torch.nn.
+
+It holds Tensors and nothing from the layers above the core, so the layers of netcl/nn/ and
+DistributedDataParallel (netcl/distributed/ddp.py, below nn) both build on it.
 
 Assigning a Tensor with ``requires_grad=True`` to an attribute registers it as a parameter; assigning a
 Module registers a sub-module; ``register_buffer`` keeps state that is saved but not trained.
@@ -9,9 +12,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..errors import CheckpointError, ShapeError
-from ..runtime import memory
-from ..tensor import Tensor
+from .errors import CheckpointError, ShapeError
+from .runtime import memory
+from .tensor import Tensor
 
 
 class Module:
@@ -120,7 +123,7 @@ class Module:
     def to(self, device) -> "Module":
         """Move every parameter and buffer (and existing gradients) to ``device`` (a Device or a selector);
         returns self. Parameters stay leaves that require grad, so build optimizers after moving."""
-        from ..runtime.device import resolve_device
+        from .runtime.device import resolve_device
         target = resolve_device(device)
         for module in self.modules():
             for kind in ("_parameters", "_buffers"):
@@ -185,7 +188,7 @@ class Module:
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
-                from ..ops.elementwise import fill
+                from .ops.elementwise import fill
                 fill(p.grad, 0)
 
     # ---- calling ---------------------------------------------------------------------------------------
