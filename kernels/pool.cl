@@ -409,12 +409,15 @@ ${block_ids('ih', 'H', 'n_cells')}    const int m = m0 + start;
 % if SW == 1:
 ${store_lanes("out", "acc0", VT)}
 % elif SW == 2:
-    const ${T}${2 * VW} pairs = shuffle2(acc0, acc1, (${MASK}${2 * VW}) (${', '.join(f'{k}, {VW + k}' for k in range(VW))}));
+    /* interleaved as two VW-lane halves (no 2*VW-lane vectors: LLVM 14 cannot scalarize 16 lanes) */
+    const ${VT} low = shuffle2(acc0, acc1, (${MASK}${VW}) (${', '.join(f'{k}, {VW + k}' for k in range(VW // 2))}));
+    const ${VT} high = shuffle2(acc0, acc1, (${MASK}${VW}) (${', '.join(f'{k}, {VW + k}' for k in range(VW // 2, VW))}));
     if (skip == 0) {
-        vstore${2 * VW}(pairs, 0, out);
+        vstore${VW}(low, 0, out);
+        vstore${VW}(high, 0, out + ${VW});
     } else {
   % for k in range(1, VW):
-        if (${k} >= skip) { out[${2 * k}] = pairs.s${HEX[2 * k]}; out[${2 * k + 1}] = pairs.s${HEX[2 * k + 1]}; }
+        if (${k} >= skip) { out[${2 * k}] = ${'low' if 2 * k < VW else 'high'}.s${HEX[(2 * k) % VW]}; out[${2 * k + 1}] = ${'low' if 2 * k < VW else 'high'}.s${HEX[(2 * k + 1) % VW]}; }
   % endfor
     }
 % else:
