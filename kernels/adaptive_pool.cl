@@ -8,12 +8,14 @@ Template parameters (all have defaults):
   GLOBAL  Ho = Wo = 1: each output is its whole plane's mean, read as one contiguous run (the global
           average pool ending a ResNet), and backward spreads g / (H*W) without index arithmetic
                                                                                      (default False)
+  LANES   GLOBAL forward: partial sums kept apart (a vector of them): 2, 4, 8 or 16   (default 8)
 Kernels:
   adaptive_avg_forward   one work-item per output element: global (Ho*Wo, N*C)
   adaptive_avg_backward  one work-item per input element, gathering from every cell covering it:
                          global (H*W, N*C); deterministic, no atomics
 </%doc>
-<%page args="T='float', GLOBAL=False"/>
+<%page args="T='float', GLOBAL=False, LANES=8"/>
+<%! from netcl.runtime.cl_vectors import vload %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
@@ -29,9 +31,14 @@ __kernel void adaptive_avg_forward(__global const ${T}* x, const long x_off, __g
     if (cell >= Ho * Wo || plane >= planes) return;
     __global const ${T}* xp = x + x_off + plane * H * W;
 % if GLOBAL:
-    ${T} acc = 0;
-    for (int i = 0; i < H * W; ++i) acc += xp[i];
-    y[y_off + plane] = acc / (${T}) (H * W);
+    /* LANES independent partial sums: one chain of dependent adds is bound by the add's latency */
+    ${T}${LANES} lanes = (${T}${LANES}) 0;
+    const int size = H * W;
+    int i = 0;
+    for (; i + ${LANES} <= size; i += ${LANES}) lanes += ${vload(f"{T}{LANES}", LANES, "xp + i")};
+    ${T} acc = ${" + ".join(f"lanes.s{k:x}" for k in range(LANES))};
+    for (; i < size; ++i) acc += xp[i];
+    y[y_off + plane] = acc / (${T}) size;
 % else:
     const int oh = cell / Wo, ow = cell % Wo;
     const int h0 = bin_start(oh, H, Ho), h1 = bin_end(oh, H, Ho);

@@ -150,7 +150,8 @@ def adaptive_ref(x, out_h, out_w):
 
 
 @pytest.mark.parametrize("shape,out", [((2, 3, 8, 8), 1), ((3, 5, 7, 13), (3, 4)), ((1, 2, 5, 5), (5, 5)),
-                                       ((2, 1, 7, 3), (4, None)), ((2, 3, 3, 5), (7, 9)), ((13, 7, 1, 1), 1)])
+                                       ((2, 1, 7, 3), (4, None)), ((2, 3, 3, 5), (7, 9)), ((13, 7, 1, 1), 1),
+                                       ((3, 4, 7, 7), 1)])  # global: whole vectors of partial sums and a tail
 def test_adaptive_avg_pool2d(device, rng, canaries, shape, out):
     x_h = rng.uniform(-2, 2, size=shape).astype(np.float32)
     pair = (out, out) if isinstance(out, int) else out

@@ -1,6 +1,7 @@
 """Max and average pooling (kernels/pool.cl): forward and backward against float64 NumPy and finite
 differences, over kernel/stride/padding/dilation combinations including the dilated stride-1 pooling
-P_{k,d} of the dense-labeling paper and both backward kernels (disjoint scatter and overlapping gather)."""
+P_{k,d} of the dense-labeling paper, on images narrow enough that every column is an edge column and wide
+enough for the vector block kernels (with a shifted last block and edge columns on both sides)."""
 from __future__ import annotations
 
 import numpy as np
@@ -60,7 +61,8 @@ def test_avg_pool_padding_divisor(device, rng, canaries, count_include_pad):
     assert_close(x.grad.to_host(), grad_ref(gy), 1e-6, "avg pool backward")
 
 
-@pytest.mark.parametrize("shape,k,s,p,d", [CASES[1], CASES[2], pytest.param(*CASES[5].values, marks=slow)])
+@pytest.mark.parametrize("shape,k,s,p,d", [CASES[1], CASES[2], pytest.param(*CASES[5].values, marks=slow),
+                                           ((1, 2, 5, 23), (3, 3), (2, 2), (1, 1), (1, 1))])  # block kernels
 @pytest.mark.parametrize("op", ["max", "avg"])
 def test_pool_gradient_finite_differences_float64(device, rng, shape, k, s, p, d, op):
     if not device.has_fp64:
@@ -167,3 +169,60 @@ def test_pool_ceil_mode_layers_match_pytorch_sizes(device, rng):
     assert nc.nn.MaxPool2d(3, 2)(x).shape == (1, 2, 55, 55)
     assert nc.nn.AvgPool2d(2, ceil_mode=True, padding=1)(nc.zeros((1, 1, 5, 5), device=device)).shape == (1, 1, 3, 3)
     assert "ceil_mode=True" in repr(nc.nn.MaxPool2d(3, 2, ceil_mode=True))
+
+
+# Rows wide enough for the block kernels (at least 8 interior outputs or input cells a row) at odd sizes:
+# the last block of a row shifts left and stores part of its lanes, and edge columns remain on both sides.
+# (input shape, kernel, stride, padding, padding_end, dilation, ceil_mode)
+WIDE_CASES = [
+    ((2, 3, 19, 37), (3, 3), (2, 2), (1, 1), None, (1, 1), False),   # ResNet's stem pool
+    ((1, 2, 17, 35), (2, 2), (2, 2), (0, 0), None, (1, 1), False),   # disjoint, an uncovered last column
+    ((1, 2, 13, 29), (3, 3), (1, 1), (1, 1), None, (1, 1), False),   # stride 1, padded
+    ((1, 2, 21, 41), (2, 2), (1, 1), (0, 0), None, (2, 2), False),   # P_{2,2}
+    ((1, 2, 21, 53), (3, 2), (2, 3), (1, 0), None, (2, 1), False),   # stride 3: the gathered vector loads
+    ((1, 2, 23, 47), (3, 3), (2, 2), (0, 0), None, (1, 1), True),    # ceil_mode
+    ((1, 2, 22, 39), (3, 3), (2, 2), (1, 0), (0, 1), (1, 1), False),  # asymmetric pads
+    pytest.param((1, 1, 15, 45), (2, 3), (3, 2), (1, 1), None, (2, 1), False, marks=slow),
+    pytest.param((1, 1, 12, 40), (2, 2), (4, 4), (0, 0), None, (3, 3), False, marks=slow),
+    pytest.param((1, 1, 9, 43), (5, 5), (3, 3), (2, 2), None, (1, 1), False, marks=slow),
+]
+
+
+@pytest.mark.parametrize("shape,k,s,p,p_end,d,ceil", WIDE_CASES)
+@pytest.mark.parametrize("op,count_include_pad,relu", [("max", True, False), ("max", True, True),
+                                                       ("avg", True, False), ("avg", False, False)])
+def test_pool_wide_rows_block_kernels(device, rng, canaries, shape, k, s, p, p_end, d, ceil, op,
+                                      count_include_pad, relu):
+    x_host = rng.uniform(-2, 2, size=shape).astype(np.float32)
+    x = nc.tensor(x_host, device=device, requires_grad=True)
+    if op == "max":
+        y = F.max_pool2d(x, k, s, p, d, ceil_mode=ceil, padding_end=p_end, fused_relu=relu)
+    else:
+        y = F.avg_pool2d(x, k, s, p, ceil, count_include_pad, dilation=d, padding_end=p_end)
+    source = np.maximum(x_host, 0) if relu else x_host
+    y_ref, grad_ref = pool_ref(source, k, s, p, d, op, count_include_pad, ceil, p_end)
+    assert y.shape == y_ref.shape
+    assert_close(y.to_host(), y_ref, 1e-6, f"{op} pool forward")
+    gy = rng.uniform(-2, 2, size=y.shape).astype(np.float32)
+    y.backward(nc.tensor(gy, device=device))
+    expected = grad_ref(gy) * (x_host > 0) if relu else grad_ref(gy)
+    assert_close(x.grad.to_host(), expected, 1e-6, f"{op} pool backward")
+
+
+def test_max_pool_wide_rows_nan_and_minus_infinity(device, canaries):
+    """The block kernels keep the edge kernels' rules: a NaN window outputs NaN, and a window of -inf
+    values sends its gradient to its first tap inside the input (padding never wins)."""
+    x = np.full((1, 1, 4, 40), -np.inf, np.float32)
+    x[0, 0, 1, 20] = np.nan
+    t = nc.tensor(x, device=device, requires_grad=True)
+    y = F.max_pool2d(t, 3, 2, 1)
+    out = y.to_host()[0, 0]
+    nan_windows = np.zeros(out.shape, bool)
+    nan_windows[:2, 10] = True  # the windows around (1, 20)
+    assert np.isnan(out[nan_windows]).all() and (out[~nan_windows] == -np.inf).all()
+    y.backward(nc.tensor(np.ones(y.shape, np.float32), device=device))
+    expected = np.zeros((4, 40))
+    for oh in range(out.shape[0]):
+        for ow in range(out.shape[1]):
+            expected[max(2 * oh - 1, 0), max(2 * ow - 1, 0)] += 1
+    assert np.array_equal(t.grad.to_host()[0, 0], expected)

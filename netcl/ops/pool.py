@@ -18,9 +18,10 @@ from ..errors import DTypeError, ShapeError
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import pair
-from .elementwise import as_contiguous, fill
+from .elementwise import as_contiguous
 
-ROWS_PER_CPU_GROUP = 4
+VECTOR_WIDTH = 8  # kernels/pool.cl's VW
+CPU_GROUP_ITEMS = 32
 
 
 @dataclass(frozen=True)
@@ -96,17 +97,6 @@ class PoolGeometry:
     def output_shape(self) -> tuple[int, int, int, int]:
         return (self.n, self.c, self.out_h, self.out_w)
 
-    @property
-    def disjoint(self) -> bool:
-        """No input pixel belongs to two windows (stride ≥ dilated kernel extent on both axes)."""
-        return self.sh >= self.dh * (self.kh - 1) + 1 and self.sw >= self.dw * (self.kw - 1) + 1
-
-    @property
-    def covering(self) -> bool:
-        """Disjoint windows that tile the whole input: backward then writes every input element."""
-        return (self.dh == 1 and self.dw == 1 and self.sh == self.kh and self.sw == self.kw and self.ph == 0
-                and self.pw == 0 and self.ph_end == 0 and self.pw_end == 0 and self.out_h * self.sh == self.h and self.out_w * self.sw == self.w)
-
     def _args(self):
         return (np.int32(self.h), np.int32(self.w), np.int32(self.out_h), np.int32(self.out_w))
 
@@ -122,17 +112,39 @@ def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: b
     # The geometry is compiled in (see kernels/pool.cl); batch size and image size stay arguments.
     return get_kernel(x.device, "pool.cl", name, T=dtypes.c_type(x.dtype), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
                       PH=g.ph, PW=g.pw, PH_END=g.ph_end, PW_END=g.pw_end, CEIL=g.ceil_mode, DH=g.dh, DW=g.dw, OP=op, COUNT_PAD=bool(count_include_pad) or op == "max",
-                      RELU=bool(relu))
+                      RELU=bool(relu), VW=VECTOR_WIDTH)
 
 
-def _row_groups(device, rows: int):
-    """Work-groups for the row kernels (dimension 0: output or input rows of a plane). A CPU driver
-    vectorizes across dimension 0, and these items write different rows, so a wide group buys no
-    contiguous stores, only a longer compile (the PoCL wheel's own choice compiles several times longer
-    than 4 rows a group and runs no faster). GPUs keep the driver's choice."""
+def _interior_columns(g: PoolGeometry, vw: int) -> tuple[int, int] | None:
+    """[c0, c1): the output columns whose windows lie inside the input's columns, when there are at least
+    ``vw`` of them (the block kernel's vectors); else None."""
+    extent = g.dw * (g.kw - 1)
+    c0 = -(-g.pw // g.sw)
+    c1 = min(g.out_w, (g.w - 1 - extent + g.pw) // g.sw + 1)
+    return (c0, c1) if c1 - c0 >= vw else None
+
+
+def _interior_cells(g: PoolGeometry, vw: int) -> tuple[int, int] | None:
+    """[m0, m1): the input cells (columns m*SW .. m*SW + SW - 1) inside the input whose every candidate
+    window (m + d, d in the kernel's compile-time range) is an output column, when there are at least
+    ``vw`` of them; else None."""
+    extent = g.dw * (g.kw - 1)
+    d_min, d_max = -((extent - g.pw) // g.sw), (g.sw - 1 + g.pw) // g.sw
+    m0, m1 = max(0, -d_min), min(g.out_w - d_max, g.w // g.sw)
+    return (m0, m1) if m1 - m0 >= vw else None
+
+
+def _groups(device, *sizes):
+    """Work-groups on a CPU driver: the driver runs a group as a loop over its work-items, and a group of
+    a few dozen block work-items along a row amortizes the per-group cost; GPUs keep the driver's choice."""
     if device.kind != "cpu":
         return None
-    return (min(ROWS_PER_CPU_GROUP, rows), 1)
+    return tuple(sizes)
+
+
+def _block_groups(device, blocks: int, rows: int):
+    across = min(blocks, 16)
+    return _groups(device, across, max(1, min(rows, CPU_GROUP_ITEMS // across)), 1)
 
 
 def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = True, relu: bool = False):
@@ -145,18 +157,28 @@ def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = 
         raise ShapeError(f"pooling geometry is for input {g.input_shape}, got {x.shape}")
     y = Tensor.empty(g.output_shape, x.dtype, x.device)
     arg = Tensor.empty(g.output_shape, np.int32, x.device) if op == "max" else None
-    kernel = _kernel(x, g, op, "pool_forward", count_include_pad, relu)
     arg_buf, arg_off = (arg.buffer, arg.offset) if arg is not None else (y.buffer, 0)
-    launch(x.device, kernel, (g.out_h, g.n * g.c), _row_groups(x.device, g.out_h), x.buffer,
-           np.int64(x.offset), y.buffer, np.int64(y.offset), arg_buf, np.int64(arg_off), *g._args())
+    args = (x.buffer, np.int64(x.offset), y.buffer, np.int64(y.offset), arg_buf, np.int64(arg_off), *g._args())
+    interior = _interior_columns(g, VECTOR_WIDTH)
+    planes = g.n * g.c
+    if interior:
+        # the first and last block of a row also compute the row's edge columns
+        c0, c1 = interior
+        blocks = -(-(c1 - c0) // VECTOR_WIDTH)
+        launch(x.device, _kernel(x, g, op, "pool_forward_blocks", count_include_pad, relu), (blocks, g.out_h, planes),
+               _block_groups(x.device, blocks, g.out_h), *args, np.int32(c0), np.int32(c1 - c0))
+    else:
+        size = g.out_h * g.out_w
+        launch(x.device, _kernel(x, g, op, "pool_forward_edges", count_include_pad, relu), (size, planes),
+               _groups(x.device, min(size, CPU_GROUP_ITEMS), 1), *args)
     return y, arg
 
 
 def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | None = None,
                   count_include_pad: bool = True, relu: bool = False) -> Tensor:
-    """The input gradient: scattered per window when windows are disjoint, else gathered per input
-    element from every window covering it; both deterministic, without atomics. ``relu`` only selects
-    the same compiled program as the forward pass (the argmax already encodes the fused ReLU)."""
+    """The input gradient, each element gathered from the windows that can cover it (max: those whose
+    saved argmax it is); deterministic, without atomics. ``relu`` only selects the same compiled program as
+    the forward pass (the argmax already encodes the fused ReLU)."""
     grad_y = _check_input(grad_y, f"{op}_pool2d backward")
     if grad_y.shape != g.output_shape:
         raise ShapeError(f"pooling backward: gradient of shape {grad_y.shape}, expected {g.output_shape}")
@@ -164,14 +186,24 @@ def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | Non
         raise ShapeError(f"max pooling backward needs the int32 argmax of shape {g.output_shape} from forward")
     gx = Tensor.empty(g.input_shape, grad_y.dtype, grad_y.device)
     arg_buf, arg_off = (argmax.buffer, argmax.offset) if argmax is not None else (grad_y.buffer, 0)
-    if g.disjoint:
-        if not g.covering:
-            fill(gx, 0)
-        kernel, rows = _kernel(grad_y, g, op, "pool_backward_disjoint", count_include_pad, relu), g.out_h
+    args = (grad_y.buffer, np.int64(grad_y.offset), arg_buf, np.int64(arg_off), gx.buffer, np.int64(gx.offset),
+            *g._args())
+    padded = g.ph or g.pw or g.ph_end or g.pw_end or g.ceil_mode
+    # the block kernel divides average pooling's gradient by the whole window's taps
+    constant_divisor = op == "max" or not padded or (count_include_pad and not g.ceil_mode)
+    interior = _interior_cells(g, VECTOR_WIDTH) if constant_divisor else None
+    planes = g.n * g.c
+    if interior:
+        # the first and last block of a row also gather the row's edge columns
+        m0, m1 = interior
+        blocks = -(-(m1 - m0) // VECTOR_WIDTH)
+        launch(grad_y.device, _kernel(grad_y, g, op, "pool_backward_blocks", count_include_pad, relu),
+               (blocks, g.h, planes), _block_groups(grad_y.device, blocks, g.h), *args, np.int32(m0),
+               np.int32(m1 - m0))
     else:
-        kernel, rows = _kernel(grad_y, g, op, "pool_backward", count_include_pad, relu), g.h
-    launch(grad_y.device, kernel, (rows, g.n * g.c), _row_groups(grad_y.device, rows), grad_y.buffer,
-           np.int64(grad_y.offset), arg_buf, np.int64(arg_off), gx.buffer, np.int64(gx.offset), *g._args())
+        size = g.h * g.w
+        launch(grad_y.device, _kernel(grad_y, g, op, "pool_backward_edges", count_include_pad, relu), (size, planes),
+               _groups(grad_y.device, min(size, CPU_GROUP_ITEMS), 1), *args)
     return gx
 
 

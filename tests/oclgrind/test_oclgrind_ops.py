@@ -176,8 +176,9 @@ def _pool_ref(x, op, k, s, p, d, count_include_pad=True):
 @pytest.mark.parametrize("geometry", POOLS, ids=[str(g) for g in POOLS])
 def test_pooling(geometry, device, rng):
     k, s, p, d = geometry
-    for dt in _dtypes(device):
-        x = rng.uniform(-1, 1, (2, 3, 7, 8)).astype(dt)
+    # narrow rows: every column an edge column; wide rows: the vector block kernels
+    for dt, shape in [(dt, shape) for dt in _dtypes(device) for shape in ((2, 3, 7, 8), (1, 2, 5, 37))]:
+        x = rng.uniform(-1, 1, shape).astype(dt)
         for op, kw in (("max", {}), ("max", {"fused_relu": True}), ("avg", {"count_include_pad": True}),
                        ("avg", {"count_include_pad": False})):
             X = _t(x, device, grad=True)
