@@ -20,8 +20,13 @@ from ..tensor import Tensor
 from .conv_common import pair
 from .elementwise import as_contiguous
 
-VECTOR_WIDTH = 8  # kernels/pool.cl's VW
 CPU_GROUP_ITEMS = 32
+
+
+def vector_width(dtype) -> int:
+    """kernels/pool.cl's VW for ``dtype``: 32 bytes of elements (a float8 or a double4, one AVX register),
+    at most 8 lanes (LLVM 14 cannot scalarize 16-lane vectors, which the PoCL wheel would need to)."""
+    return min(8, 32 // np.dtype(dtype).itemsize)
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,7 @@ def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: b
     # The geometry is compiled in (see kernels/pool.cl); batch size and image size stay arguments.
     return get_kernel(x.device, "pool.cl", name, T=dtypes.c_type(x.dtype), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
                       PH=g.ph, PW=g.pw, PH_END=g.ph_end, PW_END=g.pw_end, CEIL=g.ceil_mode, DH=g.dh, DW=g.dw, OP=op, COUNT_PAD=bool(count_include_pad) or op == "max",
-                      RELU=bool(relu), VW=VECTOR_WIDTH)
+                      RELU=bool(relu), VW=vector_width(x.dtype))
 
 
 def _interior_columns(g: PoolGeometry, vw: int) -> tuple[int, int] | None:
@@ -159,12 +164,13 @@ def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = 
     arg = Tensor.empty(g.output_shape, np.int32, x.device) if op == "max" else None
     arg_buf, arg_off = (arg.buffer, arg.offset) if arg is not None else (y.buffer, 0)
     args = (x.buffer, np.int64(x.offset), y.buffer, np.int64(y.offset), arg_buf, np.int64(arg_off), *g._args())
-    interior = _interior_columns(g, VECTOR_WIDTH)
+    vw = vector_width(x.dtype)
+    interior = _interior_columns(g, vw)
     planes = g.n * g.c
     if interior:
         # the first and last block of a row also compute the row's edge columns
         c0, c1 = interior
-        blocks = -(-(c1 - c0) // VECTOR_WIDTH)
+        blocks = -(-(c1 - c0) // vw)
         launch(x.device, _kernel(x, g, op, "pool_forward_blocks", count_include_pad, relu), (blocks, g.out_h, planes),
                _block_groups(x.device, blocks, g.out_h), *args, np.int32(c0), np.int32(c1 - c0))
     else:
@@ -191,12 +197,13 @@ def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | Non
     padded = g.ph or g.pw or g.ph_end or g.pw_end or g.ceil_mode
     # the block kernel divides average pooling's gradient by the whole window's taps
     constant_divisor = op == "max" or not padded or (count_include_pad and not g.ceil_mode)
-    interior = _interior_cells(g, VECTOR_WIDTH) if constant_divisor else None
+    vw = vector_width(grad_y.dtype)
+    interior = _interior_cells(g, vw) if constant_divisor else None
     planes = g.n * g.c
     if interior:
         # the first and last block of a row also gather the row's edge columns
         m0, m1 = interior
-        blocks = -(-(m1 - m0) // VECTOR_WIDTH)
+        blocks = -(-(m1 - m0) // vw)
         launch(grad_y.device, _kernel(grad_y, g, op, "pool_backward_blocks", count_include_pad, relu),
                (blocks, g.h, planes), _block_groups(grad_y.device, blocks, g.h), *args, np.int32(m0),
                np.int32(m1 - m0))
