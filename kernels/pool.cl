@@ -55,7 +55,13 @@ one element a work-item, every tap bounds-checked.
                           the output and every column inside the input; n_cells >= VW.
   pool_backward_edges     global (H*W, N*C): every input element of a narrow image (or of an average pool
                           whose divisor varies), gathering from every window that can cover it.
-Every kernel writes each of its elements once: backward is deterministic (no atomics, no zero fill).
+  pool_backward_disjoint  global (Ho, N*C), for windows that never overlap (stride >= dilated extent, as
+                          LeNet's and VGG's 2x2/2): a work-item walks one output row and writes every tap of
+                          each window, so each input element is written at most once (the caller zeroes the
+                          input gradient first when the windows do not tile the input). A row of outputs
+                          per work-item keeps its loads and stores contiguous where a row is too narrow for
+                          the block kernels.
+Every kernel writes each of its elements at most once: backward is deterministic (no atomics).
 </%doc>
 <%page args="T='float', KH=2, KW=2, SH=2, SW=2, PH=0, PW=0, PH_END=None, PW_END=None, CEIL=False, DH=1, DW=1, OP='max', COUNT_PAD=True, RELU=False, VW=8"/>
 <%! from netcl.runtime.cl_guards import beyond %>
@@ -429,6 +435,43 @@ ${store_lanes("out", "acc0", VT)}
     }
   % endfor
 % endif
+}
+
+<%def name="scatter_tap(i, j, first)">
+            const int ih = h0 + ${i} * ${DH}, iw = w0 + ${j} * ${DW};
+  % if PADDED:
+            if ((ih >= 0) & (ih < H) & (iw >= 0) & (iw < W))
+  % endif
+  % if OP == 'max':
+            gp[ih * W + iw] = (ih * W + iw == at) ? g : (${T}) 0;
+  % else:
+            gp[ih * W + iw] = g;
+  % endif
+</%def>
+
+__kernel void pool_backward_disjoint(
+    __global const ${T}* gy, const long gy_off,
+    __global const int* arg, const long arg_off,
+    __global ${T}* gx, const long gx_off,
+    const int H, const int W, const int Ho, const int Wo)
+{
+    const int oh = get_global_id(0);
+    const long plane = get_global_id(1);
+    if (${beyond('oh', 'Ho')}) return;
+    __global ${T}* gp = gx + gx_off + plane * H * W;
+    __global const ${T}* go = gy + gy_off + (plane * Ho + oh) * Wo;
+    __global const int* ao = arg + arg_off + (plane * Ho + oh) * Wo;
+    const int h0 = oh * ${SH} - ${PH};
+    for (int ow = 0; ow < Wo; ++ow) {
+        const int w0 = ow * ${SW} - ${PW};
+% if OP == 'max':
+        const ${T} g = go[ow];
+        const int at = ao[ow];
+% else:
+        const ${T} g = go[ow] / ${divisor('oh', 'ow')};
+% endif
+        ${taps(scatter_tap)}
+    }
 }
 
 __kernel void pool_backward_edges(

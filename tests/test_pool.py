@@ -226,3 +226,18 @@ def test_max_pool_wide_rows_nan_and_minus_infinity(device, canaries):
         for ow in range(out.shape[1]):
             expected[max(2 * oh - 1, 0), max(2 * ow - 1, 0)] += 1
     assert np.array_equal(t.grad.to_host()[0, 0], expected)
+
+
+@pytest.mark.parametrize("shape,k,s,p,expected", [
+    ((2, 3, 8, 8), 2, 2, 0, "disjoint"),      # LeNet's second pooling: rows too narrow for a block
+    ((1, 2, 7, 9), 2, 2, 0, "disjoint"),
+    ((1, 2, 17, 35), 2, 2, 0, "blocks"),      # a wide disjoint row goes to the block kernel
+    ((2, 1, 13, 7), 3, 1, 1, "edges"),        # overlapping and narrow
+    ((2, 3, 19, 37), 3, 2, 1, "blocks"),      # ResNet's stem pool
+])
+def test_pool_backward_path(shape, k, s, p, expected):
+    """Which backward kernel a geometry gets (the cases above check each kernel's results): narrow rows of
+    disjoint windows scatter a row per work-item instead of gathering one element per work-item."""
+    from netcl.ops.pool import backward_path, vector_width
+    g = PoolGeometry.make(shape, k, s, p)
+    assert backward_path(g, "max", True, vector_width(np.float32))[0] == expected

@@ -18,9 +18,10 @@ from ..errors import DTypeError, ShapeError
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import pair
-from .elementwise import as_contiguous
+from .elementwise import as_contiguous, fill
 
 CPU_GROUP_ITEMS = 32
+ROWS_PER_CPU_GROUP = 4  # the scattering backward's rows a work-group on a CPU driver
 
 
 def vector_width(dtype) -> int:
@@ -102,6 +103,18 @@ class PoolGeometry:
     def output_shape(self) -> tuple[int, int, int, int]:
         return (self.n, self.c, self.out_h, self.out_w)
 
+    @property
+    def disjoint(self) -> bool:
+        """No input pixel belongs to two windows (stride ≥ dilated kernel extent on both axes)."""
+        return self.sh >= self.dh * (self.kh - 1) + 1 and self.sw >= self.dw * (self.kw - 1) + 1
+
+    @property
+    def covering(self) -> bool:
+        """Disjoint windows that tile the whole input: a scattering backward writes every input element."""
+        return (self.dh == 1 and self.dw == 1 and self.sh == self.kh and self.sw == self.kw
+                and not (self.ph or self.pw or self.ph_end or self.pw_end)
+                and self.out_h * self.sh == self.h and self.out_w * self.sw == self.w)
+
     def _args(self):
         return (np.int32(self.h), np.int32(self.w), np.int32(self.out_h), np.int32(self.out_w))
 
@@ -180,6 +193,19 @@ def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = 
     return y, arg
 
 
+def backward_path(g: PoolGeometry, op: str, count_include_pad: bool, vw: int) -> tuple[str, tuple | None]:
+    """Which backward kernel serves ``g``: ("disjoint", None) when no two windows overlap and a row is too
+    narrow for the block kernel, ("blocks", interior cells) where the block kernel applies, else ("edges",
+    None)."""
+    padded = g.ph or g.pw or g.ph_end or g.pw_end or g.ceil_mode
+    # the block kernel divides average pooling's gradient by the whole window's taps
+    constant_divisor = op == "max" or not padded or (count_include_pad and not g.ceil_mode)
+    interior = _interior_cells(g, vw) if constant_divisor else None
+    if g.disjoint and not interior:
+        return "disjoint", None
+    return ("blocks", interior) if interior else ("edges", None)
+
+
 def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | None = None,
                   count_include_pad: bool = True, relu: bool = False) -> Tensor:
     """The input gradient, each element gathered from the windows that can cover it (max: those whose
@@ -194,16 +220,17 @@ def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | Non
     arg_buf, arg_off = (argmax.buffer, argmax.offset) if argmax is not None else (grad_y.buffer, 0)
     args = (grad_y.buffer, np.int64(grad_y.offset), arg_buf, np.int64(arg_off), gx.buffer, np.int64(gx.offset),
             *g._args())
-    padded = g.ph or g.pw or g.ph_end or g.pw_end or g.ceil_mode
-    # the block kernel divides average pooling's gradient by the whole window's taps
-    constant_divisor = op == "max" or not padded or (count_include_pad and not g.ceil_mode)
-    vw = vector_width(grad_y.dtype)
-    interior = _interior_cells(g, vw) if constant_divisor else None
     planes = g.n * g.c
-    if interior:
+    path, interior = backward_path(g, op, count_include_pad, vector_width(grad_y.dtype))
+    if path == "disjoint":
+        if not g.covering:
+            fill(gx, 0)
+        launch(grad_y.device, _kernel(grad_y, g, op, "pool_backward_disjoint", count_include_pad, relu),
+               (g.out_h, planes), _groups(grad_y.device, min(g.out_h, ROWS_PER_CPU_GROUP), 1), *args)
+    elif path == "blocks":
         # the first and last block of a row also gather the row's edge columns
         m0, m1 = interior
-        blocks = -(-(m1 - m0) // vw)
+        blocks = -(-(m1 - m0) // vector_width(grad_y.dtype))
         launch(grad_y.device, _kernel(grad_y, g, op, "pool_backward_blocks", count_include_pad, relu),
                (blocks, g.h, planes), _block_groups(grad_y.device, blocks, g.h), *args, np.int32(m0),
                np.int32(m1 - m0))
