@@ -279,3 +279,84 @@ def test_a_biased_convolution_fuses_its_epilogue_in_inference(device, rng, canar
         y = fusion.run(steps, _t(x_h, device)).to_host()
     assert_close(y, expected, 1e-5, f"conv+{tail}")
     assert fusion.plan(steps)[0][0] != f"conv+{tail} (inference)"  # gradients wanted: not this fusion
+
+
+@pytest.fixture(params=["runs", "interleaved"])
+def split_blocks(request, monkeypatch):
+    """Reductions cut into many small blocks (rows and row segments) whose partial results a second kernel
+    merges, in the CPU form (a run per item) or the GPU form (interleaved items, tree sums)."""
+    from netcl.ops import batchnorm
+    monkeypatch.setattr(batchnorm, "MIN_BLOCK", 4)
+    monkeypatch.setattr(batchnorm, "BLOCKS_PER_UNIT", 1000)
+    monkeypatch.setattr(batchnorm, "_item_runs", lambda device: request.param == "runs")
+    return request.param
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 7, 9), (2, 3, 1, 1), (5, 3, 37), (1, 2, 61, 3), (13, 7)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_split_reductions_match_float64(device, rng, canaries, split_blocks, shape, dtype):
+    """Statistics, running statistics and gradients merged from many blocks of odd sizes equal the float64
+    reference."""
+    if dtype == np.float64 and not device.has_fp64:
+        pytest.skip("device has no float64")
+    c = shape[1]
+    x_h = rng.uniform(-2, 3, size=shape).astype(dtype)
+    w_h, b_h = rng.normal(size=c).astype(dtype) * 3, rng.normal(size=c).astype(dtype)
+    rm_h, rv_h = rng.normal(size=c), rng.uniform(0.5, 2, size=c)
+    bn = nc.nn.BatchNorm2d(c, momentum=0.3, device=device, dtype=dtype) if len(shape) == 4 else \
+        nc.nn.BatchNorm1d(c, momentum=0.3, device=device, dtype=dtype)
+    bn.load_state_dict({"weight": w_h, "bias": b_h, "running_mean": rm_h, "running_var": rv_h,
+                        "num_batches_tracked": np.int64(0)})
+    x = _t(x_h, device, True)
+    y = bn(x)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    y_ref, grad = batch_norm_ref(x_h, w_h, b_h)
+    assert_close(y.to_host(), y_ref, tol, "forward")
+    rm, rv = running_update_ref(rm_h, rv_h, x_h, 0.3)
+    assert_close(bn.running_mean.to_host(), rm, tol, "running_mean")
+    assert_close(bn.running_var.to_host(), rv, tol, "running_var")
+    gy = rng.normal(size=shape).astype(dtype)
+    y.backward(_t(gy, device))
+    gx, gw, gb, _ = grad(gy)
+    assert_close_to_scale(x.grad.to_host(), gx, grad_x_scale(x_h, w_h, gy), tol, "grad x")
+    assert_close(bn.weight.grad.to_host(), gw, 10 * tol, "grad weight")
+    assert_close(bn.bias.grad.to_host(), gb, 10 * tol, "grad bias")
+
+
+@pytest.mark.parametrize("geometry", ["default", "split"])
+@pytest.mark.parametrize("item_runs", [True, False])
+def test_statistics_keep_the_variance_of_data_with_a_large_mean(device, rng, monkeypatch, geometry, item_runs):
+    """float32 data at 1000 with a spread of 0.05: E[x^2] - E[x]^2 would lose every digit of the variance
+    (the GPU form accumulates in float32 too); the shifted sums and the blocks' merge keep it."""
+    from netcl.ops.batchnorm import batch_norm_stats
+    from netcl.ops import batchnorm
+    monkeypatch.setattr(batchnorm, "_item_runs", lambda device: item_runs)
+    if geometry == "split":
+        monkeypatch.setattr(batchnorm, "MIN_BLOCK", 64)
+        monkeypatch.setattr(batchnorm, "BLOCKS_PER_UNIT", 1000)
+    shape = (6, 3, 41, 37)
+    x_h = (1000 + 0.05 * rng.normal(size=shape) + np.arange(3)[None, :, None, None] * 0.5).astype(np.float32)
+    mean, var = batch_norm_stats(_t(x_h, device))
+    x64 = x_h.astype(np.float64)
+    assert_close(mean.to_host(), x64.mean((0, 2, 3)), 4e-7, "mean (a few float32 steps at 1000)")
+    assert_close(var.to_host(), x64.var((0, 2, 3)), 1e-4, "variance")
+
+
+@pytest.mark.parametrize("item_runs", [True, False])
+def test_training_step_is_bit_identical_run_to_run(device, rng, monkeypatch, item_runs):
+    """No atomics and a fixed merge order: the same input gives the same bits, statistics and gradients."""
+    from netcl.ops import batchnorm
+    monkeypatch.setattr(batchnorm, "_item_runs", lambda device: item_runs)
+    monkeypatch.setattr(batchnorm, "MIN_BLOCK", 256)
+    shape = (3, 4, 45, 47)
+    x_h, gy_h = (rng.normal(size=shape).astype(np.float32) for _ in range(2))
+    runs = []
+    for _ in range(2):
+        bn = nc.nn.BatchNorm2d(4, device=device)
+        x = _t(x_h, device, True)
+        y = nc.nn.functional.relu(bn(x))
+        y.backward(_t(gy_h, device))
+        runs.append([t.to_host() for t in (y, bn.running_mean, bn.running_var, x.grad, bn.weight.grad,
+                                           bn.bias.grad)])
+    for first, second in zip(*runs):
+        np.testing.assert_array_equal(first, second)

@@ -1,11 +1,12 @@
-"""Batch normalization as fused kernels (kernels/batchnorm.cl): two launches forward, two backward.
+"""Batch normalization as fused kernels (kernels/batchnorm.cl).
 
-Forward: ``batch_norm_stats`` (per-channel mean and biased variance, moving the running statistics in the
-same kernel) then ``batch_norm_apply`` (normalize, scale, shift, optionally add a residual and apply a
+Forward: ``batch_norm_stats`` (per-channel mean and biased variance in one pass over the data, moving the
+running statistics in the same launch; a channel cut into several blocks adds a launch that merges the
+blocks' results) then ``batch_norm_apply`` (normalize, scale, shift, optionally add a residual and apply a
 ReLU). Backward: ``batch_norm_backward`` (one per-channel reduction of sum dz and sum dz·x̂, which are also
-the bias and weight gradients, then one elementwise kernel for dx and the residual's gradient).
-The input is viewed as (N, C, L): L = H·W for BatchNorm2d, the length (or 1) for BatchNorm1d.
-The differentiable entry point is netcl.nn.functional.batch_norm.
+the bias and weight gradients, split and merged the same way, then one elementwise kernel for dx and the
+residual's gradient). The input is viewed as (N, C, L): L = H·W for BatchNorm2d, the length (or 1) for
+BatchNorm1d. The differentiable entry point is netcl.nn.functional.batch_norm.
 """
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ REDUCE_LOCAL = 64
 
 
 def _reduce_local(device) -> int:
-    """Items per channel in the reductions. On CPUs one: a single sequential loop per channel (in double
-    where the device has it) runs an order of magnitude faster under PoCL than a 64-item group with a
-    tree reduction, and the channels alone keep the cores busy."""
+    """Items that reduce one block together. On CPUs one: a sequential loop per block (in double where the
+    device has it) runs an order of magnitude faster under PoCL than a 64-item group with a tree
+    reduction, and the blocks keep the cores busy."""
     if _item_runs(device):
         return 1
     return min(REDUCE_LOCAL, 1 << (device.max_work_group_size.bit_length() - 1))
@@ -66,13 +67,13 @@ def _item_runs(device) -> bool:
     return device.kind == "cpu"
 
 
-def _run_lanes(device, acc: str) -> int:
-    """Independent accumulators of a CPU reduction item: two of the device's native vectors of the
-    accumulator type, so the adds of one run overlap instead of waiting on each other (one scalar chain
-    keeps bn_stats far below what memory allows)."""
+def _run_lanes(device, dtype) -> int:
+    """Lanes of a CPU reduction item's run: two of the device's native vectors of the element type, so the
+    adds of one run overlap instead of waiting on each other (one scalar chain keeps the reduction far
+    below what memory allows)."""
     if not _item_runs(device):
         return 1
-    native = device.native_vector_width.get("float64" if acc == "double" else "float32", 1)
+    native = device.native_vector_width.get("float64" if dtype == np.float64 else "float32", 1)
     return min(16, max(4, 1 << (2 * max(native, 1) - 1).bit_length()))
 
 
@@ -80,24 +81,72 @@ def _variant(x: Tensor, **flags) -> dict:
     wide = x.dtype == np.float64 or (_item_runs(x.device) and x.device.has_fp64)
     acc = "double" if wide else "float"
     return dict(T=dtypes.c_type(x.dtype), ACC=acc, LOCAL=_reduce_local(x.device), ITEM_RUNS=_item_runs(x.device),
-                RUN_LANES=_run_lanes(x.device, acc), **flags)
+                RUN_LANES=_run_lanes(x.device, x.dtype), **flags)
 
 
-def _parts(device, n: int, length: int, local: int) -> int:
-    """How many items of a reduction group share one row of ``length`` elements."""
-    if _item_runs(device):
-        return max(1, min(length, local // max(n, 1)))
-    return max(1, min(length, local))
+# A reduction block holds at least this many elements: below it, the block's fixed costs (its group, its
+# partial result, the merge's share) outweigh the parallelism it adds
+MIN_BLOCK = 4096
+# Blocks over all channels a reduction aims for per compute unit: enough to balance the units when
+# channels are few (one image, a few wide channels), few enough to keep each block's runs long
+BLOCKS_PER_UNIT = 8
+# Row segments (and the apply kernels' runs) start at multiples of this many elements, so a row's vector
+# steps fall at the same places whichever item reads them
+SEGMENT_ALIGN = 16
+
+
+def _reduction_geometry(device, n: int, c: int, length: int, local: int) -> tuple[int, int, int, int, int]:
+    """(rows_per_block, segments, seg, blocks, parts) of the per-channel reductions: each channel's N rows of
+    ``length`` elements are cut into ``blocks`` blocks of ``rows_per_block`` rows by ``seg`` columns
+    (``segments`` per row), one work-group each; ``parts`` items of a group share one of its rows."""
+    m = n * length
+    wanted = max(1, min(-(-m // MIN_BLOCK), -(-BLOCKS_PER_UNIT * device.compute_units // max(c, 1))))
+    if wanted <= n:
+        rows_per_block = -(-n // wanted)
+        segments, seg = 1, length
+    else:
+        rows_per_block = 1
+        seg = -(-length // -(-wanted // n))
+        seg = min(length, -(-seg // SEGMENT_ALIGN) * SEGMENT_ALIGN)
+        segments = -(-length // seg)
+    blocks = -(-n // rows_per_block) * segments
+    parts = max(1, min(seg, local))
+    return rows_per_block, segments, seg, blocks, parts
+
+
+def _groups_of(count: int, device) -> int:
+    """A power of two (at most 64) of ``count`` items to a work-group that leaves a few groups per compute
+    unit: PoCL compiles a kernel once per work-group size, so the sizes come from a short list."""
+    wanted = max(1, min(64, count // (4 * device.compute_units)))
+    return 1 << (wanted.bit_length() - 1)
 
 
 def _elementwise_geometry(device, nc: int, length: int):
-    """(global, local, chunk) of the apply kernels: on CPUs one item per row (its loop vectorizes; PoCL
-    schedules 64 rows per work-group instead of thousands of one-element groups), elsewhere one item per
-    element with several short rows per work-group, so BatchNorm1d's L = 1 leaves no item idle."""
+    """(global, local, chunk) of the apply kernels: on CPUs one item per row, or per a long run of a row
+    when rows are too few to share among the compute units (the item's loop runs on vectors; PoCL
+    schedules several rows per work-group instead of thousands of one-element groups); elsewhere one
+    item per element with several short rows per work-group, so BatchNorm1d's L = 1 leaves no item idle."""
     if _item_runs(device):
-        return (1, nc), (1, 64), length
+        pieces = -(-BLOCKS_PER_UNIT * device.compute_units // max(nc, 1))
+        run = -(-max(MIN_BLOCK, -(-length // pieces)) // SEGMENT_ALIGN) * SEGMENT_ALIGN
+        chunk = length if pieces <= 1 else min(length, run)
+        return (-(-length // chunk), nc), (1, _groups_of(nc, device)), chunk
     lanes = min(64, 1 << max(length - 1, 0).bit_length())
     return (length, nc), (lanes, max(1, 64 // lanes)), 1
+
+
+def _reduction_launch(device, blocks: int, c: int, local: int):
+    """(global, local) of a reduction: a group per block, or with one item per block (CPUs) a group of the
+    blocks of several channels."""
+    if local > 1:
+        return (blocks * local, c), (local, 1)
+    channels = _groups_of(c, device)
+    return (blocks, -(-c // channels) * channels), (1, channels)
+
+
+def _partials(x: Tensor, c: int, blocks: int, flags: dict) -> Tensor:
+    """Scratch for two accumulator values per (channel, block) of a split reduction."""
+    return Tensor.empty((2 * c * blocks,), np.float64 if flags["ACC"] == "double" else np.float32, x.device)
 
 
 def _buf(t: Tensor | None, fallback: Tensor):
@@ -125,12 +174,22 @@ def batch_norm_stats(x: Tensor, running_mean: Tensor | None = None, running_var:
     if c == 0:
         return mean, var
     local = _reduce_local(x.device)
-    kernel = get_kernel(x.device, "batchnorm.cl", "bn_stats",
-                        **_variant(x, UPDATE_RUNNING=update, CUMULATIVE=cumulative))
-    launch(x.device, kernel, (c * local,), (local,), x.buffer, np.int64(x.offset), mean.buffer,
-           np.int64(mean.offset), var.buffer, np.int64(var.offset), *_buf(running_mean, x), *_buf(running_var, x),
-           *_buf(num_batches_tracked, x), np.int32(n), np.int32(c), np.int32(length),
-           np.int32(_parts(x.device, n, length, local)), x.dtype.type(0.0 if momentum is None else momentum))
+    rows_per_block, segments, seg, blocks, parts = _reduction_geometry(x.device, n, c, length, local)
+    flags = _variant(x, UPDATE_RUNNING=update, CUMULATIVE=cumulative)
+    split = blocks > 1
+    partials = _partials(x, c, blocks, flags) if split else None
+    geometry = (np.int32(n), np.int32(c), np.int32(length), np.int32(rows_per_block), np.int32(segments),
+                np.int32(seg))
+    stats = (mean.buffer, np.int64(mean.offset), var.buffer, np.int64(var.offset), *_buf(running_mean, x),
+             *_buf(running_var, x), *_buf(num_batches_tracked, x))
+    momentum_arg = x.dtype.type(0.0 if momentum is None else momentum)
+    kernel = get_kernel(x.device, "batchnorm.cl", "bn_stats", **flags, SPLIT=split)
+    launch(x.device, kernel, *_reduction_launch(x.device, blocks, c, local), x.buffer, np.int64(x.offset), *stats,
+           *_buf(partials, x), *geometry, np.int32(parts), momentum_arg)
+    if split:
+        merge = get_kernel(x.device, "batchnorm.cl", "bn_stats_merge", **flags, SPLIT=split)
+        launch(x.device, merge, (c,), None, *stats, partials.buffer, np.int64(partials.offset), *geometry,
+               np.int32(blocks), momentum_arg)
     if update:
         running_mean.mark_written()
         running_var.mark_written()
@@ -208,12 +267,20 @@ def batch_norm_backward(grad_y: Tensor, x: Tensor, y: Tensor, mean: Tensor, var:
     if x.size == 0:
         return grad_x, grad_weight, grad_bias, grad_r
     local = _reduce_local(x.device)
-    reduce_kernel = get_kernel(x.device, "batchnorm.cl", "bn_backward_reduce", **flags)
-    launch(x.device, reduce_kernel, (c * local,), (local,), x.buffer, np.int64(x.offset), y.buffer,
+    rows_per_block, segments, seg, blocks, parts = _reduction_geometry(x.device, n, c, length, local)
+    split = blocks > 1
+    partials = _partials(x, c, blocks, flags) if split else None
+    grads = (grad_weight.buffer, np.int64(grad_weight.offset), grad_bias.buffer, np.int64(grad_bias.offset))
+    reduce_kernel = get_kernel(x.device, "batchnorm.cl", "bn_backward_reduce", **flags, SPLIT=split)
+    launch(x.device, reduce_kernel, *_reduction_launch(x.device, blocks, c, local), x.buffer, np.int64(x.offset), y.buffer,
            np.int64(y.offset), grad_y.buffer, np.int64(grad_y.offset), mean.buffer, np.int64(mean.offset),
-           var.buffer, np.int64(var.offset), grad_weight.buffer, np.int64(grad_weight.offset), grad_bias.buffer,
-           np.int64(grad_bias.offset), np.int32(n), np.int32(c), np.int32(length),
-           np.int32(_parts(x.device, n, length, local)), x.dtype.type(eps))
+           var.buffer, np.int64(var.offset), *grads, *_buf(partials, x), np.int32(n), np.int32(c),
+           np.int32(length), np.int32(rows_per_block), np.int32(segments), np.int32(seg), np.int32(parts),
+           x.dtype.type(eps))
+    if split:
+        merge = get_kernel(x.device, "batchnorm.cl", "bn_backward_merge", **flags, SPLIT=split)
+        launch(x.device, merge, (c,), None, var.buffer, np.int64(var.offset), *grads, partials.buffer,
+               np.int64(partials.offset), np.int32(c), np.int32(blocks), x.dtype.type(eps))
     apply_kernel = get_kernel(x.device, "batchnorm.cl", "bn_backward_apply", **flags)
     global_size, local_size, chunk = _elementwise_geometry(x.device, n * c, length)
     launch(x.device, apply_kernel, global_size, local_size, x.buffer, np.int64(x.offset), y.buffer,
@@ -254,11 +321,12 @@ def fold_into_conv(conv_weight: Tensor, conv_bias: Tensor | None, running_mean: 
             cw.same_device(t, what)
     kernel = get_kernel(cw.device, "batchnorm.cl", "bn_fold",
                         **_variant(cw, AFFINE=weight is not None, CONV_BIAS=conv_bias is not None))
-    launch(cw.device, kernel, (per_channel, k), (min(per_channel, 64), 1), cw.buffer, np.int64(cw.offset),
+    global_size, local_size, chunk = _elementwise_geometry(cw.device, k, per_channel)
+    launch(cw.device, kernel, global_size, local_size, cw.buffer, np.int64(cw.offset),
            *_buf(conv_bias, cw), running_mean.buffer, np.int64(running_mean.offset), running_var.buffer,
            np.int64(running_var.offset), *_buf(weight, cw), *_buf(bias, cw), folded_w.buffer,
            np.int64(folded_w.offset), folded_b.buffer, np.int64(folded_b.offset), np.int32(k),
-           np.int32(per_channel), cw.dtype.type(eps))
+           np.int32(per_channel), np.int32(chunk), cw.dtype.type(eps))
     if out is not None:
         folded_w.mark_written()
         folded_b.mark_written()

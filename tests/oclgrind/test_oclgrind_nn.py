@@ -17,10 +17,15 @@ def _t(a, device, grad=False):
     return nc.Tensor.from_host(np.ascontiguousarray(a), device, requires_grad=grad)
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
 @pytest.mark.parametrize("item_runs", [False, True], ids=["interleaved", "cpu-runs"])
-def test_batch_norm_variants(device, rng, monkeypatch, item_runs):
-    # the CPU geometry (one item per channel summing vector runs, then a scalar tail) checked here too
+def test_batch_norm_variants(device, rng, monkeypatch, item_runs, split):
+    # the CPU geometry (one item per block summing vector runs, then a scalar tail) checked here too, and
+    # the reductions cut into blocks whose partial results the merge kernels combine
     monkeypatch.setattr("netcl.ops.batchnorm._item_runs", lambda _device: item_runs)
+    if split:
+        monkeypatch.setattr("netcl.ops.batchnorm.MIN_BLOCK", 4)
+        monkeypatch.setattr("netcl.ops.batchnorm.BLOCKS_PER_UNIT", 1000)
     x_h = rng.normal(size=(3, 2, 5, 7)).astype(np.float32)
     m = x_h.size // 2
     r_h = rng.normal(size=x_h.shape).astype(np.float32)
