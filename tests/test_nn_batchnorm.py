@@ -360,3 +360,11 @@ def test_training_step_is_bit_identical_run_to_run(device, rng, monkeypatch, ite
                                            bn.bias.grad)])
     for first, second in zip(*runs):
         np.testing.assert_array_equal(first, second)
+
+
+def test_an_empty_batch_has_undefined_statistics_and_an_empty_output(device):
+    from netcl.ops.batchnorm import batch_norm_stats
+    x = nc.zeros((0, 3, 4, 4), device=device)
+    mean, var = batch_norm_stats(x)
+    assert np.all(np.isnan(mean.to_host())) and np.all(np.isnan(var.to_host()))
+    assert F.batch_norm(x, None, None, training=True).shape == (0, 3, 4, 4)

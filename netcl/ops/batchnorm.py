@@ -18,7 +18,8 @@ from .. import dtypes
 from ..errors import DTypeError, ShapeError
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
-from .elementwise import as_contiguous
+from .elementwise import as_contiguous, fill
+from .pool import vector_width
 
 REDUCE_LOCAL = 64
 
@@ -68,13 +69,10 @@ def _item_runs(device) -> bool:
 
 
 def _run_lanes(device, dtype) -> int:
-    """Lanes of a CPU reduction item's run: two of the device's native vectors of the element type, so the
-    adds of one run overlap instead of waiting on each other (one scalar chain keeps the reduction far
-    below what memory allows)."""
-    if not _item_runs(device):
-        return 1
-    native = device.native_vector_width.get("float64" if dtype == np.float64 else "float32", 1)
-    return min(16, max(4, 1 << (2 * max(native, 1) - 1).bit_length()))
+    """Lanes of a CPU item's vector steps: pooling's width (32 bytes of elements, at most 8; the PoCL
+    wheel's LLVM fails on wider vectors). A reduction keeps two such accumulators, whose adds overlap (one
+    scalar chain is bound by the add's latency, not by memory)."""
+    return vector_width(dtype) if _item_runs(device) else 1
 
 
 def _variant(x: Tensor, **flags) -> dict:
@@ -144,6 +142,12 @@ def _reduction_launch(device, blocks: int, c: int, local: int):
     return (blocks, -(-c // channels) * channels), (1, channels)
 
 
+def _merge_launch(device, c: int):
+    """(global, local) of a merge kernel, one item per channel."""
+    channels = _groups_of(c, device)
+    return (-(-c // channels) * channels,), (channels,)
+
+
 def _partials(x: Tensor, c: int, blocks: int, flags: dict) -> Tensor:
     """Scratch for two accumulator values per (channel, block) of a split reduction."""
     return Tensor.empty((2 * c * blocks,), np.float64 if flags["ACC"] == "double" else np.float32, x.device)
@@ -173,6 +177,8 @@ def batch_norm_stats(x: Tensor, running_mean: Tensor | None = None, running_var:
     var = Tensor.empty((c,), x.dtype, x.device)
     if c == 0:
         return mean, var
+    if n * length == 0:  # no values: the statistics are 0 / 0, as PyTorch's
+        return fill(mean, np.nan), fill(var, np.nan)
     local = _reduce_local(x.device)
     rows_per_block, segments, seg, blocks, parts = _reduction_geometry(x.device, n, c, length, local)
     flags = _variant(x, UPDATE_RUNNING=update, CUMULATIVE=cumulative)
@@ -188,8 +194,8 @@ def batch_norm_stats(x: Tensor, running_mean: Tensor | None = None, running_var:
            *_buf(partials, x), *geometry, np.int32(parts), momentum_arg)
     if split:
         merge = get_kernel(x.device, "batchnorm.cl", "bn_stats_merge", **flags, SPLIT=split)
-        launch(x.device, merge, (c,), None, *stats, partials.buffer, np.int64(partials.offset), *geometry,
-               np.int32(blocks), momentum_arg)
+        launch(x.device, merge, *_merge_launch(x.device, c), *stats, partials.buffer, np.int64(partials.offset),
+               *geometry, np.int32(blocks), momentum_arg)
     if update:
         running_mean.mark_written()
         running_var.mark_written()
@@ -272,15 +278,15 @@ def batch_norm_backward(grad_y: Tensor, x: Tensor, y: Tensor, mean: Tensor, var:
     partials = _partials(x, c, blocks, flags) if split else None
     grads = (grad_weight.buffer, np.int64(grad_weight.offset), grad_bias.buffer, np.int64(grad_bias.offset))
     reduce_kernel = get_kernel(x.device, "batchnorm.cl", "bn_backward_reduce", **flags, SPLIT=split)
-    launch(x.device, reduce_kernel, *_reduction_launch(x.device, blocks, c, local), x.buffer, np.int64(x.offset), y.buffer,
-           np.int64(y.offset), grad_y.buffer, np.int64(grad_y.offset), mean.buffer, np.int64(mean.offset),
+    launch(x.device, reduce_kernel, *_reduction_launch(x.device, blocks, c, local), x.buffer, np.int64(x.offset),
+           y.buffer, np.int64(y.offset), grad_y.buffer, np.int64(grad_y.offset), mean.buffer, np.int64(mean.offset),
            var.buffer, np.int64(var.offset), *grads, *_buf(partials, x), np.int32(n), np.int32(c),
            np.int32(length), np.int32(rows_per_block), np.int32(segments), np.int32(seg), np.int32(parts),
            x.dtype.type(eps))
     if split:
         merge = get_kernel(x.device, "batchnorm.cl", "bn_backward_merge", **flags, SPLIT=split)
-        launch(x.device, merge, (c,), None, var.buffer, np.int64(var.offset), *grads, partials.buffer,
-               np.int64(partials.offset), np.int32(c), np.int32(blocks), x.dtype.type(eps))
+        launch(x.device, merge, *_merge_launch(x.device, c), var.buffer, np.int64(var.offset), *grads,
+               partials.buffer, np.int64(partials.offset), np.int32(c), np.int32(blocks), x.dtype.type(eps))
     apply_kernel = get_kernel(x.device, "batchnorm.cl", "bn_backward_apply", **flags)
     global_size, local_size, chunk = _elementwise_geometry(x.device, n * c, length)
     launch(x.device, apply_kernel, global_size, local_size, x.buffer, np.int64(x.offset), y.buffer,

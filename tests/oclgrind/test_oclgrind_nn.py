@@ -94,7 +94,10 @@ def test_loss_options(device, rng):
     assert_close(F.nll_loss(_t(x_h, device), t_h, weight=w_h).to_host(), expected, 1e-5, "nll")
 
 
-def test_folded_conv_bn_epilogue(device, rng):
+@pytest.mark.parametrize("item_runs", [False, True], ids=["interleaved", "cpu-runs"])
+def test_folded_conv_bn_epilogue(device, rng, monkeypatch, item_runs):
+    # the CPU form folds a run of each channel's 18 weights per item: vector steps, then the tail
+    monkeypatch.setattr("netcl.ops.batchnorm._item_runs", lambda _device: item_runs)
     conv = nc.nn.Conv2d(2, 3, 3, padding=1, device=device)
     bn = nc.nn.BatchNorm2d(3, device=device)
     x = _t(rng.normal(size=(2, 2, 5, 5)).astype(np.float32), device)
