@@ -70,12 +70,16 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, layer: ConvLayer, strategy: str, 
 
     def execute(name):
         impl = choice.strategy_for(layer, pass_, name, device)
-        if pass_ != "forward" or bias is None:
+        if pass_ != "forward":
             return impl.run(pass_, a, b, layer)
-        if getattr(impl, "fuses_bias", False):
-            return impl.forward(a, b, layer, bias=as_contiguous(bias))
+        # no gradient will be asked of this call: what the strategy derives from the weight alone is kept
+        options = {"keep": True} if not training and impl.keeps_weight_derivatives else {}
+        if bias is None:
+            return impl.forward(a, b, layer, **options)
+        if impl.fuses_bias:
+            return impl.forward(a, b, layer, bias=as_contiguous(bias), **options)
         from .bias import add_bias_
-        return add_bias_(impl.forward(a, b, layer), bias)
+        return add_bias_(impl.forward(a, b, layer, **options), bias)
     return choice.run(pass_, layer, device, strategy, training, execute)
 
 

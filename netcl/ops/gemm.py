@@ -157,7 +157,7 @@ def packing_bytes(device, dtype, M: int, N: int, K: int, a_batches: int, b_batch
     """Bytes of the A and B packing buffers that gemm_batched needs for op(A) (M×K) times op(B) (K×N)
     with the given batch counts and element strides of op(A) and op(B). The buffers are kept per device
     and grown on demand, so callers that report workspace (the conv strategies) add up growths."""
-    if min(M, N, K) <= 0:
+    if min(M, N, K) <= 0 or runs_as_dot_products(M, N, max(a_batches, b_batches), a_cs, b_rs):
         return 0, 0
     p = params_for(resolve_device(device), dtype, M, N, K, max(a_batches, b_batches))
     if p["LOCAL"]:
@@ -285,7 +285,7 @@ class _Plan:
         self.scalar = dtype.type
         self.deferred = None
         self.dot = None
-        if params is None and batch == 1 and M <= DOT_MAX_ROWS and b_rs == 1 and a_cs == 1 and N > 1:
+        if params is None and runs_as_dot_products(M, N, batch, a_cs, b_rs):
             self.dot = _dot_launch(dev, dtype, M, N, K, a_rs, b_cs, c_rs, c_cs)
             return
         p = normalize(params) if params is not None else params_for(dev, dtype, M, N, K, batch)
@@ -361,6 +361,12 @@ class _Plan:
             b_buf, b_off = packed, 0
         self.product(self.scalar(alpha), self.scalar(beta), a_buf, np.int64(a_off), b_buf, np.int64(b_off),
                      c_buf, np.int64(c_off))
+
+
+def runs_as_dot_products(M: int, N: int, batch: int, a_cs: int, b_rs: int) -> bool:
+    """Whether a product (without tuned-parameter overrides) runs on kernels/gemm_dot.cl: one matrix of at
+    most DOT_MAX_ROWS rows, A's rows and op(B)'s columns unit stride along K, and more than one column."""
+    return batch == 1 and M <= DOT_MAX_ROWS and N > 1 and a_cs == 1 and b_rs == 1
 
 
 def _dot_launch(dev, dtype, M: int, N: int, K: int, lda: int, ldb: int, c_rs: int, c_cs: int) -> PreparedLaunch:
