@@ -32,6 +32,11 @@ Template parameters (all have defaults):
          the input's width), so loads and stores test bounds; False compiles only the unmasked path,
          which keeps the register allocator from spilling the accumulators for a path never taken
                                                                                  (default True)
+  SHIFT  output mode, an output at least QW wide and ROWS high: a block that would reach past the
+         last column (row) starts early enough to end on it, overlapping its neighbour, which stores
+         the same values there; every store is then a whole block without lane tests (with them
+         in the kernel, Intel's CPU compiler slows its whole reduction loop down), and TAIL only
+         has the input loads tested                                              (default False)
 
 Scalar arguments: output mode (N, CI, HI, WI, CO, HO, WO, R, PH) = batch, input channels and size,
 output channels and size, kernel height, top padding; weight mode (N, C, H, W, K, P, Q, R, PH) = batch,
@@ -54,7 +59,7 @@ def lane_source(j, offset, qw):
         return "E%d_%d" % (j, offset - qw)
     return "M%d_%d" % (j, offset)
 %>
-<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False, TAIL=True"/>
+<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False, TAIL=True, SHIFT=False"/>
 <%
     LANES = QW * ROWS
     VT = T + str(LANES)
@@ -144,7 +149,11 @@ void conv_blocked_output(
     const int R, const int PH,
     __global const ${T}* bias, const long bias_off)
 {
+% if SHIFT:
+    const int qb = min((int)get_global_id(0) * ${QW}, WO - ${QW}), p0 = min((int)get_global_id(1) * ${ROWS}, HO - ${ROWS});
+% else:
     const int qb = get_global_id(0) * ${QW}, p0 = get_global_id(1) * ${ROWS};
+% endif
     const int blocks = CO / ${KB};
     const int n = get_global_id(2) / blocks, k0 = (get_global_id(2) - n * blocks) * ${KB};
 % if TAIL:
@@ -182,14 +191,14 @@ ${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
         const ${VT} out = acc${kk};
 % endif
 % for j in range(ROWS):
-% if TAIL:
+% if TAIL and not SHIFT:
         if (p0 + ${j} < HO) {
 % else:
         {
 % endif
             __global ${T}* dst = Y + y_off + (((long)n * CO + k0 + ${kk}) * HO + p0 + ${j}) * WO + qb;
 % for l in range(QW):
-% if TAIL:
+% if TAIL and not SHIFT:
             if (qb + ${l} < WO) dst[${l}] = out.s${'%x' % (j * QW + l)};
 % else:
             dst[${l}] = out.s${'%x' % (j * QW + l)};

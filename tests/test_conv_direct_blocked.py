@@ -92,9 +92,30 @@ def test_blocks_that_fill_the_output_exactly(native, rng, device, monkeypatch, c
     xs, ws = (3, 4, 2 * native, 2 * native), (8, 4, 3, 3)
     layer = ConvLayer.from_shapes(xs, ws, 1, 1)
     assert not any(blocked.blocking(layer, p, device)["TAIL"] for p in ("forward", "backward_data", "backward_weight"))
-    assert blocked.blocking(ConvLayer.from_shapes((3, 4, 9, 2 * native + 1), ws, 1, 1), "forward", device)["TAIL"]
+    odd = blocked.blocking(ConvLayer.from_shapes((3, 4, 9, 2 * native + 1), ws, 1, 1), "forward", device)
+    assert odd["TAIL"] or odd["SHIFT"]
     check(xs, ws, (1, 1), rng, device)
     check((2, 3, native // 2, native // 2), (5, 3, 3, 3), (1, 1), rng, device)  # rows share a vector
+
+
+@pytest.mark.parametrize("native", [4, 8, 16])
+def test_last_blocks_shifted_back_onto_the_output(native, rng, device, monkeypatch, canaries):
+    """Outputs wider (higher) than a block but no whole number of blocks, without padding (the MEC
+    paper's 222-, 110- and 54-wide rows): the last block of a row, or of the rows, overlaps its neighbour
+    and stores whole vectors; backward_data's rows still load past its narrower input."""
+    monkeypatch.setitem(device.native_vector_width, "float32", native)
+    xs, ws = (2, 3, 2 * native + 3, 3 * native + 1), (6, 3, 3, 3)
+    layer = ConvLayer.from_shapes(xs, ws)
+    forward, backward_data = (blocked.blocking(layer, p, device) for p in ("forward", "backward_data"))
+    assert forward["SHIFT"] and not forward["TAIL"]
+    assert backward_data["SHIFT"] and backward_data["TAIL"]
+    check(xs, ws, (0, 0), rng, device)
+    check((1, 2, 11, 2 * native - 1), (5, 2, 2, 4), (0, 1), rng, device)
+    if native == 16:  # rows 8 wide sharing the vector, 5 of them: the last pair of rows is shifted
+        narrow = ConvLayer.from_shapes((2, 3, 7, 10), ws)
+        assert blocked.blocking(narrow, "forward", device)["ROWS"] == 2
+        assert blocked.blocking(narrow, "forward", device)["SHIFT"]
+        check((2, 3, 7, 10), ws, (0, 0), rng, device)
 
 
 def test_fused_bias(rng, device, canaries):

@@ -67,9 +67,14 @@ def _row_shape(device, dtype: str, out_h: int, out_w: int) -> tuple[int, int]:
     return qw, rows
 
 
-def _has_tail(qw: int, rows: int, out_h: int, out_w: int, in_w: int) -> bool:
-    """Whether some block reaches past the output (rows or columns) or its row loads past the input."""
-    return out_w % qw != 0 or out_h % rows != 0 or out_w > in_w
+def _edges(qw: int, rows: int, out_h: int, out_w: int, in_w: int) -> dict:
+    """The template's TAIL and SHIFT for an output of out_h x out_w read from rows in_w wide: where the
+    blocks do not tile the output but it is at least one block in size, the last block of a row (of
+    the rows) is shifted back onto the output (SHIFT), and only loads past the input still need bounds
+    tests (TAIL); otherwise TAIL says whether some block reaches past the output or its row loads past
+    the input."""
+    shift = (out_w % qw != 0 or out_h % rows != 0) and out_w >= qw and out_h >= rows
+    return dict(TAIL=out_w > in_w or (not shift and (out_w % qw != 0 or out_h % rows != 0)), SHIFT=shift)
 
 
 def blocking(layer: ConvLayer, pass_: str, device) -> dict:
@@ -77,15 +82,16 @@ def blocking(layer: ConvLayer, pass_: str, device) -> dict:
     budget = channel_budget(device, pass_, layer.s)
     if pass_ == "backward_weight":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
+        tail = layer.out_w % qw != 0 or layer.out_h % rows != 0 or layer.out_w > layer.w
         return dict(MODE="weight", KB=_largest_divisor(layer.k, budget), QW=qw, ROWS=rows, S=layer.s,
-                    PW=layer.pad_w, TAIL=_has_tail(qw, rows, layer.out_h, layer.out_w, layer.w))
+                    PW=layer.pad_w, TAIL=tail)
     if pass_ == "forward":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
         return dict(MODE="output", FLIP=False, KB=_largest_divisor(layer.k, budget), QW=qw, ROWS=rows,
-                    S=layer.s, PW=layer.pad_w, TAIL=_has_tail(qw, rows, layer.out_h, layer.out_w, layer.w))
+                    S=layer.s, PW=layer.pad_w, **_edges(qw, rows, layer.out_h, layer.out_w, layer.w))
     qw, rows = _row_shape(device, layer.dtype, layer.h, layer.w)
     return dict(MODE="output", FLIP=True, KB=_largest_divisor(layer.c, budget), QW=qw, ROWS=rows, S=layer.s,
-                PW=layer.s - 1 - layer.pad_w, TAIL=_has_tail(qw, rows, layer.h, layer.w, layer.out_w))
+                PW=layer.s - 1 - layer.pad_w, **_edges(qw, rows, layer.h, layer.w, layer.out_w))
 
 
 def weight_chunks(layer: ConvLayer, block: dict) -> int:
