@@ -76,6 +76,8 @@ def test_blocks_follow_the_tuned_gemm_width_on_a_cpu(rng, device, monkeypatch, c
     assert gemm_module.register_lanes(device, "float32") == 8
     assert blocked.lanes(device, "float32") == 8 and blocked.channel_budget(device, "forward", 3) == 8
     check((2, 5, 9, 21), (24, 5, 3, 3), (1, 1), rng, device)
+    db.forget(device, "gemm")  # and without the measurement, the reported width again
+    assert blocked.lanes(device, "float32") == 16
 
 
 def test_rows_share_a_vector_when_narrow(device):
@@ -111,10 +113,14 @@ def test_last_blocks_shifted_back_onto_the_output(native, rng, device, monkeypat
     assert backward_data["SHIFT"] and backward_data["TAIL"]
     check(xs, ws, (0, 0), rng, device)
     check((1, 2, 11, 2 * native - 1), (5, 2, 2, 4), (0, 1), rng, device)
-    if native == 16:  # rows 8 wide sharing the vector, 5 of them: the last pair of rows is shifted
-        narrow = ConvLayer.from_shapes((2, 3, 7, 10), ws)
-        assert blocked.blocking(narrow, "forward", device)["ROWS"] == 2
-        assert blocked.blocking(narrow, "forward", device)["SHIFT"]
+    if native == 16:
+        # 14-wide rows: half the vector over two rows, the last block of a row shifted
+        block = blocked.blocking(ConvLayer.from_shapes((2, 3, 8, 16), ws), "forward", device)
+        assert (block["QW"], block["ROWS"], block["SHIFT"], block["TAIL"]) == (8, 2, True, False)
+        check((2, 3, 8, 16), ws, (0, 0), rng, device)
+        # 8-wide rows sharing the vector, 5 of them: the last pair of rows shifted
+        block = blocked.blocking(ConvLayer.from_shapes((2, 3, 7, 10), ws), "forward", device)
+        assert (block["QW"], block["ROWS"], block["SHIFT"], block["TAIL"]) == (8, 2, True, False)
         check((2, 3, 7, 10), ws, (0, 0), rng, device)
 
 
