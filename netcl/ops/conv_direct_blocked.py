@@ -94,9 +94,8 @@ def blocking(layer: ConvLayer, pass_: str, device) -> dict:
     budget = channel_budget(device, pass_, layer.s)
     if pass_ == "backward_weight":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
-        tail = layer.out_w % qw != 0 or layer.out_h % rows != 0 or layer.out_w > layer.w
         return dict(MODE="weight", KB=_largest_divisor(layer.k, budget), QW=qw, ROWS=rows, S=layer.s,
-                    PW=layer.pad_w, TAIL=tail)
+                    PW=layer.pad_w, **_edges(qw, rows, layer.out_h, layer.out_w, layer.w))
     if pass_ == "forward":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
         return dict(MODE="output", FLIP=False, KB=_largest_divisor(layer.k, budget), QW=qw, ROWS=rows,
