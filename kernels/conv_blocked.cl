@@ -32,6 +32,12 @@ Template parameters (all have defaults):
          the input's width), so loads and stores test bounds; False compiles only the unmasked path,
          which keeps the register allocator from spilling the accumulators for a path never taken
                                                                                  (default True)
+  SHIFT  an output (weight mode: output gradient) at least QW wide and ROWS high: a block that would
+         reach past the last column (row) starts early enough to end on it, overlapping its
+         neighbour; output mode stores the same values there as the neighbour, weight mode weighs the
+         overlapped lanes 0. Every store or gradient load is then a whole block without lane tests
+         (with them in the kernel, Intel's CPU compiler slows its whole reduction loop down), and
+         TAIL only has the input loads tested                                    (default False)
 
 Scalar arguments: output mode (N, CI, HI, WI, CO, HO, WO, R, PH) = batch, input channels and size,
 output channels and size, kernel height, top padding; weight mode (N, C, H, W, K, P, Q, R, PH) = batch,
@@ -54,7 +60,7 @@ def lane_source(j, offset, qw):
         return "E%d_%d" % (j, offset - qw)
     return "M%d_%d" % (j, offset)
 %>
-<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False, TAIL=True"/>
+<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False, TAIL=True, SHIFT=False"/>
 <%
     LANES = QW * ROWS
     VT = T + str(LANES)
@@ -106,6 +112,8 @@ def lane_source(j, offset, qw):
 </%def>
 
 <%def name="weight_steps(masked, T, QW, ROWS, S, KB)">
+<%doc>  masked: False (whole vectors), True (each lane's load tested against P and Q) or "keep" (whole
+        vectors, times the 0/1 lanes of the vector `keep`)</%doc>
 <%
     VT = T + str(QW * ROWS)
 %>\
@@ -113,7 +121,7 @@ def lane_source(j, offset, qw):
                     {
 % for j in range(ROWS):
                         __global const ${T}* grow${j} = gn + ((long)${kk} * P + p0 + ${j}) * Q + qb;
-% if masked:
+% if masked is True:
                         ${T} ${', '.join('G%d_%d = 0' % (j, l) for l in range(QW))};
                         if (p0 + ${j} < P) {
 % for l in range(QW):
@@ -122,8 +130,10 @@ def lane_source(j, offset, qw):
                         }
 % endif
 % endfor
-% if masked:
+% if masked is True:
                         const ${VT} gv = (${VT})(${', '.join('G%d_%d' % (j, l) for j in range(ROWS) for l in range(QW))});
+% elif masked == "keep":
+                        const ${VT} gv = (${VT})(${', '.join('grow%d[%d]' % (j, l) for j in range(ROWS) for l in range(QW))}) * keep;
 % else:
                         const ${VT} gv = (${VT})(${', '.join('grow%d[%d]' % (j, l) for j in range(ROWS) for l in range(QW))});
 % endif
@@ -144,7 +154,11 @@ void conv_blocked_output(
     const int R, const int PH,
     __global const ${T}* bias, const long bias_off)
 {
+% if SHIFT:
+    const int qb = min((int)get_global_id(0) * ${QW}, WO - ${QW}), p0 = min((int)get_global_id(1) * ${ROWS}, HO - ${ROWS});
+% else:
     const int qb = get_global_id(0) * ${QW}, p0 = get_global_id(1) * ${ROWS};
+% endif
     const int blocks = CO / ${KB};
     const int n = get_global_id(2) / blocks, k0 = (get_global_id(2) - n * blocks) * ${KB};
 % if TAIL:
@@ -182,14 +196,14 @@ ${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
         const ${VT} out = acc${kk};
 % endif
 % for j in range(ROWS):
-% if TAIL:
+% if TAIL and not SHIFT:
         if (p0 + ${j} < HO) {
 % else:
         {
 % endif
             __global ${T}* dst = Y + y_off + (((long)n * CO + k0 + ${kk}) * HO + p0 + ${j}) * WO + qb;
 % for l in range(QW):
-% if TAIL:
+% if TAIL and not SHIFT:
             if (qb + ${l} < WO) dst[${l}] = out.s${'%x' % (j * QW + l)};
 % else:
             dst[${l}] = out.s${'%x' % (j * QW + l)};
@@ -218,6 +232,25 @@ void conv_blocked_weight(
     for (int n = chunk * IMAGES; n < n_end; ++n) {
         __global const ${T}* xc = X + x_off + ((long)n * C + c) * H_IN * W_IN;
         __global const ${T}* gn = G + g_off + ((long)n * K + k0) * P * Q;
+% if SHIFT:
+        for (int p = 0; p < P; p += ${ROWS}) {
+            const int p0 = min(p, P - ${ROWS}), h0 = p0 + r - PH;
+            for (int q = 0; q < Q; q += ${QW}) {
+                const int qb = min(q, Q - ${QW});
+% if TAIL:
+                const int full = qb + ${QW} <= W_IN;
+% endif
+${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
+                if (qb == q && p0 == p) {
+${weight_steps(False, T, QW, ROWS, S, KB)}
+                } else {
+                    /* a block shifted back onto the output: the lanes its neighbour counted weigh 0 */
+                    const ${VT} keep = (${VT})(${', '.join('(%s)(%d >= p - p0 && %d >= q - qb)' % (T, j, l) for j in range(ROWS) for l in range(QW))});
+${weight_steps("keep", T, QW, ROWS, S, KB)}
+                }
+            }
+        }
+% else:
         for (int p0 = 0; p0 < P; p0 += ${ROWS}) {
             const int h0 = p0 + r - PH;
             for (int qb = 0; qb < Q; qb += ${QW}) {
@@ -237,6 +270,7 @@ ${weight_steps(False, T, QW, ROWS, S, KB)}
 % endif
             }
         }
+% endif
     }
 % for kk in range(KB):
 % for s in range(S):

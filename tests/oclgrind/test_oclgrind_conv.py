@@ -28,6 +28,7 @@ LAYERS = [
     ((1, 2, 4, 4), (3, 2, 3, 3), 1, 2, 1, 1),   # some windows lie entirely in the padding
     ((1, 8, 4, 5), (2, 8, 3, 3), 1, 1, 1, 1),   # 8 input channels: Winograd's vector filter transform
     ((2, 3, 4, 8), (4, 3, 3, 3), 1, 1, 1, 1),   # rows of whole vectors: direct_blocked without bounds tests
+    ((1, 2, 6, 11), (3, 2, 3, 3), 1, 0, 1, 1),  # no padding, rows past a block: direct_blocked's shifted last blocks
     ((2, 3, 7, 9), (6, 1, 3, 3), 2, 1, 1, 3),   # depthwise, multiplier 2, stride 2
     ((2, 3, 7, 6), (4, 3, 1, 1), 2, 0, 1, 1),   # strided 1×1 (gemm's subsample), a last input row unread
 ]
