@@ -15,7 +15,8 @@ Forward (two kernels):
                on CPUs, where the item's loop vectorizes and the channel constants are computed once; 1
                elsewhere), global (ceil(L / chunk), N*C):
                  z = (x - mean[c]) * rsqrt(var[c] + eps) * weight[c] + bias[c]  (+ r)   ;  y = RELU ? max(z, 0) : z
-               (RELU6: y = min(max(z, 0), 6))
+               (RELU6: y = min(max(z, 0), 6); the activations' text is netcl.runtime.cl_activation's, which
+               the convolutions' fused epilogues share)
                mean/var are the batch statistics in training and the running ones in eval.
 Inference with a folded convolution (netcl.nn.fusion): bn_fold computes, per output channel k of the
 convolution before the BatchNorm, s = weight[k] * rsqrt(running_var[k] + eps),
@@ -64,7 +65,10 @@ Template parameters (all have defaults):
 % endif
 
 <%! from netcl.runtime import cl_vectors %>
+<%! from netcl.runtime.cl_activation import apply_activation %>
 <%
+    # bn_apply's activation (netcl.runtime.cl_activation holds its text, shared with the convolutions' epilogues)
+    ACTIVATION = "hardswish" if HARDSWISH else ("relu6" if RELU6 else ("relu" if RELU else "none"))
     AV = f"{ACC}{RUN_LANES}"
     def wide_load(pointer):
         # RUN_LANES elements as one accumulator vector, converted lane by lane: no vloadN or convert_
@@ -209,18 +213,7 @@ __kernel void bn_apply(
 % if RESIDUAL:
         z += r[r_off + i];
 % endif
-% if RELU:
-        z = z > (${T}) 0 ? z : (${T}) 0;
-% endif
-% if RELU6:
-        z = z < (${T}) 6 ? z : (${T}) 6;
-% endif
-% if HARDSWISH:
-        {
-            const ${T} gate = z + (${T}) 3;
-            z = z * (gate < (${T}) 0 ? (${T}) 0 : (gate > (${T}) 6 ? (${T}) 6 : gate)) / (${T}) 6;
-        }
-% endif
+        ${apply_activation(ACTIVATION, "z", T)}
         y[y_off + i] = z;
     }
 }

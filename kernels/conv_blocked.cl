@@ -28,6 +28,11 @@ Template parameters (all have defaults):
   S      kernel width (compiled in: it fixes the lane selections)                (default 3)
   PW     padding on the left of a row, as this kernel sees it                    (default 1)
   BIAS   output mode: add bias[k] to every output of channel k                   (default False)
+  RESIDUAL  output mode, forward: then add residual[n, k, p, q] (a tensor of the output's shape)
+                                                                                 (default False)
+  ACT    output mode, forward: then apply "none", "relu", "relu6" or "hardswish" (an inference epilogue:
+         z = acc + bias; z += residual; activation; the text is netcl.runtime.cl_activation's, so the
+         result has the bits of the separate pass kernels/batchnorm.cl's bn_apply makes)  (default "none")
   TAIL   some work-items' blocks reach past the output's rows or columns (or their input row past
          the input's width), so loads and stores test bounds; False compiles only the unmasked path,
          which keeps the register allocator from spilling the accumulators for a path never taken
@@ -40,7 +45,8 @@ Template parameters (all have defaults):
          TAIL only has the input loads tested                                    (default False)
 
 Scalar arguments: output mode (N, CI, HI, WI, CO, HO, WO, R, PH) = batch, input channels and size,
-output channels and size, kernel height, top padding; weight mode (N, C, H, W, K, P, Q, R, PH) = batch,
+output channels and size, kernel height, top padding, then the bias and the residual (buffer, offset;
+any buffer where unused); weight mode (N, C, H, W, K, P, Q, R, PH) = batch,
 input channels and size, output channels and size, kernel height, top padding, images per chunk.
 
 Launch (work-groups of one work-item, as kernels/implicit_gemm.cl says why):
@@ -60,7 +66,8 @@ def lane_source(j, offset, qw):
         return "E%d_%d" % (j, offset - qw)
     return "M%d_%d" % (j, offset)
 %>
-<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False, TAIL=True, SHIFT=False"/>
+<%! from netcl.runtime.cl_activation import apply_activation %>
+<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False, TAIL=True, SHIFT=False, RESIDUAL=False, ACT='none'"/>
 <%
     LANES = QW * ROWS
     VT = T + str(LANES)
@@ -152,7 +159,8 @@ void conv_blocked_output(
     __global ${T}* Y, const long y_off,
     const int N, const int CI, const int H_IN, const int W_IN, const int CO, const int HO, const int WO,
     const int R, const int PH,
-    __global const ${T}* bias, const long bias_off)
+    __global const ${T}* bias, const long bias_off,
+    __global const ${T}* residual, const long residual_off)
 {
 % if SHIFT:
     const int qb = min((int)get_global_id(0) * ${QW}, WO - ${QW}), p0 = min((int)get_global_id(1) * ${ROWS}, HO - ${ROWS});
@@ -191,10 +199,22 @@ ${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
 % for kk in range(KB):
     {
 % if BIAS:
-        const ${VT} out = acc${kk} + (${VT})(bias[bias_off + k0 + ${kk}]);
+        ${VT} out = acc${kk} + (${VT})(bias[bias_off + k0 + ${kk}]);
 % else:
-        const ${VT} out = acc${kk};
+        ${VT} out = acc${kk};
 % endif
+% if RESIDUAL:
+        {
+            __global const ${T}* res = residual + residual_off + (((long)n * CO + k0 + ${kk}) * HO + p0) * WO + qb;
+% if TAIL and not SHIFT:
+            /* lanes past the output's edges read nothing (and are not stored) */
+            out += (${VT})(${', '.join('(p0 + %d < HO && qb + %d < WO ? res[%d * WO + %d] : (%s)0)' % (j, l, j, l, T) for j in range(ROWS) for l in range(QW))});
+% else:
+            out += (${VT})(${', '.join('res[%d * WO + %d]' % (j, l) for j in range(ROWS) for l in range(QW))});
+% endif
+        }
+% endif
+        ${apply_activation(ACT, "out", VT)}
 % for j in range(ROWS):
 % if TAIL and not SHIFT:
         if (p0 + ${j} < HO) {

@@ -148,12 +148,14 @@ def efficiency(layer: ConvLayer, pass_: str, device) -> float:
 
 
 def _launch(device, pass_: str, layer: ConvLayer, block: dict, a: Tensor, b: Tensor, out: Tensor,
-            bias: Tensor | None = None) -> Tensor:
+            bias: Tensor | None = None, residual: Tensor | None = None, activation: str = "none") -> Tensor:
     if out.size == 0:
         return out
     params = dict(block, T=dtypes.c_type(a.dtype))
     if block["MODE"] == "output":
         params["BIAS"] = bias is not None
+        if pass_ == "forward":
+            params.update(RESIDUAL=residual is not None, ACT=activation)
     kernel = get_kernel(device, "conv_blocked.cl", KERNELS[block["MODE"]], **params)
     if pass_ == "forward":
         sizes = (layer.n, layer.c, layer.h, layer.w, layer.k, layer.out_h, layer.out_w, layer.r, layer.pad_h)
@@ -167,8 +169,9 @@ def _launch(device, pass_: str, layer: ConvLayer, block: dict, a: Tensor, b: Ten
     args = [a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
             *(np.int32(v) for v in sizes)]
     if block["MODE"] == "output":
-        bias_arg = bias if bias is not None else out  # not read without BIAS
-        args += [bias_arg.buffer, np.int64(bias_arg.offset)]
+        for operand in (bias, residual):
+            operand = operand if operand is not None else out  # not read without BIAS / RESIDUAL
+            args += [operand.buffer, np.int64(operand.offset)]
     launch(device, kernel, _grid(layer, pass_, block), (1, 1, 1), *args)
     return out
 
@@ -176,6 +179,7 @@ def _launch(device, pass_: str, layer: ConvLayer, block: dict, a: Tensor, b: Ten
 class DirectBlockedStrategy(ConvStrategy):
     name = "direct_blocked"
     fuses_bias = True  # forward(..., bias=) adds the bias as it stores the output
+    fuses_epilogue = True  # and forward(..., residual=, activation=) the rest of an inference epilogue
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         if (layer.stride_h, layer.stride_w) != (1, 1):
@@ -202,9 +206,10 @@ class DirectBlockedStrategy(ConvStrategy):
         return CostTerms(kernel_flops=issued_flops(layer, pass_) / efficiency(layer, pass_, resolve_device(device)),
                          bytes_moved=tensor_bytes(layer) + 2 * partials, launches=1 + (partials > 0))
 
-    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None,
+                residual: Tensor | None = None, activation: str = "none") -> Tensor:
         return _launch(x.device, "forward", layer, blocking(layer, "forward", x.device), x, w,
-                       Tensor.empty(layer.output_shape, x.dtype, x.device), bias)
+                       Tensor.empty(layer.output_shape, x.dtype, x.device), bias, residual, activation)
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         return _launch(grad_y.device, "backward_data", layer, blocking(layer, "backward_data", grad_y.device),
