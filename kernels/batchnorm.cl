@@ -22,7 +22,8 @@ Forward (two or three launches):
                or a long run of it, on CPUs, where the item's loop runs on RUN_LANES-wide vectors and the
                channel constants are computed once; 1 elsewhere), global (ceil(L / chunk), N*C):
                  z = (x - mean[c]) * rsqrt(var[c] + eps) * weight[c] + bias[c]  (+ r)   ;  y = RELU ? max(z, 0) : z
-               (RELU6: y = min(max(z, 0), 6))
+               (RELU6: y = min(max(z, 0), 6); the activations' text is netcl.runtime.cl_activation's, which
+               the convolutions' fused epilogues share)
                mean/var are the batch statistics in training and the running ones in eval.
 Inference with a folded convolution (netcl.nn.fusion): bn_fold computes, per output channel k of the
 convolution before the BatchNorm, s = weight[k] * rsqrt(running_var[k] + eps),
@@ -82,11 +83,14 @@ Template parameters (all have defaults):
 % endif
 
 <%! from netcl.runtime import cl_vectors %>
+<%! from netcl.runtime.cl_activation import apply_activation %>
 <%
     # a run's lanes hold the element type: a sub-run of SUB_RUN vectors is summed in it, then added into the
     # accumulators (the widening conversion per element kept the double form compute-bound)
     SUB_RUN = 16
     TV = f"{T}{RUN_LANES}"
+    # bn_apply's activation (netcl.runtime.cl_activation holds its text, shared with the convolutions' epilogues)
+    ACTIVATION = "hardswish" if HARDSWISH else ("relu6" if RELU6 else ("relu" if RELU else "none"))
     def wide_load(pointer):
         # RUN_LANES elements as one vector from element loads: no vloadN built-in (netcl.runtime.cl_vectors
         # says why)
@@ -284,18 +288,7 @@ __kernel void bn_stats_merge(
 % if RESIDUAL:
         z += ${cl_vectors.vload(V, width, "r + r_off + i")};
 % endif
-% if RELU:
-        z = z > (${V}) 0 ? z : (${V}) 0;
-% endif
-% if RELU6:
-        z = z < (${V}) 6 ? z : (${V}) 6;
-% endif
-% if HARDSWISH:
-        {
-            const ${V} gate = z + (${V}) 3;
-            z = z * (gate < (${V}) 0 ? (${V}) 0 : (gate > (${V}) 6 ? (${V}) 6 : gate)) / (${V}) 6;
-        }
-% endif
+        ${apply_activation(ACTIVATION, "z", V)}
         ${cl_vectors.vstore("z", width, "y + y_off + i")}
 </%def>
 

@@ -28,13 +28,25 @@ Template parameters (all have defaults):
   S      kernel width (compiled in: it fixes the lane selections)                (default 3)
   PW     padding on the left of a row, as this kernel sees it                    (default 1)
   BIAS   output mode: add bias[k] to every output of channel k                   (default False)
+  RESIDUAL  output mode, forward: then add residual[n, k, p, q] (a tensor of the output's shape)
+                                                                                 (default False)
+  ACT    output mode, forward: then apply "none", "relu", "relu6" or "hardswish" (an inference epilogue:
+         z = acc + bias; z += residual; activation; the text is netcl.runtime.cl_activation's, so the
+         result has the bits of the separate pass kernels/batchnorm.cl's bn_apply makes)  (default "none")
   TAIL   some work-items' blocks reach past the output's rows or columns (or their input row past
          the input's width), so loads and stores test bounds; False compiles only the unmasked path,
          which keeps the register allocator from spilling the accumulators for a path never taken
                                                                                  (default True)
+  SHIFT  an output (weight mode: output gradient) at least QW wide and ROWS high: a block that would
+         reach past the last column (row) starts early enough to end on it, overlapping its
+         neighbour; output mode stores the same values there as the neighbour, weight mode weighs the
+         overlapped lanes 0. Every store or gradient load is then a whole block without lane tests
+         (with them in the kernel, Intel's CPU compiler slows its whole reduction loop down), and
+         TAIL only has the input loads tested                                    (default False)
 
 Scalar arguments: output mode (N, CI, HI, WI, CO, HO, WO, R, PH) = batch, input channels and size,
-output channels and size, kernel height, top padding; weight mode (N, C, H, W, K, P, Q, R, PH) = batch,
+output channels and size, kernel height, top padding, then the bias and the residual (buffer, offset;
+any buffer where unused); weight mode (N, C, H, W, K, P, Q, R, PH) = batch,
 input channels and size, output channels and size, kernel height, top padding, images per chunk.
 
 Launch (work-groups of one work-item, as kernels/implicit_gemm.cl says why):
@@ -54,7 +66,8 @@ def lane_source(j, offset, qw):
         return "E%d_%d" % (j, offset - qw)
     return "M%d_%d" % (j, offset)
 %>
-<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False, TAIL=True"/>
+<%! from netcl.runtime.cl_activation import apply_activation %>
+<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False, TAIL=True, SHIFT=False, RESIDUAL=False, ACT='none'"/>
 <%
     LANES = QW * ROWS
     VT = T + str(LANES)
@@ -106,6 +119,8 @@ def lane_source(j, offset, qw):
 </%def>
 
 <%def name="weight_steps(masked, T, QW, ROWS, S, KB)">
+<%doc>  masked: False (whole vectors), True (each lane's load tested against P and Q) or "keep" (whole
+        vectors, times the 0/1 lanes of the vector `keep`)</%doc>
 <%
     VT = T + str(QW * ROWS)
 %>\
@@ -113,7 +128,7 @@ def lane_source(j, offset, qw):
                     {
 % for j in range(ROWS):
                         __global const ${T}* grow${j} = gn + ((long)${kk} * P + p0 + ${j}) * Q + qb;
-% if masked:
+% if masked is True:
                         ${T} ${', '.join('G%d_%d = 0' % (j, l) for l in range(QW))};
                         if (p0 + ${j} < P) {
 % for l in range(QW):
@@ -122,8 +137,10 @@ def lane_source(j, offset, qw):
                         }
 % endif
 % endfor
-% if masked:
+% if masked is True:
                         const ${VT} gv = (${VT})(${', '.join('G%d_%d' % (j, l) for j in range(ROWS) for l in range(QW))});
+% elif masked == "keep":
+                        const ${VT} gv = (${VT})(${', '.join('grow%d[%d]' % (j, l) for j in range(ROWS) for l in range(QW))}) * keep;
 % else:
                         const ${VT} gv = (${VT})(${', '.join('grow%d[%d]' % (j, l) for j in range(ROWS) for l in range(QW))});
 % endif
@@ -142,9 +159,14 @@ void conv_blocked_output(
     __global ${T}* Y, const long y_off,
     const int N, const int CI, const int H_IN, const int W_IN, const int CO, const int HO, const int WO,
     const int R, const int PH,
-    __global const ${T}* bias, const long bias_off)
+    __global const ${T}* bias, const long bias_off,
+    __global const ${T}* residual, const long residual_off)
 {
+% if SHIFT:
+    const int qb = min((int)get_global_id(0) * ${QW}, WO - ${QW}), p0 = min((int)get_global_id(1) * ${ROWS}, HO - ${ROWS});
+% else:
     const int qb = get_global_id(0) * ${QW}, p0 = get_global_id(1) * ${ROWS};
+% endif
     const int blocks = CO / ${KB};
     const int n = get_global_id(2) / blocks, k0 = (get_global_id(2) - n * blocks) * ${KB};
 % if TAIL:
@@ -177,19 +199,31 @@ ${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
 % for kk in range(KB):
     {
 % if BIAS:
-        const ${VT} out = acc${kk} + (${VT})(bias[bias_off + k0 + ${kk}]);
+        ${VT} out = acc${kk} + (${VT})(bias[bias_off + k0 + ${kk}]);
 % else:
-        const ${VT} out = acc${kk};
+        ${VT} out = acc${kk};
 % endif
+% if RESIDUAL:
+        {
+            __global const ${T}* res = residual + residual_off + (((long)n * CO + k0 + ${kk}) * HO + p0) * WO + qb;
+% if TAIL and not SHIFT:
+            /* lanes past the output's edges read nothing (and are not stored) */
+            out += (${VT})(${', '.join('(p0 + %d < HO && qb + %d < WO ? res[%d * WO + %d] : (%s)0)' % (j, l, j, l, T) for j in range(ROWS) for l in range(QW))});
+% else:
+            out += (${VT})(${', '.join('res[%d * WO + %d]' % (j, l) for j in range(ROWS) for l in range(QW))});
+% endif
+        }
+% endif
+        ${apply_activation(ACT, "out", VT)}
 % for j in range(ROWS):
-% if TAIL:
+% if TAIL and not SHIFT:
         if (p0 + ${j} < HO) {
 % else:
         {
 % endif
             __global ${T}* dst = Y + y_off + (((long)n * CO + k0 + ${kk}) * HO + p0 + ${j}) * WO + qb;
 % for l in range(QW):
-% if TAIL:
+% if TAIL and not SHIFT:
             if (qb + ${l} < WO) dst[${l}] = out.s${'%x' % (j * QW + l)};
 % else:
             dst[${l}] = out.s${'%x' % (j * QW + l)};
@@ -218,6 +252,25 @@ void conv_blocked_weight(
     for (int n = chunk * IMAGES; n < n_end; ++n) {
         __global const ${T}* xc = X + x_off + ((long)n * C + c) * H_IN * W_IN;
         __global const ${T}* gn = G + g_off + ((long)n * K + k0) * P * Q;
+% if SHIFT:
+        for (int p = 0; p < P; p += ${ROWS}) {
+            const int p0 = min(p, P - ${ROWS}), h0 = p0 + r - PH;
+            for (int q = 0; q < Q; q += ${QW}) {
+                const int qb = min(q, Q - ${QW});
+% if TAIL:
+                const int full = qb + ${QW} <= W_IN;
+% endif
+${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
+                if (qb == q && p0 == p) {
+${weight_steps(False, T, QW, ROWS, S, KB)}
+                } else {
+                    /* a block shifted back onto the output: the lanes its neighbour counted weigh 0 */
+                    const ${VT} keep = (${VT})(${', '.join('(%s)(%d >= p - p0 && %d >= q - qb)' % (T, j, l) for j in range(ROWS) for l in range(QW))});
+${weight_steps("keep", T, QW, ROWS, S, KB)}
+                }
+            }
+        }
+% else:
         for (int p0 = 0; p0 < P; p0 += ${ROWS}) {
             const int h0 = p0 + r - PH;
             for (int qb = 0; qb < Q; qb += ${QW}) {
@@ -237,6 +290,7 @@ ${weight_steps(False, T, QW, ROWS, S, KB)}
 % endif
             }
         }
+% endif
     }
 % for kk in range(KB):
 % for s in range(S):

@@ -13,8 +13,10 @@ The border columns go one by one with bounds tests. Row tests are branches the w
 A CPU runs L = 1 with VW = its vector width (its compiler then keeps the vectors as written); a GPU
 runs VW = 1 with L adjacent columns (coalesced loads). No atomics: every result is deterministic.
 
-  depthwise_forward          y[n,k,p,q] = bias[k] + Σ_{r,s} x[n, k/M, p·SH − PH + r·DH, q·SW − PW + s·DW] · w[k,0,r,s]
-                             group (run of rows, plane n·K + k)
+  depthwise_forward          y[n,k,p,q] = act(Σ_{r,s} x[n, k/M, p·SH − PH + r·DH, q·SW − PW + s·DW] · w[k,0,r,s]
+                                              + bias[k] + residual[n,k,p,q])
+                             group (run of rows, plane n·K + k); the bias, residual and activation are
+                             each optional (BIAS, RESIDUAL, ACT), applied in that order as it stores
   depthwise_backward_data    gx[n,c,h,v] = Σ_{j<M} Σ_{r,s: h + PH − r·DH = p·SH, v + PW − s·DW = q·SW} gy[n, c·M + j, p, q] · w[c·M + j,0,r,s]
                              group (run of rows, plane n·C + c). A row's columns go by phase,
                              v = phase + SW·i: tap s serves a whole phase (when SW divides
@@ -35,20 +37,29 @@ Template parameters (all have defaults):
   SH, SW stride (compiled in: a unit stride makes a tap's loads consecutive)     (default 1, 1)
   DH, DW dilation                                                                (default 1, 1)
   BIAS   forward: add bias[k] to every output of channel k                       (default False)
+  RESIDUAL  forward (not FLIP): then add residual[n, k, p, q] (a tensor of the output's shape)
+                                                                                 (default False)
+  ACT    forward (not FLIP): then apply "none", "relu", "relu6" or "hardswish" (an inference epilogue:
+         z = acc + bias; z += residual; activation; the text is netcl.runtime.cl_activation's, so the
+         result has the bits of the separate pass kernels/batchnorm.cl's bn_apply makes)  (default "none")
   FLIP   the forward kernel runs backward_data of a stride-1 layer: x is the output gradient, each
          output plane sums the C / K input planes it feeds, weights read flipped   (default False)
   MULT   with FLIP: those input planes per output plane, compiled in (their weights then stay in
          registers); 0 reads the count from C / K and the weights from memory    (default 1)
 
-Scalar arguments: C, H, W (input channels and size), K, P, Q (output channels and size), PH, PW (top and
+Arguments: input, weight, output (buffer, offset each); forward also the bias and the residual (buffer,
+offset; any buffer where unused). Scalar arguments: C, H, W (input channels and size), K, P, Q (output channels and size), PH, PW (top and
 left padding), then the rows of a group's run (forward, backward_data) or output rows per chunk and N
 (depthwise_weight_partial).
 
 Launch: local (L, 1, 1); global (L, runs of P, N·K) forward, (L, runs of H, N·C) backward_data,
 (L, chunks of N·P, K) weight partials.
 </%doc>
-<%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward'"/>
+<%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward', RESIDUAL=False, ACT='none'"/>
 <%!
+from netcl.runtime.cl_activation import apply_activation
+
+
 def vector(type_, width, items):
     """A vector of ``items`` (a scalar when ``width`` is 1)."""
     return "(%s)" % items[0] if width == 1 else "(%s%d)(%s)" % (type_, width, ", ".join(items))
@@ -89,6 +100,13 @@ def lane(value, width, index):
             return "w%d_%d" % (r, s)
         return "flipped[j][%d]" % (r * S + s) if MULT else "wk[%d]" % ((R - 1 - r) * S + S - 1 - s)
     TAPS = [(r, s) for r in range(R) for s in range(S)]
+
+    def epilogue(value, type_, residual):
+        """forward's statements on ``value`` (of type_) before it is stored: the bias, the residual
+        (an expression of type_), the activation."""
+        steps = ["%s = %s + (%s)(shift);" % (value, value, type_) if BIAS else "",
+                 "%s += %s;" % (value, residual) if RESIDUAL else "", apply_activation(ACT, value, type_)]
+        return " ".join(step for step in steps if step)
 %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -131,6 +149,7 @@ __kernel void depthwise_forward(
     __global const ${T}* w, const long w_off,
     __global ${T}* y, const long y_off,
     __global const ${T}* bias, const long bias_off,
+    __global const ${T}* residual, const long residual_off,
     const int C, const int H, const int W, const int K, const int P, const int Q,
     const int PH, const int PW, const int rows_per_item)
 {
@@ -161,7 +180,12 @@ __kernel void depthwise_forward(
     const ${T} w${r}_${s} = wk[${r * S + s}];
 % endfor
 % endif
-    const ${T} start = ${'bias[bias_off + k]' if BIAS else ZERO};
+% if BIAS:
+    const ${T} shift = bias[bias_off + k];
+% endif
+% if RESIDUAL:
+    __global const ${T}* rp = residual + residual_off + plane * (long)P * Q;
+% endif
     int lo, hi, strips;
     interior(W, Q, PW, &lo, &hi, &strips);
     const int borders = Q - (strips ? hi - lo : 0);
@@ -169,7 +193,7 @@ __kernel void depthwise_forward(
         __global ${T}* out = yp + (long)p * Q;
         for (int t = lane; t < strips; t += lanes) {
             const int q0 = lo + t * ${VW} < hi - ${VW} ? lo + t * ${VW} : hi - ${VW};
-            ${VT} acc = (${VT})(start);
+            ${VT} acc = (${VT})(${ZERO});
 ${sources_open()}
 % for r in range(R):
             {
@@ -183,6 +207,7 @@ ${sources_open()}
             }
 % endfor
 ${sources_close()}
+            ${epilogue("acc", VT, vector(T, VW, ["rp[(long)p * Q + q0 + %d]" % l for l in range(VW)]))}
             __global ${T}* strip = out + q0;
 % for l in range(VW):
             strip[${l}] = ${lane("acc", VW, l)};
@@ -198,7 +223,7 @@ ${sources_close()}
         const int at${s} = in${s} ? q * ${SW} - PW + ${s * DW} : 0;
 % endfor
         for (int p = p_begin; p < p_end; ++p) {
-            ${T} acc = start;
+            ${T} acc = ${ZERO};
 ${sources_open()}
 % for r in range(R):
             {
@@ -212,6 +237,7 @@ ${sources_open()}
             }
 % endfor
 ${sources_close()}
+            ${epilogue("acc", T, "rp[(long)p * Q + q]")}
             yp[(long)p * Q + q] = acc;
         }
     }

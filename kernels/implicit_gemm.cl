@@ -33,6 +33,14 @@ Template parameters (all have defaults):
   TK     inner-dimension panel gathered into local memory per step, any size (default 512)
   BIAS   forward: add bias[k] to every output of channel k as it is stored, which saves the
          separate pass over the output (kernels/bias.cl) (default False)
+  RESIDUAL  forward: then add the element of `residual` (a tensor of the output's shape) at the
+         output's index                                              (default False)
+  ACT    forward: then apply "none", "relu", "relu6" or "hardswish" (an inference epilogue:
+         z = acc + bias; z += residual; activation; the text is netcl.runtime.cl_activation's, so the
+         result has the bits of the separate pass kernels/batchnorm.cl's bn_apply makes) (default "none")
+
+Arguments: A, B, the output (buffer, offset each), geom, then the bias and the residual (buffer, offset;
+any buffer where unused).
 
 Launch: global (ceil(cols/TN), ceil(rows/TM), G), local (1, 1, 1). A work-group is one work-item: on
 PoCL's CPU driver a work-group of several work-items with barriers keeps every value that lives
@@ -46,7 +54,8 @@ The file calls no OpenCL built-in function that takes or returns a vector (vload
 no min: netcl.runtime.cl_vectors says why (the PoCL wheel's LLVM 14 aborted on this kernel's float16 fma).
 </%doc>
 <%! from netcl.runtime.cl_vectors import vload, vstore, lesser %>
-<%page args="T='float', MODE='forward', TM=64, TN=16, TK=512, BIAS=False"/>
+<%! from netcl.runtime.cl_activation import apply_activation %>
+<%page args="T='float', MODE='forward', TM=64, TN=16, TK=512, BIAS=False, RESIDUAL=False, ACT='none'"/>
 <%
     VT = T + str(TN)
 %>
@@ -62,7 +71,8 @@ void igemm_${MODE}(
     __global const ${T}* B, const long b_off,
     __global ${T}* Cout, const long c_off,
     __constant const long* geom,
-    __global const ${T}* bias, const long bias_off)
+    __global const ${T}* bias, const long bias_off,
+    __global const ${T}* residual, const long residual_off)
 {
     const int N = geom[0], C = geom[1], H = geom[2], W = geom[3], K = geom[4], R = geom[5], S = geom[6];
     const int P = geom[7], Q = geom[8], SH = geom[9], SW = geom[10], PH = geom[11], PW = geom[12];
@@ -229,8 +239,21 @@ void igemm_${MODE}(
 
     for (int m = 0; m < rows; ++m) {
         ${T} vals[${TN}];
-% if BIAS and MODE == 'forward':
-        const ${VT} out = acc[m] + (${VT})(bias[bias_off + g * KG + m0 + m]);
+% if MODE == 'forward' and (BIAS or RESIDUAL or ACT != 'none'):
+% if BIAS:
+        ${VT} out = acc[m] + (${VT})(bias[bias_off + g * KG + m0 + m]);
+% else:
+        ${VT} out = acc[m];
+% endif
+% if RESIDUAL:
+        for (int b = 0; b < ${TN}; ++b) {
+            const int st = col_store[b];   /* a column past the problem reads element 0, never stored */
+            const ${T} r = residual[residual_off + (st >= 0 ? st + (m0 + m) * s_m : 0)];
+            vals[b] = st >= 0 ? r : (${T})0;
+        }
+        out += ${vload(VT, TN, 'vals')};
+% endif
+        ${apply_activation(ACT, "out", VT)}
         ${vstore('out', TN, 'vals')}
 % else:
         ${vstore('acc[m]', TN, 'vals')}

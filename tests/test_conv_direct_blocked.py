@@ -76,6 +76,8 @@ def test_blocks_follow_the_tuned_gemm_width_on_a_cpu(rng, device, monkeypatch, c
     assert gemm_module.register_lanes(device, "float32") == 8
     assert blocked.lanes(device, "float32") == 8 and blocked.channel_budget(device, "forward", 3) == 8
     check((2, 5, 9, 21), (24, 5, 3, 3), (1, 1), rng, device)
+    db.forget(device, "gemm")  # and without the measurement, the reported width again
+    assert blocked.lanes(device, "float32") == 16
 
 
 def test_rows_share_a_vector_when_narrow(device):
@@ -92,9 +94,41 @@ def test_blocks_that_fill_the_output_exactly(native, rng, device, monkeypatch, c
     xs, ws = (3, 4, 2 * native, 2 * native), (8, 4, 3, 3)
     layer = ConvLayer.from_shapes(xs, ws, 1, 1)
     assert not any(blocked.blocking(layer, p, device)["TAIL"] for p in ("forward", "backward_data", "backward_weight"))
-    assert blocked.blocking(ConvLayer.from_shapes((3, 4, 9, 2 * native + 1), ws, 1, 1), "forward", device)["TAIL"]
+    odd = blocked.blocking(ConvLayer.from_shapes((3, 4, 9, 2 * native + 1), ws, 1, 1), "forward", device)
+    assert odd["TAIL"] or odd["SHIFT"]
     check(xs, ws, (1, 1), rng, device)
     check((2, 3, native // 2, native // 2), (5, 3, 3, 3), (1, 1), rng, device)  # rows share a vector
+
+
+@pytest.mark.parametrize("native", [4, 8, 16])
+def test_last_blocks_shifted_back_onto_the_output(native, rng, device, monkeypatch, canaries):
+    """Outputs wider (higher) than a block but no whole number of blocks, without padding (the MEC
+    paper's 222-, 110- and 54-wide rows): the last block of a row, or of the rows, overlaps its neighbour,
+    stores whole vectors (forward, backward_data) or weighs the overlap 0 (backward_weight);
+    backward_data's rows still load past its narrower input."""
+    monkeypatch.setitem(device.native_vector_width, "float32", native)
+    xs, ws = (2, 3, 2 * native + 3, 3 * native + 1), (6, 3, 3, 3)
+    layer = ConvLayer.from_shapes(xs, ws)
+    block = {p: blocked.blocking(layer, p, device) for p in ("forward", "backward_data", "backward_weight")}
+    assert block["forward"]["SHIFT"] and not block["forward"]["TAIL"]
+    assert block["backward_data"]["SHIFT"] and block["backward_data"]["TAIL"]
+    assert block["backward_weight"]["SHIFT"] and not block["backward_weight"]["TAIL"]
+    check(xs, ws, (0, 0), rng, device)
+    check((1, 2, 11, 2 * native - 1), (5, 2, 2, 4), (0, 1), rng, device)
+    # padded wider than the kernel reaches: backward_weight's shifted blocks still load past the input
+    padded = ConvLayer.from_shapes((2, 3, 9, 3 * native + 1), ws, 1, (1, 2))
+    assert blocked.blocking(padded, "backward_weight", device)["SHIFT"]
+    assert blocked.blocking(padded, "backward_weight", device)["TAIL"]
+    check((2, 3, 9, 3 * native + 1), ws, (1, 2), rng, device)
+    if native == 16:
+        # 14-wide rows: half the vector over two rows, the last block of a row shifted
+        block = blocked.blocking(ConvLayer.from_shapes((2, 3, 8, 16), ws), "forward", device)
+        assert (block["QW"], block["ROWS"], block["SHIFT"], block["TAIL"]) == (8, 2, True, False)
+        check((2, 3, 8, 16), ws, (0, 0), rng, device)
+        # 8-wide rows sharing the vector, 5 of them: the last pair of rows shifted
+        block = blocked.blocking(ConvLayer.from_shapes((2, 3, 7, 10), ws), "forward", device)
+        assert (block["QW"], block["ROWS"], block["SHIFT"], block["TAIL"]) == (8, 2, True, False)
+        check((2, 3, 7, 10), ws, (0, 0), rng, device)
 
 
 def test_fused_bias(rng, device, canaries):

@@ -223,3 +223,34 @@ def test_exhaustive_sweep(variant, rng, device, canaries):
         scale = np.linalg.norm(np.abs(a.T if ta else a).astype(np.float64) @ np.abs(b.T if tb else b))
         err = np.linalg.norm(out - ref) / scale
         assert np.all(np.isfinite(out)) and err <= 1e-6, f"{params} {M}x{N}x{K} ta={ta} tb={tb}: error {err:.2e}"
+
+
+@pytest.mark.parametrize("M", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_few_rows_against_a_matrix_read_along_k(M, dtype, rng, device, canaries):
+    """x @ w.T for a Linear layer's weight at a small batch (kernels/gemm_dot.cl): views with leading
+    dimensions, K and N off every vector and block size, beta = 0 over a C full of NaN (never read), beta !=
+    0, and a transposed C."""
+    if dtype == np.float64 and not device.has_fp64:
+        pytest.skip("device has no float64")
+    from netcl.ops.gemm import DOT_MAX_ROWS
+    assert M <= DOT_MAX_ROWS
+    N, K = 37, 29
+    big_a = rng.standard_normal((M + 2, K + 3)).astype(dtype)
+    big_w = rng.standard_normal((N + 1, K + 6)).astype(dtype)
+    A, W = nc.Tensor.from_host(big_a, device), nc.Tensor.from_host(big_w, device)
+    a, w = A[1:1 + M, 2:2 + K], W[1:, 3:3 + K]
+    ref = big_a[1:1 + M, 2:2 + K].astype(np.float64) @ big_w[1:, 3:3 + K].astype(np.float64).T
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    C = nc.Tensor.from_host(np.full((M, N), np.nan, dtype), device)
+    gemm(a, w, C, trans_b=True)
+    assert_close(C.to_host(), ref, tol, f"{M} rows, beta 0 over NaN")
+    c0 = rng.standard_normal((M, N)).astype(dtype)
+    C = nc.Tensor.from_host(c0, device)
+    gemm(a, w, C, alpha=0.75, beta=-2.0, trans_b=True)
+    assert_close_to_scale(C.to_host(), 0.75 * ref - 2.0 * c0,
+                          0.75 * np.abs(big_a[1:1 + M, 2:2 + K]) @ np.abs(big_w[1:, 3:3 + K]).T + 2.0 * np.abs(c0),
+                          tol, f"{M} rows, alpha and beta")
+    ct = nc.Tensor.from_host(np.zeros((N, M), dtype), device).transpose(0, 1)
+    gemm(a, w, ct, trans_b=True)
+    assert_close(ct.to_host(), ref, tol, f"{M} rows into a transposed C")

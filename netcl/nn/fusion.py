@@ -8,16 +8,18 @@ LeNet's ReLU + max-pool and the ResNet's BN + ReLU and residual add + ReLU share
 Every fused call computes what the unfused steps compute (up to float rounding), gradients included:
   Conv2d, BatchNorm2d [, Residual], ReLU     inference (eval and no_grad): BN folded into the convolution's
                                             weights and bias (FoldedConvBN, kept with the BatchNorm and
-                                            folded anew only when what it comes from changed), the
-                                            convolution, then bias [+ shortcut] [relu] in one pass
+                                            folded anew only when what it comes from changed), then
+                                            netcl.ops.conv2d.conv2d_inference: the epilogue bias
+                                            [+ shortcut] [relu] fused into the convolution's store where
+                                            its strategy can, else one pass after it
   Conv2d, BatchNorm2d, Residual            inference: the same with the shortcut and no activation
                                             (MobileNetV2's linear bottleneck plus its input)
   Conv2d, BatchNorm2d, ReLU6               inference: the same with ReLU6 (MobileNetV2's Conv-BN-ReLU6)
   Conv2d, BatchNorm2d, Hardswish           inference: the same with Hardswish (MobileNetV3's)
   Conv2d, BatchNorm2d                       inference: the same without the ReLU
   Conv2d [, Residual] [, ReLU or ReLU6]     inference, a convolution with a bias (a graph whose exporter
-                                            folded BatchNorm away): bias [+ shortcut] [activation] in one
-                                            pass after the convolution
+                                            folded BatchNorm away): bias [+ shortcut] [activation] as
+                                            the convolution's epilogue, as above
   BatchNorm, Residual, ReLU                 relu(bn(x) + shortcut): one apply kernel (backward: two)
   BatchNorm, ReLU                           relu(bn(x)): one apply kernel
   BatchNorm, ReLU6                          relu6(bn(x)): one apply kernel
@@ -32,7 +34,8 @@ from types import MappingProxyType
 from typing import Callable, Sequence
 
 from ..autograd import is_grad_enabled
-from ..ops.batchnorm import batch_norm_apply, fold_into_conv
+from ..ops.batchnorm import fold_into_conv
+from ..ops.conv2d import conv2d_inference
 from ..runtime.recording import host_call
 from ..tensor import Tensor
 from . import functional as F
@@ -120,17 +123,16 @@ class FoldedConvBN:
         self._folded_from = seen + (eps,)
 
 
-def _folded(steps, x, residual=None, relu: bool = False, relu6: bool = False, hardswish: bool = False):
-    """conv with bn folded into its weights (kept: see FoldedConvBN), then bias [+ residual] [relu] in one
-    pass."""
+def _folded(steps, x, residual=None, activation: str | None = None):
+    """conv with bn folded into its weights (kept: see FoldedConvBN), its epilogue bias [+ residual]
+    [activation] fused into the convolution where its strategy can, else one pass after it."""
     conv, bn = steps[0], steps[1]
     fold = bn.folded_conv
     if fold is None:
         fold = bn.folded_conv = FoldedConvBN()
     weight, bias = host_call(conv.weight.device, fold.current, conv, bn)
-    y = F.conv2d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups, conv.strategy)
-    return batch_norm_apply(y, None, None, None, bias, residual=residual, relu=relu, relu6=relu6,
-                            hardswish=hardswish)
+    return conv2d_inference(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups,
+                            conv.strategy, residual=residual, activation=activation)
 
 
 def _biased_inference(steps) -> bool:
@@ -139,11 +141,12 @@ def _biased_inference(steps) -> bool:
     return not is_grad_enabled() and steps[0].bias is not None
 
 
-def _conv_epilogue(steps, x, residual=None, relu: bool = False, relu6: bool = False):
-    """conv without its bias, then bias [+ residual] [activation] in one pass."""
+def _conv_epilogue(steps, x, residual=None, activation: str | None = None):
+    """conv with its epilogue bias [+ residual] [activation] fused where its strategy can, else one pass
+    after it."""
     conv = steps[0]
-    y = F.conv2d(x, conv.weight, None, conv.stride, conv.padding, conv.dilation, conv.groups, conv.strategy)
-    return batch_norm_apply(y, None, None, None, conv.bias, residual=residual, relu=relu, relu6=relu6)
+    return conv2d_inference(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups,
+                            conv.strategy, residual=residual, activation=activation)
 
 
 def _always(steps) -> bool:
@@ -152,25 +155,25 @@ def _always(steps) -> bool:
 
 FUSIONS: tuple[Fusion, ...] = (
     Fusion("conv+bn+residual+relu (eval: folded)", ((Conv2d,), (BatchNorm2d,), (Residual,), (ReLU,)), _foldable,
-           lambda s, x: _folded(s, x, s[2].shortcut, relu=True)),
+           lambda s, x: _folded(s, x, s[2].shortcut, activation="relu")),
     Fusion("conv+bn+residual (eval: folded)", ((Conv2d,), (BatchNorm2d,), (Residual,)), _foldable,
            lambda s, x: _folded(s, x, s[2].shortcut)),
     Fusion("conv+bn+relu (eval: folded)", ((Conv2d,), (BatchNorm2d,), (ReLU,)), _foldable,
-           lambda s, x: _folded(s, x, relu=True)),
+           lambda s, x: _folded(s, x, activation="relu")),
     Fusion("conv+bn+relu6 (eval: folded)", ((Conv2d,), (BatchNorm2d,), (ReLU6,)), _foldable,
-           lambda s, x: _folded(s, x, relu6=True)),
+           lambda s, x: _folded(s, x, activation="relu6")),
     Fusion("conv+bn+hardswish (eval: folded)", ((Conv2d,), (BatchNorm2d,), (Hardswish,)), _foldable,
-           lambda s, x: _folded(s, x, hardswish=True)),
+           lambda s, x: _folded(s, x, activation="hardswish")),
     Fusion("conv+bn (eval: folded)", ((Conv2d,), (BatchNorm2d,)), _foldable,
            lambda s, x: _folded(s, x)),
     Fusion("conv+residual+relu (inference)", ((Conv2d,), (Residual,), (ReLU,)), _biased_inference,
-           lambda s, x: _conv_epilogue(s, x, s[1].shortcut, relu=True)),
+           lambda s, x: _conv_epilogue(s, x, s[1].shortcut, activation="relu")),
     Fusion("conv+residual (inference)", ((Conv2d,), (Residual,)), _biased_inference,
            lambda s, x: _conv_epilogue(s, x, s[1].shortcut)),
     Fusion("conv+relu (inference)", ((Conv2d,), (ReLU,)), _biased_inference,
-           lambda s, x: _conv_epilogue(s, x, relu=True)),
+           lambda s, x: _conv_epilogue(s, x, activation="relu")),
     Fusion("conv+relu6 (inference)", ((Conv2d,), (ReLU6,)), _biased_inference,
-           lambda s, x: _conv_epilogue(s, x, relu6=True)),
+           lambda s, x: _conv_epilogue(s, x, activation="relu6")),
     Fusion("bn+residual+relu", (_BN, (Residual,), (ReLU,)), _always,
            lambda s, x: s[0](x, relu=True, residual=s[1].shortcut)),
     Fusion("bn+relu", (_BN, (ReLU,)), _always, lambda s, x: s[0](x, relu=True)),

@@ -6,12 +6,17 @@ backward passes sit side by side in :class:`Conv2dFunction`, built on the autogr
 chosen by the planner: strategies are listed in netcl.ops.conv_registry; "auto" asks
 netcl.ops.conv2d_planner per pass and, in training, measures its choices over the first steps
 (netcl.ops.conv_online).
+
+:func:`conv2d_inference` is the forward pass alone with an inference epilogue (bias, residual add,
+activation) fused into the convolution's store where the chosen strategy can (netcl.nn.fusion runs an
+eval-mode Conv2d, BatchNorm2d [, residual] [, activation] through it).
 """
 from __future__ import annotations
 
 from .. import dtypes
 from ..autograd.function import Function, is_grad_enabled
 from ..errors import DTypeError, ShapeError
+from ..runtime.cl_activation import ACTIVATIONS
 from ..tensor import Tensor
 from .conv_chooser import chooser, forced_strategy
 from .conv_common import ConvLayer
@@ -70,12 +75,16 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, layer: ConvLayer, strategy: str, 
 
     def execute(name):
         impl = choice.strategy_for(layer, pass_, name, device)
-        if pass_ != "forward" or bias is None:
+        if pass_ != "forward":
             return impl.run(pass_, a, b, layer)
-        if getattr(impl, "fuses_bias", False):
-            return impl.forward(a, b, layer, bias=as_contiguous(bias))
+        # no gradient will be asked of this call: what the strategy derives from the weight alone is kept
+        options = {"keep": True} if not training and impl.keeps_weight_derivatives else {}
+        if bias is None:
+            return impl.forward(a, b, layer, **options)
+        if impl.fuses_bias:
+            return impl.forward(a, b, layer, bias=as_contiguous(bias), **options)
         from .bias import add_bias_
-        return add_bias_(impl.forward(a, b, layer), bias)
+        return add_bias_(impl.forward(a, b, layer, **options), bias)
     return choice.run(pass_, layer, device, strategy, training, execute)
 
 
@@ -114,3 +123,66 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0
     layer = check_conv2d(x, w, bias, stride, padding, dilation, groups)
     training = is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, bias))
     return Conv2dFunction.apply(x, w, bias, layer, resolve_strategy(strategy), training)
+
+
+def _check_residual(residual: Tensor, x: Tensor, layer: ConvLayer) -> None:
+    if not isinstance(residual, Tensor):
+        raise DTypeError(f"conv2d_inference: residual must be a netcl Tensor, got {type(residual).__name__}")
+    if residual.shape != layer.output_shape:
+        raise ShapeError(f"conv2d_inference: residual of shape {residual.shape} does not match the output "
+                         f"{layer.output_shape} ({layer.describe()})")
+    if residual.dtype != x.dtype:
+        raise DTypeError(f"conv2d_inference: residual is {residual.dtype} but input is {x.dtype}")
+    x.same_device(residual, "conv2d_inference")
+
+
+def _separate_epilogue(y: Tensor, bias: Tensor | None, residual: Tensor | None, activation: str) -> Tensor:
+    """The epilogue as passes after a convolution that fuses none: with a bias, BatchNorm's apply kernel in
+    its folded form (one pass, the same arithmetic as the fused epilogues); without, the add and the
+    activation as they are."""
+    from .batchnorm import batch_norm_apply
+    if bias is not None:
+        return batch_norm_apply(y, None, None, None, bias, residual=residual, relu=activation == "relu",
+                                relu6=activation == "relu6", hardswish=activation == "hardswish")
+    from .activation import activation_forward
+    from .elementwise import binary, unary
+    if residual is not None:
+        y = binary("add", y, residual)
+    if activation == "relu":
+        return unary("relu", y)
+    if activation == "relu6":
+        return activation_forward(y, "hardtanh", (0.0, 6.0))
+    return activation_forward(y, "hardswish") if activation == "hardswish" else y
+
+
+def conv2d_inference(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+                     groups=1, strategy: str = CONV2D_AUTO, *, residual: Tensor | None = None,
+                     activation: str | None = None) -> Tensor:
+    """activation(conv2d(x, w, bias, ...) + residual): the forward pass alone, for inference (no graph is
+    recorded, so the result has no gradient).
+
+    ``residual``: a tensor of the output's shape added after the bias; ``activation``: None (or "none"),
+    "relu", "relu6" or "hardswish", applied last. The strategy is chosen for the forward pass as by
+    :func:`conv2d`. Where it fuses an epilogue (``ConvStrategy.fuses_epilogue``) the convolution applies
+    them as it stores its output; elsewhere it runs without its bias, and one pass after it adds the bias
+    and the residual and applies the activation. With a bias both give the same bits: z = conv + bias,
+    z += residual, then the activation as netcl.runtime.cl_activation writes it.
+    """
+    layer = check_conv2d(x, w, bias, stride, padding, dilation, groups)
+    activation = "none" if activation is None else activation
+    if activation not in ACTIVATIONS:
+        raise ShapeError(f"conv2d_inference: unknown activation {activation!r}; expected None or one of "
+                         f"{ACTIVATIONS}")
+    if residual is not None:
+        _check_residual(residual, x, layer)
+        residual = as_contiguous(residual)
+    x, w = as_contiguous(x), as_contiguous(w)
+    bias = None if bias is None else as_contiguous(bias)
+    impl = chooser(x.device).strategy_for(layer, "forward", resolve_strategy(strategy), x.device)
+    if impl.fuses_epilogue:
+        return impl.forward(x, w, layer, bias=bias, residual=residual, activation=activation)
+    # inference: what the strategy derives from the weight alone is kept (netcl.ops.kept)
+    options = {"keep": True} if impl.keeps_weight_derivatives else {}
+    if residual is None and activation == "none" and (bias is None or impl.fuses_bias):
+        return impl.forward(x, w, layer, **options) if bias is None else impl.forward(x, w, layer, bias=bias, **options)
+    return _separate_epilogue(impl.forward(x, w, layer, **options), bias, residual, activation)

@@ -3,6 +3,11 @@
 A strategy is an object (a :class:`ConvStrategy`) that states, in its own module:
   name                                              the name conv2d(strategy=...) and the planner use
   fuses_bias                                        True when forward(x, w, layer, bias=b) adds the bias
+  keeps_weight_derivatives                          True when forward(x, w, layer, keep=True) keeps what it
+                                                    computes from w alone for later inferences (netcl.ops.kept)
+  fuses_epilogue                                    True when forward(x, w, layer, bias=, residual=r,
+                                                    activation=a) also adds r and applies a (one of
+                                                    netcl.runtime.cl_activation.ACTIVATIONS) as it stores
   why_not(layer, pass_, device) -> str | None       None when it can serve that pass on that device
   workspace_bytes(layer, pass_, device) -> int      exact extra device memory it allocates for the pass
   cost_terms(layer, pass_, device) -> CostTerms     what the pass does: GEMM products, arithmetic in its
@@ -187,6 +192,8 @@ class ConvStrategy:
 
     name = "?"
     fuses_bias = False
+    keeps_weight_derivatives = False
+    fuses_epilogue = False
     # Whether kernels built for one layer serve every other (the layer's geometry is a run-time argument,
     # not a template parameter): the cold first step prefers such a strategy once it has run
     # (netcl.ops.conv_online), since it builds nothing more.

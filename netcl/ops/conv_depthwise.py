@@ -5,7 +5,8 @@ memory, not arithmetic: the kernels read every tensor in place once, with no low
 owns one plane and a run of its rows; a row's interior columns (every tap inside the tensor) go in
 strips of vector width with unit-stride loads and no bounds tests, its border columns one by one.
 
-  forward          groups (run of output rows, plane (n, k)), the bias added as it stores
+  forward          groups (run of output rows, plane (n, k)), the bias (and an inference epilogue's
+                   residual and activation) applied as it stores
   backward_data    stride 1: the forward kernel on the output gradient with the flipped weight, each
                    input-gradient plane summing the M output channels it feeds; other strides: a kernel
                    that takes each row's columns by phase (those a tap serves), groups (run of rows,
@@ -154,7 +155,8 @@ def _partial_rows(shape: Geometry) -> int:
     return shape.global_size[1] * shape.group * shape.vector
 
 
-def _run(pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor, extra=(), bias: Tensor | None = None):
+def _run(pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor, extra=(), bias: Tensor | None = None,
+         residual: Tensor | None = None, activation: str = "none"):
     device = a.device
     kernel_name, seen, seen_pass, flip = kernel_view(layer, pass_)
     shape = geometry(seen, seen_pass, device)
@@ -166,8 +168,11 @@ def _run(pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor, extra=
         if flip:
             sources = layer.k // layer.c
             params["MULT"] = sources if sources * layer.r * layer.s <= FLIPPED_IN_REGISTERS else 0
-        bias_arg = bias if bias is not None else out  # not read without BIAS
-        args += [bias_arg.buffer, np.int64(bias_arg.offset)]
+        else:
+            params.update(RESIDUAL=residual is not None, ACT=activation)
+        for operand in (bias, residual):
+            operand = operand if operand is not None else out  # not read without BIAS / RESIDUAL
+            args += [operand.buffer, np.int64(operand.offset)]
     kernel = get_kernel(device, "conv_depthwise.cl", kernel_name, **params)
     sizes = (seen.c, seen.h, seen.w, seen.k, seen.out_h, seen.out_w, seen.pad_h, seen.pad_w, shape.rows) + extra
     launch(device, kernel, shape.global_size, shape.local_size, *args, *(np.int32(v) for v in sizes))
@@ -177,6 +182,7 @@ def _run(pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor, extra=
 class DepthwiseStrategy(ConvStrategy):
     name = "depthwise"
     fuses_bias = True  # forward(..., bias=) adds the bias as it stores the output
+    fuses_epilogue = True  # and forward(..., residual=, activation=) the rest of an inference epilogue
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         if layer.groups != layer.c:
@@ -203,8 +209,10 @@ class DepthwiseStrategy(ConvStrategy):
         return CostTerms(kernel_flops=issued_flops(layer, pass_, device), bytes_moved=tensor_bytes(layer) + 2 * partials,
                          launches=1 + (pass_ == "backward_weight"))
 
-    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None) -> Tensor:
-        return _run("forward", layer, x, w, Tensor.empty(layer.output_shape, x.dtype, x.device), bias=bias)
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None,
+                residual: Tensor | None = None, activation: str = "none") -> Tensor:
+        return _run("forward", layer, x, w, Tensor.empty(layer.output_shape, x.dtype, x.device), bias=bias,
+                    residual=residual, activation=activation)
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         return _run("backward_data", layer, grad_y, w, Tensor.empty(layer.input_shape, grad_y.dtype, grad_y.device))

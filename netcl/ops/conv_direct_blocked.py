@@ -55,7 +55,11 @@ def _largest_divisor(count: int, limit: int) -> int:
 
 
 def _row_shape(device, dtype: str, out_h: int, out_w: int) -> tuple[int, int]:
-    """(QW, ROWS): lanes along a row, rows per work-item. A narrow row shares the vector with the next rows."""
+    """(QW, ROWS): lanes along a row, rows per work-item. A narrow row shares the vector with the next rows.
+    Where a row is narrower than the vector but at least half as wide, half the vector over two rows
+    is taken instead if it computes no more lanes (a 12-wide row: 8 lanes x 2 rows rather than 16 x 1):
+    its last block shifts back onto the output (_edges), and without the stores' lane tests Intel's
+    CPU compiler runs the whole kernel faster (PoCL's a little)."""
     width = lanes(device, dtype)
     qw = width
     while qw > 2 and qw // 2 >= out_w:
@@ -64,12 +68,25 @@ def _row_shape(device, dtype: str, out_h: int, out_w: int) -> tuple[int, int]:
     while rows > 1 and rows // 2 >= out_h:
         rows //= 2
         qw = width // rows
+
+    def computed(qw, rows):  # lanes the blocks cover, the output and the part past it
+        return -(-out_w // qw) * qw * -(-out_h // rows) * rows
+
+    half = width // 2
+    if ((out_w % qw or out_h % rows) and (qw > out_w or rows > out_h) and qw == width
+            and 2 <= half <= out_w and 2 <= out_h and computed(half, 2) <= computed(qw, rows)):
+        qw, rows = half, 2
     return qw, rows
 
 
-def _has_tail(qw: int, rows: int, out_h: int, out_w: int, in_w: int) -> bool:
-    """Whether some block reaches past the output (rows or columns) or its row loads past the input."""
-    return out_w % qw != 0 or out_h % rows != 0 or out_w > in_w
+def _edges(qw: int, rows: int, out_h: int, out_w: int, in_w: int) -> dict:
+    """The template's TAIL and SHIFT for an output of out_h x out_w read from rows in_w wide: where the
+    blocks do not tile the output but it is at least one block in size, the last block of a row (of
+    the rows) is shifted back onto the output (SHIFT), and only loads past the input still need bounds
+    tests (TAIL); otherwise TAIL says whether some block reaches past the output or its row loads past
+    the input."""
+    shift = (out_w % qw != 0 or out_h % rows != 0) and out_w >= qw and out_h >= rows
+    return dict(TAIL=out_w > in_w or (not shift and (out_w % qw != 0 or out_h % rows != 0)), SHIFT=shift)
 
 
 def blocking(layer: ConvLayer, pass_: str, device) -> dict:
@@ -78,14 +95,14 @@ def blocking(layer: ConvLayer, pass_: str, device) -> dict:
     if pass_ == "backward_weight":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
         return dict(MODE="weight", KB=_largest_divisor(layer.k, budget), QW=qw, ROWS=rows, S=layer.s,
-                    PW=layer.pad_w, TAIL=_has_tail(qw, rows, layer.out_h, layer.out_w, layer.w))
+                    PW=layer.pad_w, **_edges(qw, rows, layer.out_h, layer.out_w, layer.w))
     if pass_ == "forward":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
         return dict(MODE="output", FLIP=False, KB=_largest_divisor(layer.k, budget), QW=qw, ROWS=rows,
-                    S=layer.s, PW=layer.pad_w, TAIL=_has_tail(qw, rows, layer.out_h, layer.out_w, layer.w))
+                    S=layer.s, PW=layer.pad_w, **_edges(qw, rows, layer.out_h, layer.out_w, layer.w))
     qw, rows = _row_shape(device, layer.dtype, layer.h, layer.w)
     return dict(MODE="output", FLIP=True, KB=_largest_divisor(layer.c, budget), QW=qw, ROWS=rows, S=layer.s,
-                PW=layer.s - 1 - layer.pad_w, TAIL=_has_tail(qw, rows, layer.h, layer.w, layer.out_w))
+                PW=layer.s - 1 - layer.pad_w, **_edges(qw, rows, layer.h, layer.w, layer.out_w))
 
 
 def weight_chunks(layer: ConvLayer, block: dict) -> int:
@@ -131,12 +148,14 @@ def efficiency(layer: ConvLayer, pass_: str, device) -> float:
 
 
 def _launch(device, pass_: str, layer: ConvLayer, block: dict, a: Tensor, b: Tensor, out: Tensor,
-            bias: Tensor | None = None) -> Tensor:
+            bias: Tensor | None = None, residual: Tensor | None = None, activation: str = "none") -> Tensor:
     if out.size == 0:
         return out
     params = dict(block, T=dtypes.c_type(a.dtype))
     if block["MODE"] == "output":
         params["BIAS"] = bias is not None
+        if pass_ == "forward":
+            params.update(RESIDUAL=residual is not None, ACT=activation)
     kernel = get_kernel(device, "conv_blocked.cl", KERNELS[block["MODE"]], **params)
     if pass_ == "forward":
         sizes = (layer.n, layer.c, layer.h, layer.w, layer.k, layer.out_h, layer.out_w, layer.r, layer.pad_h)
@@ -150,8 +169,9 @@ def _launch(device, pass_: str, layer: ConvLayer, block: dict, a: Tensor, b: Ten
     args = [a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
             *(np.int32(v) for v in sizes)]
     if block["MODE"] == "output":
-        bias_arg = bias if bias is not None else out  # not read without BIAS
-        args += [bias_arg.buffer, np.int64(bias_arg.offset)]
+        for operand in (bias, residual):
+            operand = operand if operand is not None else out  # not read without BIAS / RESIDUAL
+            args += [operand.buffer, np.int64(operand.offset)]
     launch(device, kernel, _grid(layer, pass_, block), (1, 1, 1), *args)
     return out
 
@@ -159,6 +179,7 @@ def _launch(device, pass_: str, layer: ConvLayer, block: dict, a: Tensor, b: Ten
 class DirectBlockedStrategy(ConvStrategy):
     name = "direct_blocked"
     fuses_bias = True  # forward(..., bias=) adds the bias as it stores the output
+    fuses_epilogue = True  # and forward(..., residual=, activation=) the rest of an inference epilogue
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         if (layer.stride_h, layer.stride_w) != (1, 1):
@@ -185,9 +206,10 @@ class DirectBlockedStrategy(ConvStrategy):
         return CostTerms(kernel_flops=issued_flops(layer, pass_) / efficiency(layer, pass_, resolve_device(device)),
                          bytes_moved=tensor_bytes(layer) + 2 * partials, launches=1 + (partials > 0))
 
-    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None,
+                residual: Tensor | None = None, activation: str = "none") -> Tensor:
         return _launch(x.device, "forward", layer, blocking(layer, "forward", x.device), x, w,
-                       Tensor.empty(layer.output_shape, x.dtype, x.device), bias)
+                       Tensor.empty(layer.output_shape, x.dtype, x.device), bias, residual, activation)
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         return _launch(grad_y.device, "backward_data", layer, blocking(layer, "backward_data", grad_y.device),

@@ -25,9 +25,11 @@ from .gemm import gemm_batched, params_for
 def gemm_pack_bytes(dtype, M: int, N: int, K: int, a_batches: int, b_batches: int, a_cs: int, b_cs: int,
                     device=None, b_rs: int | None = None) -> int:
     """Bytes of the packing buffers gemm_batched needs for op(A) (M, K) times op(B) (K, N) with column
-    strides a_cs, b_cs (and row stride b_rs of op(B), default N: row-major) — netcl.ops.gemm's rule."""
-    return sum(gemm_module.packing_bytes(device, dtype, M, N, K, a_batches, b_batches, a_cs,
-                                         N if b_rs is None else b_rs, b_cs))
+    strides a_cs, b_cs (and row stride b_rs of op(B); by default that of a dense matrix: N when its columns
+    are unit stride, else 1, a transposed operand) — netcl.ops.gemm's rule."""
+    if b_rs is None:
+        b_rs = N if b_cs == 1 else 1
+    return sum(gemm_module.packing_bytes(device, dtype, M, N, K, a_batches, b_batches, a_cs, b_rs, b_cs))
 
 
 def _view(t: Tensor, shape, strides, offset: int = 0) -> Tensor:

@@ -91,23 +91,27 @@ def choose_tile(layer: ConvLayer, pass_: str) -> tuple[int, int, int]:
 
 
 def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, tile=None,
-             bias: Tensor | None = None) -> Tensor:
-    """out = the pass's GEMM of a (weight or grad_y) and b (x or grad_y) for every group (+ bias[k] for
-    every output of channel k: forward only)."""
+             bias: Tensor | None = None, residual: Tensor | None = None, activation: str = "none") -> Tensor:
+    """out = the pass's GEMM of a (weight or grad_y) and b (x or grad_y) for every group; forward only:
+    + bias[k] for every output of channel k, + residual (of the output's shape), then the activation."""
     if out.size == 0:
         return out
     tm, tn, tk = tile or choose_tile(layer, pass_)
     rows, cols, _ = gemm_dims(layer, pass_)
     params = dict(T=dtypes.c_type(a.dtype), MODE=pass_, TM=tm, TN=tn, TK=tk, BIAS=bias is not None)
+    if pass_ == "forward":
+        params.update(RESIDUAL=residual is not None, ACT=activation)
     if tile is None:  # any row tile computes the pass: the cold step takes one already built
         params = first_step.variant(a.device, "implicit_gemm.cl", f"igemm_{pass_}", params, free=("TM",))
         tm = params["TM"]
     kernel = get_kernel(a.device, "implicit_gemm.cl", f"igemm_{pass_}", **params)
     slices = layer.groups * (layer.stride_h * layer.stride_w if pass_ == "backward_data" else 1)
     bias_arg = bias if bias is not None else out  # not read without BIAS
+    residual_arg = residual if residual is not None else out  # nor without RESIDUAL
     launch(a.device, kernel, (-(-cols // tn), -(-rows // tm), slices), (1, 1, 1),
            a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
-           geometry(a.device, layer), bias_arg.buffer, np.int64(bias_arg.offset))
+           geometry(a.device, layer), bias_arg.buffer, np.int64(bias_arg.offset), residual_arg.buffer,
+           np.int64(residual_arg.offset))
     return out
 
 
@@ -157,9 +161,12 @@ class ImplicitGemmStrategy(ConvStrategy):
         return None
 
     fuses_bias = True  # forward(..., bias=) adds the bias as it stores the output
+    fuses_epilogue = True  # and forward(..., residual=, activation=) the rest of an inference epilogue
 
-    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None) -> Tensor:
-        return run_pass("forward", w, x, Tensor.empty(layer.output_shape, x.dtype, x.device), layer, bias=bias)
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None,
+                residual: Tensor | None = None, activation: str = "none") -> Tensor:
+        return run_pass("forward", w, x, Tensor.empty(layer.output_shape, x.dtype, x.device), layer, bias=bias,
+                        residual=residual, activation=activation)
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         return run_pass("backward_data", w, grad_y, Tensor.empty(layer.input_shape, w.dtype, w.device), layer)

@@ -38,6 +38,7 @@ from .conv_implicit_gemm import geometry
 from .conv_winograd import gemm_packing_bytes
 from .elementwise import copy_into, fill
 from .gemm import gemm_batched
+from .kept import derived_from_weight
 from .transpose import transpose_into
 
 DEFAULT_T = 100  # the paper's threshold ("T around 100 ... for latest GPUs")
@@ -134,17 +135,18 @@ def _lower(x: Tensor, layer: ConvLayer) -> Tensor:
     return L
 
 
-def _pack_weight(w: Tensor, layer: ConvLayer) -> Tensor:
+def _pack_weight(w: Tensor, layer: ConvLayer, into: Tensor | None = None) -> Tensor:
     """w (K, CG, R, S) -> the paper's (R*S*CG) x K matrix: Wt[rs][c][k] = w[k][c][rs], the transpose of
-    w as a K x (CG*RS) matrix with its column (c, rs) sent to row rs*CG + c."""
+    w as a K x (CG*RS) matrix with its column (c, rs) sent to row rs*CG + c; into ``into`` when given."""
     cg, rs = layer.c // layer.groups, layer.r * layer.s
-    wt = Tensor.empty((rs * cg, layer.k), w.dtype, w.device)
+    wt = into if into is not None else Tensor.empty((rs * cg, layer.k), w.dtype, w.device)
     return transpose_into(wt, w, rows=layer.k, cols=cg * rs, src_row_stride=cg * rs,
                           col_split=(rs, layer.k, cg * layer.k))
 
 
 class MecStrategy(ConvStrategy):
     name = "mec"
+    keeps_weight_derivatives = True  # the rearranged weight
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         if layer.dil_h != 1:
@@ -236,14 +238,16 @@ class MecStrategy(ConvStrategy):
         return CostTerms(products=[product], launches=launches,
                          bytes_moved=tensor_bytes(layer) + 3 * lowered + y_bytes + partial_bytes)
 
-    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, solution: str | None = None) -> Tensor:
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, solution: str | None = None,
+                keep: bool = False) -> Tensor:
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
         if y.size == 0:
             return y
         cg, kg, ih, ld, block, shift, width = _dims(layer)
         n, k, p, q = layer.output_shape
         L = _lower(x, layer)
-        wt = _pack_weight(w, layer)
+        wt = derived_from_weight(w, ("mec weight", layer.k, layer.c, layer.groups, layer.r, layer.s),
+                                 lambda weight, into: _pack_weight(weight, layer, into), keep)
         if solution is None:
             solution = "A" if uses_solution_a(layer, threshold(x.device)) else "B"
         for g in range(layer.groups):

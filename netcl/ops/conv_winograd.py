@@ -19,6 +19,7 @@ from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import ConvLayer, ConvStrategy, CostTerms, Product, tensor_bytes
 from .gemm import gemm_batched
+from .kept import derived_from_weight
 
 
 def gemm_packing_bytes(device, dtype, calls) -> int:
@@ -160,10 +161,12 @@ def _input_transform(src: Tensor, pad_h: int, pad_w: int, th: int, tw: int, grou
     return v
 
 
-def _filter_transform(w: Tensor, layer: ConvLayer, flip: bool) -> Tensor:
+def _filter_transform(w: Tensor, layer: ConvLayer, flip: bool, into: Tensor | None = None) -> Tensor:
+    """U = G·w·Gᵀ of every filter (flipped and with channels swapped for backward_data), into ``into`` when
+    given (a stack _filter_transform made before for this layer)."""
     cg, kg = layer.c // layer.groups, layer.k // layer.groups
     rows, cols = (layer.c, kg) if flip else (layer.k, cg)
-    u = _stack16(rows, cols, layer.groups, w.dtype, w.device)
+    u = into if into is not None else _stack16(rows, cols, layer.groups, w.dtype, w.device)
     if not flip and cols % 8 == 0:
         launch(w.device, _kernel(w.device, "wino_filter_transform8", w.dtype), (cols // 8, rows),
                _filter_local(cols // 8),
@@ -265,6 +268,7 @@ def _correlate(src: Tensor, u: Tensor, out: Tensor, pad_h: int, pad_w: int, grou
 class WinogradStrategy(ConvStrategy):
     name = "winograd"
     tile = 2  # F(2×2, 3×3)
+    keeps_weight_derivatives = True  # the transformed filters
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         if (layer.r, layer.s) != (3, 3):
@@ -312,11 +316,12 @@ class WinogradStrategy(ConvStrategy):
         return CostTerms(products=[Product(*dims, batch=a * a * g)], launches=4,
                          bytes_moved=tensor_bytes(layer) + 2 * transformed)
 
-    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, keep: bool = False) -> Tensor:
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
         if y.size == 0:
             return y
-        u = _filter_transform(w, layer, flip=False)
+        u = derived_from_weight(w, ("winograd filters", layer.k, layer.c, layer.groups),
+                                lambda weight, into: _filter_transform(weight, layer, False, into), keep)
         return _correlate(x, u, y, layer.pad_h, layer.pad_w, layer.groups)
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:

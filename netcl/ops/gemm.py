@@ -157,7 +157,7 @@ def packing_bytes(device, dtype, M: int, N: int, K: int, a_batches: int, b_batch
     """Bytes of the A and B packing buffers that gemm_batched needs for op(A) (M×K) times op(B) (K×N)
     with the given batch counts and element strides of op(A) and op(B). The buffers are kept per device
     and grown on demand, so callers that report workspace (the conv strategies) add up growths."""
-    if min(M, N, K) <= 0:
+    if min(M, N, K) <= 0 or runs_as_dot_products(M, N, max(a_batches, b_batches), a_cs, b_rs):
         return 0, 0
     p = params_for(resolve_device(device), dtype, M, N, K, max(a_batches, b_batches))
     if p["LOCAL"]:
@@ -252,6 +252,10 @@ def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta
 # device's state: a small product's host work (parameter lookup, packing rules, argument setting) costs
 # several times its kernel time on a CPU driver when done at every call.
 _MAX_PLANS = 512
+# Products with at most this many rows whose B is read along K (a Linear layer's weight at a small batch)
+# run as dot products over B's rows (kernels/gemm_dot.cl): B streams once, in place, instead of being
+# packed into panels at every call. Above it, the tiled kernel's register reuse wins.
+DOT_MAX_ROWS = 8
 
 
 def _plan(dev, layout: tuple, params: dict | None) -> "_Plan":
@@ -280,6 +284,10 @@ class _Plan:
         self.device = dev
         self.scalar = dtype.type
         self.deferred = None
+        self.dot = None
+        if params is None and runs_as_dot_products(M, N, batch, a_cs, b_rs):
+            self.dot = _dot_launch(dev, dtype, M, N, K, a_rs, b_cs, c_rs, c_cs)
+            return
         p = normalize(params) if params is not None else params_for(dev, dtype, M, N, K, batch)
         T = dtypes.c_type(dtype)
         template_params = p
@@ -338,6 +346,10 @@ class _Plan:
             VARYING, VARYING, i64(c_rs), i64(c_cs), i64(c_bs)))
 
     def __call__(self, a_buf, a_off: int, b_buf, b_off: int, c_buf, c_off: int, alpha: float, beta: float):
+        if self.dot is not None:
+            self.dot(self.scalar(alpha), self.scalar(beta), a_buf, np.int64(a_off), b_buf, np.int64(b_off), c_buf,
+                     np.int64(c_off))
+            return
         dev = self.device
         if self.pack_a is not None:
             packed = workspace(dev, "a", self.a_bytes)
@@ -349,3 +361,23 @@ class _Plan:
             b_buf, b_off = packed, 0
         self.product(self.scalar(alpha), self.scalar(beta), a_buf, np.int64(a_off), b_buf, np.int64(b_off),
                      c_buf, np.int64(c_off))
+
+
+def runs_as_dot_products(M: int, N: int, batch: int, a_cs: int, b_rs: int) -> bool:
+    """Whether a product (without tuned-parameter overrides) runs on kernels/gemm_dot.cl: one matrix of at
+    most DOT_MAX_ROWS rows, A's rows and op(B)'s columns unit stride along K, and more than one column."""
+    return batch == 1 and M <= DOT_MAX_ROWS and N > 1 and a_cs == 1 and b_rs == 1
+
+
+def _dot_launch(dev, dtype, M: int, N: int, K: int, lda: int, ldb: int, c_rs: int, c_cs: int) -> PreparedLaunch:
+    """The launch of kernels/gemm_dot.cl for an M-row product (M <= DOT_MAX_ROWS) against a B read along K.
+    Columns per work-item shrink as rows grow, keeping the accumulators (rows x columns vectors) within a
+    CPU's vector registers."""
+    columns = 4 if M <= 2 else (2 if M <= 4 else 1)
+    kernel = get_kernel(dev, "gemm_dot.cl", "gemm_dot", T=dtypes.c_type(dtype), ROWS=M, NB=columns,
+                        VW=lanes_in_256_bits(dtype))
+    local = (1,) if dev.kind == "cpu" else None  # on a CPU the explicit vectors are the parallelism
+    i32, i64 = np.int32, np.int64
+    return PreparedLaunch(dev, kernel, (-(-N // columns),), local, (
+        i32(N), i32(K), VARYING, VARYING, VARYING, VARYING, i64(lda), VARYING, VARYING, i64(ldb),
+        VARYING, VARYING, i64(c_rs), i64(c_cs)))

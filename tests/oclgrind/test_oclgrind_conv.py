@@ -28,6 +28,7 @@ LAYERS = [
     ((1, 2, 4, 4), (3, 2, 3, 3), 1, 2, 1, 1),   # some windows lie entirely in the padding
     ((1, 8, 4, 5), (2, 8, 3, 3), 1, 1, 1, 1),   # 8 input channels: Winograd's vector filter transform
     ((2, 3, 4, 8), (4, 3, 3, 3), 1, 1, 1, 1),   # rows of whole vectors: direct_blocked without bounds tests
+    ((1, 2, 6, 11), (3, 2, 3, 3), 1, 0, 1, 1),  # no padding, rows past a block: direct_blocked's shifted last blocks
     ((2, 3, 7, 9), (6, 1, 3, 3), 2, 1, 1, 3),   # depthwise, multiplier 2, stride 2
     ((2, 3, 7, 6), (4, 3, 1, 1), 2, 0, 1, 1),   # strided 1×1 (gemm's subsample), a last input row unread
 ]
@@ -218,3 +219,36 @@ def test_fuzzed_layer_every_strategy(index, device):
     geometry the hand-picked LAYERS above do not think of, under the simulator's checks."""
     from test_fuzz_conv import run_case
     run_case("test_conv_fuzz", index, device)
+
+
+# The strategies whose forward fuses an inference epilogue, each on a layer whose blocks or tiles reach
+# past the output (their stores and residual loads test bounds) and, for direct_blocked and depthwise, one
+# whose rows are whole vectors or strips.
+EPILOGUE_LAYERS = {
+    "direct_blocked": [((1, 3, 5, 7), (5, 3, 3, 3), 1, 1, 1), ((1, 2, 2, 16), (3, 2, 3, 3), 1, 1, 1)],
+    "implicit_gemm": [((2, 4, 5, 6), (6, 2, 3, 3), 2, 1, 2)],
+    "depthwise": [((1, 3, 4, 19), (6, 1, 3, 3), 1, 1, 3), ((1, 2, 5, 7), (2, 1, 3, 3), 2, 1, 2)],
+}
+
+
+@pytest.mark.parametrize("strategy", sorted(EPILOGUE_LAYERS))
+def test_fused_inference_epilogue(strategy, rng, device):
+    """conv2d_inference's bias, residual and activation in the convolution's store: every activation, with and
+    without the residual (alternately), in every float dtype, against float64 NumPy."""
+    from netcl.ops.conv2d import conv2d_inference
+    for dtype in dtypes_of(device):
+        for index, activation in enumerate(("none", "relu", "relu6", "hardswish")):
+            for xs, ws, st, pd, g in EPILOGUE_LAYERS[strategy]:
+                x = rng.uniform(-1, 1, xs).astype(dtype)
+                w = rng.uniform(-1, 1, ws).astype(dtype)
+                ref = conv2d_ref(x, w, _pair(st), _pair(pd), (1, 1), g)
+                bias = rng.uniform(-6, 6, ws[0]).astype(dtype)
+                residual = rng.uniform(-3, 3, ref.shape).astype(dtype) if index % 2 else None
+                z = ref + bias.reshape(1, -1, 1, 1) + (0 if residual is None else residual)
+                expected = {"none": z, "relu": np.maximum(z, 0), "relu6": np.clip(z, 0, 6),
+                            "hardswish": z * np.clip(z + 3, 0, 6) / 6}[activation]
+                y = conv2d_inference(nc.Tensor.from_host(x, device), nc.Tensor.from_host(w, device),
+                                     nc.Tensor.from_host(bias, device), st, pd, 1, g, strategy,
+                                     residual=None if residual is None else nc.Tensor.from_host(residual, device),
+                                     activation=activation)
+                assert_close(y.to_host(), expected, 1e-5, f"{strategy} {activation} {dtype} {xs}")

@@ -113,3 +113,18 @@ def test_batched_broadcast_and_default_params(device, rng):
         x = nc.Tensor.from_host(a[0], device)
         y = nc.Tensor.from_host(b[0], device)
         assert_close((x @ y).to_host(), a[0].astype(np.float64) @ b[0], 1e-5, "matmul")
+
+
+def test_few_rows_read_along_k(device, rng):
+    """kernels/gemm_dot.cl: a Linear layer's product at a small batch, with K and N tails, beta 0 and not."""
+    for dtype in _dtypes(device):
+        for m, n, k in ((1, 9, 19), (3, 5, 8), (7, 6, 3)):
+            a = rng.uniform(-1, 1, (m, k)).astype(dtype)
+            w = rng.uniform(-1, 1, (n, k)).astype(dtype)
+            c0 = rng.uniform(-1, 1, (m, n)).astype(dtype)
+            A, W = nc.Tensor.from_host(a, device), nc.Tensor.from_host(w, device)
+            ref = a.astype(np.float64) @ w.T
+            assert_close(gemm(A, W, trans_b=True).to_host(), ref, 1e-5, "few rows")
+            C = nc.Tensor.from_host(c0, device)
+            gemm(A, W, C, alpha=2.0, beta=0.5, trans_b=True)
+            assert_close(C.to_host(), 2.0 * ref + 0.5 * c0, 1e-5, "few rows, beta")
