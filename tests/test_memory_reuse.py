@@ -93,6 +93,33 @@ def test_a_recorded_step_keeps_its_live_set_not_every_buffer_it_used(device):
     assert 0 < planned < live_set, (planned, live_set)  # the plan needs less than the pool's size classes
 
 
+def test_a_tensor_written_in_place_and_dead_by_the_end_of_the_step_is_planned(device, rng):
+    from netcl.ops.gemm import gemm
+    a = nc.tensor(rng.standard_normal((37, 29)).astype(np.float32), device=device)
+    b = nc.tensor(rng.standard_normal((29, 31)).astype(np.float32), device=device)
+    bias = nc.tensor(rng.standard_normal((37, 31)).astype(np.float32), device=device)
+    gemm(a, b)  # builds first: the recording sees only the step's own allocations
+    arena = memory.Arena(device)
+    with Recording(device, arena=arena) as recording:
+        product = bias * 1.0  # allocated in the arena ...
+        gemm(a, b, c=product, beta=1.0)  # ... written in place (a Written command) ...
+        out = product * 2.0
+        written = product.buffer.int_ptr
+        del product  # ... and dead before the step ends
+    assert any(command.written_buffers for command in recording.commands if type(command).__name__ == "Written")
+    assert arena.live_allocations() == {arena.allocation_of(out.buffer)}
+    replay = Replay(recording)
+    assert replay.planned_bytes >= 37 * 31 * 4
+    kept = {buffer.int_ptr for command in replay._commands for buffer in command.buffers()}
+    assert written not in kept  # the in-place write keeps no buffer of its own alive
+    assert all(not getattr(command, "written_buffers", ()) for command in replay._commands)
+    expected = 2.0 * (bias.to_host().astype(np.float64) + a.to_host().astype(np.float64) @ b.to_host())
+    out_values = out.to_host()
+    np.testing.assert_allclose(out_values, expected, rtol=1e-4, atol=1e-4)
+    replay.replay()
+    np.testing.assert_array_equal(out.to_host(), out_values)
+
+
 def _buffer_sizes(recording) -> dict:
     return {b.int_ptr: b.size for command in recording.commands for b in command.buffers()}
 
