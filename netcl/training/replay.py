@@ -238,6 +238,9 @@ class CapturedStep:
         # every buffer it touched; and starting empty, it reuses them in the same pattern at every
         # recording of the same step, so two recordings' signatures can agree.
         arena = memory.Arena(x.device)
+        # What the steps as written left in the device's pool serves none of the recorded step's
+        # allocations: handed back first, the arena's buffers take its place instead of coming on top.
+        memory.release_cached(x.device)
         with Recording(x.device, arena=arena) as recording:
             loss = self.loss_fn(self.model(static_x), static_y)
             loss.backward()
