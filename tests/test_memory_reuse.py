@@ -140,6 +140,37 @@ def test_a_tensor_written_in_place_and_dead_by_the_end_of_the_step_is_planned(de
     np.testing.assert_array_equal(out.to_host(), out_values)
 
 
+def test_a_recorded_step_packs_its_products_into_buffers_its_plan_shares(device, rng):
+    # Two products that pack their operands (B read across its rows; A too in the second): eagerly they
+    # share the device's packing buffers, in a recording each packs into a short-lived allocation of the
+    # step, which the plan overlaps with the other; the replay computes the same bits.
+    from netcl.ops.gemm import gemm, packing_bytes, release_workspaces
+    from netcl.ops.gemm_packing import WORKSPACES
+
+    def operand(*shape):
+        return nc.tensor(rng.standard_normal(shape).astype(np.float32), device=device)
+    a1, b1 = operand(37, 29), operand(31, 29)
+    a2, b2 = operand(150, 130), operand(200, 150)
+    assert packing_bytes(device, np.float32, 37, 31, 29, 1, 1, 1, 1, 29)[1] > 0
+    packed = sum(packing_bytes(device, np.float32, 130, 200, 150, 1, 1, 130, 1, 150))
+
+    def step():
+        return gemm(a1, b1, trans_b=True) * 1.0, gemm(a2, b2, trans_a=True, trans_b=True) * 1.0
+    eager = [t.to_host() for t in step()]
+    release_workspaces(device)
+    arena = memory.Arena(device)
+    with Recording(device, arena=arena) as recording:
+        outputs = step()
+    assert WORKSPACES not in device.state._tables  # the recorded products took no device-wide buffer
+    replay = Replay(recording)
+    assert replay.planned_bytes >= packed
+    for out in outputs:
+        memory.fill(device, out.buffer, np.float32(np.nan), out.nbytes)
+    replay.replay()
+    for out, expected in zip(outputs, eager):
+        np.testing.assert_array_equal(out.to_host(), expected)
+
+
 def _buffer_sizes(recording) -> dict:
     return {b.int_ptr: b.size for command in recording.commands for b in command.buffers()}
 
