@@ -46,12 +46,18 @@ def packing(p: dict, itemsize: int, M: int, N: int, K: int, a_cs: int, b_rs: int
 # Packing buffers, kept in the device's state (netcl.runtime.device_state) and grown on demand: a fresh
 # multi-megabyte buffer per call costs page faults comparable to the product itself on a CPU device.
 # Reuse is safe because every launch goes to the device's one in-order queue, so a later pack cannot
-# overtake an earlier product.
+# overtake an earlier product. A recorded training step (a recording with an arena) takes its packing
+# buffers as short-lived allocations of its own instead: each dies with the product that used it, so the
+# step's static memory plan (netcl.runtime.recording.Recording.compacted) overlaps them with the other
+# tensors of the step, and its replay needs no packing buffer beside its slab.
 WORKSPACES = "gemm packing workspaces"
 
 
 def workspace(device, slot: str, nbytes: int):
-    """The device's packing buffer ``slot`` ("a" or "b"), at least ``nbytes`` long."""
+    """The device's packing buffer ``slot`` ("a" or "b"), at least ``nbytes`` long; inside a recording
+    with an arena, a buffer of the recorded step's own."""
+    if memory.recording_arena(device) is not None:
+        return memory.allocate(device, nbytes)
     state = device.state
     with state.lock:
         held_buffers = state.table(WORKSPACES)

@@ -50,7 +50,7 @@ def allocate(device: Device, nbytes: int):
             f"cannot allocate {nbytes:,} bytes on {device.describe()}: the largest single allocation it "
             f"allows is {device.max_alloc_bytes:,} bytes (global memory {device.global_mem_bytes:,})",
             requested_bytes=nbytes, available_bytes=device.max_alloc_bytes)
-    arena = _recording_arena(device)
+    arena = recording_arena(device)
     if arena is not None:
         pool = arena.pool
     else:
@@ -156,7 +156,9 @@ class _Lease:
         self.arena._ended(self.handle, self.allocation)
 
 
-def _recording_arena(device: Device) -> Arena | None:
+def recording_arena(device: Device) -> Arena | None:
+    """The arena the calling thread's recording of ``device`` allocates from, if it is making one with an
+    arena (a CapturedStep's): every allocation then comes from it."""
     if not device.state.observers:
         return None
     being_made = recording.active(device)

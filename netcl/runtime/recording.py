@@ -105,6 +105,10 @@ class Recording(LaunchObserver):
         allocation = self.arena.allocation_of(buffer)
         if allocation is not None:
             self.arena_uses.append((len(self.commands), position, allocation))
+        return self._own_handle(buffer)
+
+    def _own_handle(self, buffer):
+        """The recording's own handle of the arena buffer ``buffer``."""
         handle = self._handles.get(buffer.int_ptr)
         if handle is None:
             handle = self._handles[buffer.int_ptr] = cl.Buffer.from_int_ptr(buffer.int_ptr, retain=True)
@@ -137,7 +141,11 @@ class Recording(LaunchObserver):
 
     def written(self, writes: "StorageWrites", buffer) -> None:
         """A tensor stored in ``buffer`` was written in place (its ``writes`` counted once more): a replay
-        counts it again at this point. Consecutive writes are kept as one command."""
+        counts it again at this point. Consecutive writes are kept as one command. The command names
+        the buffer only for signatures: an arena buffer is kept by the recording's own handle, so the
+        written tensor's death still ends its allocation (no device command uses it here)."""
+        if self.arena is not None and self.arena.owns(buffer):
+            buffer = self._own_handle(buffer)
         last = self.commands[-1] if self.commands else None
         if isinstance(last, Written):
             last.add(writes, buffer)
@@ -154,23 +162,26 @@ class Recording(LaunchObserver):
         do not overlap (from an allocation's first use to its last): a static memory plan of the step,
         free of the pool's size classes. Allocations still alive (gradients, the loss) keep their
         buffers. ``(commands, None)`` where there is nothing to plan or no slab could be allocated."""
+        # A replay only counts the in-place writes again: its Written commands name no buffer, which would
+        # keep the memory of a tensor that died within the step.
+        commands = [Written.counting(c.writes) if isinstance(c, Written) else c for c in self.commands]
         dead = {}  # allocation -> [first use, last use]
         live = self.arena.live_allocations() if self.arena is not None else set()
         for index, _, allocation in self.arena_uses:
             if allocation not in live:
                 dead.setdefault(allocation, [index, index])[1] = index
         if not dead:
-            return list(self.commands), None
+            return commands, None
         offsets, total = _place(dead, self.arena.sizes, self.arena.alignment)
         slab = self.arena.slab(total)
         if slab is None:
-            return list(self.commands), None
+            return commands, None
         views = {a: slab.get_sub_region(offsets[a], self.arena.sizes[a]) for a in dead}
         moved: dict[int, dict[int, cl.Buffer]] = {}  # command index -> {buffer position: its new buffer}
         for index, position, allocation in self.arena_uses:
             if allocation in views:
                 moved.setdefault(index, {})[position] = views[allocation]
-        return [command.moved(moved[i]) if i in moved else command for i, command in enumerate(self.commands)], slab
+        return [command.moved(moved[i]) if i in moved else command for i, command in enumerate(commands)], slab
 
     # ---- comparing two recordings ------------------------------------------------------------------
     def signature(self) -> list:
@@ -371,6 +382,13 @@ class Written:
 
     def __init__(self, writes: StorageWrites, buffer):
         self.writes, self.written_buffers = [writes], [buffer]
+
+    @classmethod
+    def counting(cls, writes: list) -> "Written":
+        """The command that counts ``writes`` again, naming no buffer (what a replay needs of it)."""
+        command = cls.__new__(cls)
+        command.writes, command.written_buffers = list(writes), []
+        return command
 
     def add(self, writes: StorageWrites, buffer) -> None:
         self.writes.append(writes)

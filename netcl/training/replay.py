@@ -32,6 +32,7 @@ import collections
 from .. import autograd
 from ..nn import CrossEntropyLoss
 from ..ops import conv_online
+from ..ops.gemm_packing import release_workspaces
 from ..runtime import memory
 from ..runtime.recording import Recording, Replay
 from ..tensor import Tensor
@@ -200,7 +201,9 @@ class CapturedStep:
         elif previous is not None and previous.agrees(take):
             self.state = Replaying(Replay(take.recording), take.capture)
             self.status = f"replaying {self.state.replay.launches} launches (recorded at step {self.calls})"
-            # What the steps as written left in the device's pool serves no replayed step: hand it back.
+            # What the steps as written left in the device's pool, and the GEMM's packing buffers (a
+            # replay packs into its slab), serve no replayed step: hand them back.
+            release_workspaces(take.recording.device)
             memory.release_cached(take.recording.device)
             return
         else:
@@ -238,6 +241,9 @@ class CapturedStep:
         # every buffer it touched; and starting empty, it reuses them in the same pattern at every
         # recording of the same step, so two recordings' signatures can agree.
         arena = memory.Arena(x.device)
+        # What the steps as written left in the device's pool serves none of the recorded step's
+        # allocations: handed back first, the arena's buffers take its place instead of coming on top.
+        memory.release_cached(x.device)
         with Recording(x.device, arena=arena) as recording:
             loss = self.loss_fn(self.model(static_x), static_y)
             loss.backward()
