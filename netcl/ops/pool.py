@@ -208,8 +208,9 @@ def backward_path(g: PoolGeometry, op: str, count_include_pad: bool, vw: int) ->
 
 def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | None = None,
                   count_include_pad: bool = True, relu: bool = False) -> Tensor:
-    """The input gradient, each element gathered from the windows that can cover it (max: those whose
-    saved argmax it is); deterministic, without atomics. ``relu`` only selects the same compiled program as
+    """The input gradient: each element gathered from the windows that can cover it (max: those whose
+    saved argmax it is), or, for disjoint windows on rows too narrow for the block kernel, scattered from
+    its one window (backward_path); deterministic, without atomics. ``relu`` only selects the same compiled program as
     the forward pass (the argmax already encodes the fused ReLU)."""
     grad_y = _check_input(grad_y, f"{op}_pool2d backward")
     if grad_y.shape != g.output_shape:
@@ -221,7 +222,8 @@ def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | Non
     args = (grad_y.buffer, np.int64(grad_y.offset), arg_buf, np.int64(arg_off), gx.buffer, np.int64(gx.offset),
             *g._args())
     planes = g.n * g.c
-    path, interior = backward_path(g, op, count_include_pad, vector_width(grad_y.dtype))
+    vw = vector_width(grad_y.dtype)
+    path, interior = backward_path(g, op, count_include_pad, vw)
     if path == "disjoint":
         if not g.covering:
             fill(gx, 0)
@@ -230,7 +232,7 @@ def pool_backward(grad_y: Tensor, g: PoolGeometry, op: str, argmax: Tensor | Non
     elif path == "blocks":
         # the first and last block of a row also gather the row's edge columns
         m0, m1 = interior
-        blocks = -(-(m1 - m0) // vector_width(grad_y.dtype))
+        blocks = -(-(m1 - m0) // vw)
         launch(grad_y.device, _kernel(grad_y, g, op, "pool_backward_blocks", count_include_pad, relu),
                (blocks, g.h, planes), _block_groups(grad_y.device, blocks, g.h), *args, np.int32(m0),
                np.int32(m1 - m0))
