@@ -12,6 +12,12 @@ CPU OpenCL compiler keeps the accumulators in registers.
                        forward:        X = x, Y = y,   Wt(k, c, r, s) = w[k, c, r, s]
                        backward_data:  X = gy, Y = gx, Wt(c, k, r, s) = w[k, c, R−1−r, S−1−s] (FLIP), with
                                        padding R−1−PH, S−1−PW (the transposed convolution of stride 1)
+                       Wt is read packed (Wp, below), so that the KB·S weights one step of the
+                       reduction multiplies are adjacent: read from the KCRS weight in place they lie
+                       CI·R·S elements apart, a stride that maps the KB channels onto few cache sets.
+  conv_blocked_pack    MODE "pack":   Wp[(((k / KB) · CI + c) · R + r) · S + s) · KB + k % KB] = Wt(k, c, r, s),
+                       a work-item per KB weights (k / KB, c, r, s), FLIP as in output mode (CO, CI as the
+                       output kernel sees them)
   conv_blocked_weight  MODE "weight": part[b, k, c, r, s] = Σ_{n in chunk b, p, q} gy[n, k, p, q] · x[n, c, p + r − PH, q + s − PW];
                        a work-item owns (chunk b of IMAGES images, c, r) and KB output channels: KB × S
                        vector accumulators summed across lanes at the end (no atomics, deterministic).
@@ -20,8 +26,8 @@ CPU OpenCL compiler keeps the accumulators in registers.
 
 Template parameters (all have defaults):
   T      element type, "float" or "double"                                       (default "float")
-  MODE   "output" or "weight"                                                    (default "output")
-  FLIP   output mode: read the weight as backward_data does                      (default False)
+  MODE   "output", "weight" or "pack"                                            (default "output")
+  FLIP   output and pack modes: Wt is backward_data's flipped, transposed weight  (default False)
   KB     output channels per work-item (the host picks a divisor of the count)   (default 8)
   QW     output columns per work-item row; QW·ROWS ∈ {2, 4, 8, 16} lanes          (default 16)
   ROWS   output rows per work-item                                               (default 1)
@@ -47,11 +53,13 @@ Template parameters (all have defaults):
 Scalar arguments: output mode (N, CI, HI, WI, CO, HO, WO, R, PH) = batch, input channels and size,
 output channels and size, kernel height, top padding, then the bias and the residual (buffer, offset;
 any buffer where unused); weight mode (N, C, H, W, K, P, Q, R, PH) = batch,
-input channels and size, output channels and size, kernel height, top padding, images per chunk.
+input channels and size, output channels and size, kernel height, top padding, images per chunk;
+pack mode (CO, CI, R).
 
 Launch (work-groups of one work-item, as kernels/implicit_gemm.cl says why):
   output: global (ceil(WO/QW), ceil(HO/ROWS), N·CO/KB), local (1, 1, 1)
   weight: global (C, R, K/KB · chunks), local (1, 1, 1)
+  pack:   global (CO/KB · CI·R·S, rounded up to the work-group size), any local size
 
 Vectors are assembled from element loads and read back lane by lane: no OpenCL built-in takes or
 returns a vector here (netcl.runtime.cl_vectors says why).
@@ -155,7 +163,7 @@ def lane_source(j, offset, qw):
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void conv_blocked_output(
     __global const ${T}* X, const long x_off,
-    __global const ${T}* Wt, const long w_off,
+    __global const ${T}* Wp, const long wp_off,
     __global ${T}* Y, const long y_off,
     const int N, const int CI, const int H_IN, const int W_IN, const int CO, const int HO, const int WO,
     const int R, const int PH,
@@ -172,11 +180,6 @@ void conv_blocked_output(
 % if TAIL:
     const int full = qb + ${QW} <= W_IN;
 % endif
-% if FLIP:
-    const long w_k = (long)R * ${S}, w_c = (long)CO * R * ${S};  /* w[c_in][k_out][R-1-r][S-1-s] */
-% else:
-    const long w_k = (long)CI * R * ${S}, w_c = (long)R * ${S};  /* w[k_out][c_in][r][s] */
-% endif
     /* one named accumulator per channel: an array indexed by a loop variable lived on the stack */
     ${VT} ${', '.join('acc%d = 0' % kk for kk in range(KB))};
     for (int c = 0; c < CI; ++c) {
@@ -184,14 +187,11 @@ void conv_blocked_output(
         for (int r = 0; r < R; ++r) {
             const int h0 = p0 + r - PH;
 ${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
-% if FLIP:
-            __global const ${T}* wk = Wt + w_off + (long)k0 * w_k + c * w_c + (long)(R - 1 - r) * ${S} + ${S - 1};
-% else:
-            __global const ${T}* wk = Wt + w_off + (long)k0 * w_k + c * w_c + (long)r * ${S};
-% endif
+            /* the KB·S weights of this step, side by side (conv_blocked_pack) */
+            __global const ${T}* wk = Wp + wp_off + (((long)(k0 / ${KB}) * CI + c) * R + r) * ${S * KB};
 % for kk in range(KB):
 % for s in range(S):
-            acc${kk} = (${VT})(wk[${kk} * w_k + ${-s if FLIP else s}]) * xs${s} + acc${kk};
+            acc${kk} = (${VT})(wk[${s * KB + kk}]) * xs${s} + acc${kk};
 % endfor
 % endfor
         }
@@ -232,6 +232,30 @@ ${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
         }
 % endfor
     }
+% endfor
+}
+% elif MODE == 'pack':
+__kernel void conv_blocked_pack(
+    __global const ${T}* W, const long w_off,
+    __global ${T}* Wp, const long wp_off,
+    const int CO, const int CI, const int R)
+{
+    /* a work-item writes the KB weights of one (channel block, ci, r, s) side by side; its neighbours
+       read the same KB rows at the next positions */
+    const long unit = get_global_id(0);
+    if (unit >= (long)(CO / ${KB}) * CI * R * ${S}) return;
+    long rest = unit / ${S};
+    const int s = unit - rest * ${S};
+    const int r = rest % R;
+    rest /= R;
+    const int ci = rest % CI, co0 = (rest / CI) * ${KB};
+    __global ${T}* dst = Wp + wp_off + unit * ${KB};
+% for kk in range(KB):
+% if FLIP:
+    dst[${kk}] = W[w_off + (((long)ci * CO + co0 + ${kk}) * R + (R - 1 - r)) * ${S} + ${S - 1} - s];
+% else:
+    dst[${kk}] = W[w_off + (((long)(co0 + ${kk}) * CI + ci) * R + r) * ${S} + s];
+% endif
 % endfor
 }
 % else:

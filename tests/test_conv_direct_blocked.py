@@ -131,6 +131,21 @@ def test_last_blocks_shifted_back_onto_the_output(native, rng, device, monkeypat
         check((2, 3, 7, 10), ws, (0, 0), rng, device)
 
 
+@pytest.mark.parametrize("pass_", ["forward", "backward_data"])
+def test_packed_weight_layout(pass_, rng, device, canaries):
+    """The output kernel's weight: KB channels side by side per (input channel, row, column), flipped and
+    transposed for backward_data."""
+    k, c, r, s = 24, 5, 3, 5
+    layer = ConvLayer.from_shapes((2, c, 9, 11), (k, c, r, s), 1, (1, 2))
+    block = blocked.blocking(layer, pass_, device)
+    w = rng.uniform(-1, 1, (k, c, r, s)).astype(np.float32)
+    wt = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3) if pass_ == "backward_data" else w
+    kb, (out_channels, in_channels) = block["KB"], wt.shape[:2]
+    expected = wt.reshape(out_channels // kb, kb, in_channels, r, s).transpose(0, 2, 3, 4, 1).ravel()
+    packed = blocked.packed_weight(nc.Tensor.from_host(w, device), layer, block)
+    np.testing.assert_array_equal(packed.to_host(), expected)
+
+
 def test_fused_bias(rng, device, canaries):
     x = rng.uniform(-1, 1, (2, 3, 7, 11)).astype(np.float32)
     w = rng.uniform(-1, 1, (6, 3, 3, 3)).astype(np.float32)

@@ -1,5 +1,5 @@
-"""A weight's derivatives kept for inference (netcl.ops.kept): Winograd's transformed filters and MEC's
-rearranged weight are made once while no gradient is recorded and made again only after the weight was
+"""A weight's derivatives kept for inference (netcl.ops.kept): Winograd's transformed filters, MEC's
+rearranged weight and direct_blocked's packed weight are made once while no gradient is recorded and made again only after the weight was
 written in place or replaced; a replayed CapturedInference remakes them after an optimizer step. Every
 output must equal the one a fresh model with the same values computes, bit for bit."""
 from __future__ import annotations
@@ -11,7 +11,8 @@ import netcl as nc
 from netcl.ops.elementwise import copy_into
 from netcl.runtime.observers import watching_launches
 
-TRANSFORMS = {"winograd": ("wino_filter_transform8", "wino_filter_transform"), "mec": ("transpose_tiles",)}
+TRANSFORMS = {"winograd": ("wino_filter_transform8", "wino_filter_transform"), "mec": ("transpose_tiles",),
+              "direct_blocked": ("conv_blocked_pack",)}
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +51,7 @@ def transform_launches(device, strategy: str, fn) -> int:
     return sum(names.count(name) for name in TRANSFORMS[strategy])
 
 
-@pytest.mark.parametrize("strategy", ["winograd", "mec"])
+@pytest.mark.parametrize("strategy", sorted(TRANSFORMS))
 def test_kept_in_inference_made_again_after_a_write(device, rng, strategy):
     model = make_model(strategy)
     model.eval()
@@ -67,7 +68,7 @@ def test_kept_in_inference_made_again_after_a_write(device, rng, strategy):
     np.testing.assert_array_equal(inference(model, x), fresh_reference(strategy, model, x))
 
 
-@pytest.mark.parametrize("strategy", ["winograd", "mec"])
+@pytest.mark.parametrize("strategy", sorted(TRANSFORMS))
 def test_training_makes_them_at_every_call(device, rng, strategy):
     model = make_model(strategy)
     x = nc.tensor(rng.standard_normal((2, 3, 7, 8)).astype(np.float32))
@@ -75,7 +76,7 @@ def test_training_makes_them_at_every_call(device, rng, strategy):
         assert transform_launches(device, strategy, lambda: model(x).sum().backward()) >= 2
 
 
-@pytest.mark.parametrize("strategy", ["winograd", "mec"])
+@pytest.mark.parametrize("strategy", sorted(TRANSFORMS))
 def test_a_replay_after_optimizer_steps_uses_the_new_weights(rng, strategy):
     model = make_model(strategy)
     optimizer = nc.optim.SGD(model.parameters(), lr=0.1)

@@ -179,10 +179,10 @@ def conv2d_inference(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1,
     x, w = as_contiguous(x), as_contiguous(w)
     bias = None if bias is None else as_contiguous(bias)
     impl = chooser(x.device).strategy_for(layer, "forward", resolve_strategy(strategy), x.device)
-    if impl.fuses_epilogue:
-        return impl.forward(x, w, layer, bias=bias, residual=residual, activation=activation)
     # inference: what the strategy derives from the weight alone is kept (netcl.ops.kept)
     options = {"keep": True} if impl.keeps_weight_derivatives else {}
+    if impl.fuses_epilogue:
+        return impl.forward(x, w, layer, bias=bias, residual=residual, activation=activation, **options)
     if residual is None and activation == "none" and (bias is None or impl.fuses_bias):
         return impl.forward(x, w, layer, **options) if bias is None else impl.forward(x, w, layer, bias=bias, **options)
     return _separate_epilogue(impl.forward(x, w, layer, **options), bias, residual, activation)

@@ -3,9 +3,11 @@
 A work-item keeps a block of outputs (several output channels × a run of output positions, one vector
 per channel) in registers for the whole reduction and builds the shifted input vectors each kernel column
 needs from one load of each input row, so every loaded element feeds many multiply-adds and no lowered
-matrix or transformed tensor exists (the only workspace: backward_weight's partial sums per chunk of
-images). It serves stride-1, undilated, ungrouped layers: the 3×3 and 1×1 convolutions of residual
-networks, where the GEMM-based strategies lose most on narrow channels. backward_data is the same kernel on the output gradient with the flipped weight read in place.
+matrix or transformed tensor exists. Its workspace: the weight packed so that the channels of a block
+lie side by side (kept with the weight in inference, netcl.ops.kept), and backward_weight's partial
+sums per chunk of images. It serves stride-1, undilated, ungrouped layers: the 3×3 and 1×1
+convolutions of residual networks, where the GEMM-based strategies lose most on narrow channels.
+backward_data is the same kernel on the output gradient with the weight packed flipped.
 
 How large a block is follows the device: as many lanes as its vectors have (4 to 16; on a CPU as the GEMM
 tuner measured them, see netcl.ops.gemm.register_lanes) and
@@ -17,13 +19,14 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..runtime.kernels import get_kernel, launch
+from ..runtime.kernels import get_kernel, launch, local_size_1d, round_up
 from ..tensor import Tensor
 from .gemm import register_lanes
+from .kept import derived_from_weight
 from .reduce import reduce
 from .conv_common import ConvLayer, ConvStrategy, CostTerms, tensor_bytes
 
-KERNELS = {"output": "conv_blocked_output", "weight": "conv_blocked_weight"}  # by the template's MODE
+KERNELS = {"output": "conv_blocked_output", "weight": "conv_blocked_weight", "pack": "conv_blocked_pack"}  # by MODE
 WORK_PER_UNIT = 4  # work-items per compute unit that keep it busy (as implicit GEMM's work-groups)
 
 
@@ -147,6 +150,29 @@ def efficiency(layer: ConvLayer, pass_: str, device) -> float:
     return used * reuse * min(1.0, items / (WORK_PER_UNIT * device.compute_units))
 
 
+def _pack(w: Tensor, layer: ConvLayer, block: dict, into: Tensor | None) -> Tensor:
+    """The weight as the output kernel reads it: KB output channels side by side for each (input
+    channel, kernel row, kernel column) (kernels/conv_blocked.cl, conv_blocked_pack)."""
+    flip = block["FLIP"]
+    out_channels, in_channels = (layer.c, layer.k) if flip else (layer.k, layer.c)
+    packed = into if into is not None else Tensor.empty((w.size,), w.dtype, w.device)
+    if w.size:
+        kernel = get_kernel(w.device, "conv_blocked.cl", KERNELS["pack"], T=dtypes.c_type(w.dtype), MODE="pack",
+                            FLIP=flip, KB=block["KB"], S=layer.s)
+        units = w.size // block["KB"]
+        (local,) = local_size_1d(w.device, units)
+        launch(w.device, kernel, (round_up(units, local),), (local,), w.buffer, np.int64(w.offset),
+               packed.buffer, np.int64(packed.offset), np.int32(out_channels), np.int32(in_channels),
+               np.int32(layer.r))
+    return packed
+
+
+def packed_weight(w: Tensor, layer: ConvLayer, block: dict, keep: bool = False) -> Tensor:
+    """:func:`_pack` of ``w`` for this blocking, kept with the weight in inference (netcl.ops.kept)."""
+    return derived_from_weight(w, ("direct_blocked packed", block["FLIP"], block["KB"], layer.k, layer.c,
+                                   layer.r, layer.s), lambda weight, into: _pack(weight, layer, block, into), keep)
+
+
 def _launch(device, pass_: str, layer: ConvLayer, block: dict, a: Tensor, b: Tensor, out: Tensor,
             bias: Tensor | None = None, residual: Tensor | None = None, activation: str = "none") -> Tensor:
     if out.size == 0:
@@ -180,6 +206,7 @@ class DirectBlockedStrategy(ConvStrategy):
     name = "direct_blocked"
     fuses_bias = True  # forward(..., bias=) adds the bias as it stores the output
     fuses_epilogue = True  # and forward(..., residual=, activation=) the rest of an inference epilogue
+    keeps_weight_derivatives = True  # the packed weight
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         if (layer.stride_h, layer.stride_w) != (1, 1):
@@ -200,28 +227,32 @@ class DirectBlockedStrategy(ConvStrategy):
 
     def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
         """The definition's arithmetic in its own kernel (the lanes, channels and work-items it wastes
-        counted as flops), every tensor read in place once."""
+        counted as flops), every tensor read once, the weight packed first (read and written once more)."""
         from ..runtime.device import resolve_device
         partials = self.workspace_bytes(layer, pass_, device)
         return CostTerms(kernel_flops=issued_flops(layer, pass_) / efficiency(layer, pass_, resolve_device(device)),
                          bytes_moved=tensor_bytes(layer) + 2 * partials, launches=1 + (partials > 0))
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None,
-                residual: Tensor | None = None, activation: str = "none") -> Tensor:
-        return _launch(x.device, "forward", layer, blocking(layer, "forward", x.device), x, w,
+                residual: Tensor | None = None, activation: str = "none", keep: bool = False) -> Tensor:
+        block = blocking(layer, "forward", x.device)
+        return _launch(x.device, "forward", layer, block, x, packed_weight(w, layer, block, keep),
                        Tensor.empty(layer.output_shape, x.dtype, x.device), bias, residual, activation)
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
-        return _launch(grad_y.device, "backward_data", layer, blocking(layer, "backward_data", grad_y.device),
-                       grad_y, w, Tensor.empty(layer.input_shape, grad_y.dtype, grad_y.device))
+        block = blocking(layer, "backward_data", grad_y.device)
+        return _launch(grad_y.device, "backward_data", layer, block, grad_y, packed_weight(w, layer, block),
+                       Tensor.empty(layer.input_shape, grad_y.dtype, grad_y.device))
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
-        """backward_weight's partial gradients, one weight per image chunk, when there is more than one."""
+        """The packed weight (forward, backward_data); backward_weight's partial gradients, one weight per
+        image chunk, when there is more than one."""
+        weight_bytes = layer.k * layer.c * layer.r * layer.s * layer.itemsize
         if pass_ != "backward_weight":
-            return 0
+            return weight_bytes
         from ..runtime.device import resolve_device
         chunks = weight_chunks(layer, blocking(layer, pass_, resolve_device(device)))
-        return 0 if chunks == 1 else chunks * layer.k * layer.c * layer.r * layer.s * layer.itemsize
+        return 0 if chunks == 1 else chunks * weight_bytes
 
     def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
         block = blocking(layer, "backward_weight", x.device)

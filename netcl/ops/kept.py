@@ -1,6 +1,6 @@
 """A weight's derivatives kept for inference: tensors a convolution strategy computes from its weight alone
-(Winograd's transformed filters, MEC's rearranged weight), made once and reused while the weight is
-unchanged.
+(Winograd's transformed filters, MEC's rearranged weight, direct_blocked's packed weight), made once and
+reused while the weight is unchanged.
 
 In training the weights change at every step, so a derivative is made at each call and not kept (it would
 only hold memory). In inference (netcl.ops.conv2d.run_pass passes ``keep``: no gradient will be asked of
