@@ -306,14 +306,17 @@ class WinogradStrategy(ConvStrategy):
 
     def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
         """16·groups batched products in the transformed domain (2.25× fewer multiplies than the
-        definition); the transformed tiles are written and read back once each, beside x, w and y."""
+        definition), one call per chunk of samples (samples_per_chunk) with three launches each; the
+        transformed tiles are written and read back once each, beside x, w and y."""
         a, g = self.tile + 2, layer.groups
         cg, kg = layer.c // g, layer.k // g
         oh, ow = (layer.h, layer.w) if pass_ == "backward_data" else (layer.out_h, layer.out_w)
-        tiles = layer.n * -(-oh // self.tile) * -(-ow // self.tile)
+        chunk = layer.n if pass_ == "backward_weight" else _chunk(layer, pass_)
+        tiles = chunk * -(-oh // self.tile) * -(-ow // self.tile)
         dims = {"forward": (kg, tiles, cg), "backward_data": (cg, tiles, kg), "backward_weight": (kg, cg, tiles)}[pass_]
+        calls = layer.n // chunk
         transformed = workspace_elements(layer, pass_) * layer.itemsize
-        return CostTerms(products=[Product(*dims, batch=a * a * g)], launches=4,
+        return CostTerms(products=[Product(*dims, batch=a * a * g, calls=calls)], launches=1 + 3 * calls,
                          bytes_moved=tensor_bytes(layer) + 2 * transformed)
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, keep: bool = False) -> Tensor:
