@@ -32,8 +32,9 @@ CLASS_SHAPES = {"large": (256, 256, 256), "small_k": (32, 9216, 50), "small_mn":
 # Bumped whenever the stored quantities are measured differently, or the cost terms a sample's
 # (arith_ms, other_ms) were computed with change meaning (4: implicit GEMM's residue classes and gathering,
 # direct_blocked's backward_data; 5: products priced by the measured rate surface; 6: products smaller than
-# the surface's grid priced at its smallest product's time, and the residual model).
-CALIBRATION_VERSION = 6
+# the surface's grid priced at its smallest product's time, and the residual model; 7: Winograd's products
+# per chunk of samples).
+CALIBRATION_VERSION = 7
 
 
 def context(device) -> str:
