@@ -10,14 +10,14 @@ CPU OpenCL compiler keeps the accumulators in registers.
 
   conv_blocked_output  MODE "output": Y[n, k, p, q] = Σ_{c,r,s} X[n, c, p + r − PH, q + s − PW] · Wt(k, c, r, s)
                        forward:        X = x, Y = y,   Wt(k, c, r, s) = w[k, c, r, s]
-                       backward_data:  X = gy, Y = gx, Wt(c, k, r, s) = w[k, c, R−1−r, S−1−s] (FLIP), with
+                       backward_data:  X = gy, Y = gx, Wt(c, k, r, s) = w[k, c, R−1−r, S−1−s] (packed with FLIP), with
                                        padding R−1−PH, S−1−PW (the transposed convolution of stride 1)
                        Wt is read packed (Wp, below), so that the KB·S weights one step of the
                        reduction multiplies are adjacent: read from the KCRS weight in place they lie
                        CI·R·S elements apart, a stride that maps the KB channels onto few cache sets.
   conv_blocked_pack    MODE "pack":   Wp[(((k / KB) · CI + c) · R + r) · S + s) · KB + k % KB] = Wt(k, c, r, s),
-                       a work-item per KB weights (k / KB, c, r, s), FLIP as in output mode (CO, CI as the
-                       output kernel sees them)
+                       a work-item per KB weights (k / KB, c, r, s); FLIP packs backward_data's Wt (CO, CI
+                       as the output kernel sees them), so the output kernel itself has no FLIP
   conv_blocked_weight  MODE "weight": part[b, k, c, r, s] = Σ_{n in chunk b, p, q} gy[n, k, p, q] · x[n, c, p + r − PH, q + s − PW];
                        a work-item owns (chunk b of IMAGES images, c, r) and KB output channels: KB × S
                        vector accumulators summed across lanes at the end (no atomics, deterministic).
@@ -27,7 +27,7 @@ CPU OpenCL compiler keeps the accumulators in registers.
 Template parameters (all have defaults):
   T      element type, "float" or "double"                                       (default "float")
   MODE   "output", "weight" or "pack"                                            (default "output")
-  FLIP   output and pack modes: Wt is backward_data's flipped, transposed weight  (default False)
+  FLIP   pack mode: Wt is backward_data's flipped, transposed weight              (default False)
   KB     output channels per work-item (the host picks a divisor of the count)   (default 8)
   QW     output columns per work-item row; QW·ROWS ∈ {2, 4, 8, 16} lanes          (default 16)
   ROWS   output rows per work-item                                               (default 1)

@@ -1,7 +1,8 @@
 """A weight's derivatives kept for inference (netcl.ops.kept): Winograd's transformed filters, MEC's
-rearranged weight and direct_blocked's packed weight are made once while no gradient is recorded and made again only after the weight was
-written in place or replaced; a replayed CapturedInference remakes them after an optimizer step. Every
-output must equal the one a fresh model with the same values computes, bit for bit."""
+rearranged weight and direct_blocked's packed weight are made once while no gradient is recorded and made
+again only after the weight was written in place or replaced; a replayed CapturedInference remakes them
+after an optimizer step. Every output must equal the one a fresh model with the same values computes, bit
+for bit."""
 from __future__ import annotations
 
 import numpy as np

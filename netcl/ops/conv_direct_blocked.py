@@ -179,6 +179,7 @@ def _launch(device, pass_: str, layer: ConvLayer, block: dict, a: Tensor, b: Ten
         return out
     params = dict(block, T=dtypes.c_type(a.dtype))
     if block["MODE"] == "output":
+        del params["FLIP"]  # the packed weight holds the flip: both data passes share one program
         params["BIAS"] = bias is not None
         if pass_ == "forward":
             params.update(RESIDUAL=residual is not None, ACT=activation)
