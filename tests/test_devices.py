@@ -191,6 +191,52 @@ def test_recorded_vendors_directory_is_used_unless_the_environment_says_otherwis
     assert out.stdout.split()[1] == str(tmp_path / "elsewhere")
 
 
+@pytest.mark.parametrize("preset, cpus, expected", [
+    ({}, "all", "1"),
+    ({"POCL_AFFINITY": "0"}, "all", "0"),                 # the user's choice stays
+    ({"POCL_MAX_PTHREAD_COUNT": "1"}, "all", None),       # a rank sharing its node: no pinning by index
+    ({}, "first", None),                                   # a restricted process: no pinning by index
+])
+def test_pocl_threads_are_pinned_only_where_pinning_by_index_is_right(monkeypatch, preset, cpus, expected):
+    for name in ("POCL_AFFINITY", "POCL_MAX_PTHREAD_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in preset.items():
+        monkeypatch.setenv(name, value)
+    every = set(range(os.cpu_count() or 1))
+    allowed = every if cpus == "all" else {min(every)} | ({-1} if len(every) == 1 else set())
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: allowed, raising=False)
+    device_module._pin_pocl_threads()
+    assert os.environ.get("POCL_AFFINITY") == expected
+
+
+def _threads_on_one_cpu(env) -> int:
+    """How many threads of a process that ran a product on PoCL may run on one CPU only."""
+    code = ("import os, numpy as np, netcl as nc\n"
+            "x = nc.tensor(np.ones((64, 64), np.float32)); (x @ x).to_host()\n"
+            "for t in os.listdir('/proc/self/task'):\n"
+            "    status = open(f'/proc/self/task/{t}/status').read().splitlines()\n"
+            "    print([l.split()[1] for l in status if l.startswith('Cpus_allowed_list')][0])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    return sum(cpus.isdigit() for cpus in out.stdout.split())
+
+
+def test_pocl_worker_threads_keep_a_core_each():
+    if not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2:
+        pytest.skip("pinning applies to Linux machines with several CPUs")
+    if os.sched_getaffinity(0) != set(range(os.cpu_count())):
+        pytest.skip("this process may not run on every CPU")
+    try:
+        device_module.resolve_device("pocl")
+    except DeviceSelectorError:
+        pytest.skip("PoCL's worker threads only")
+    env = {k: v for k, v in os.environ.items() if k not in ("POCL_AFFINITY", "POCL_MAX_PTHREAD_COUNT")}
+    env["NETCL_DEVICE"] = "pocl"
+    assert _threads_on_one_cpu(env) >= 2
+    env["POCL_AFFINITY"] = "0"
+    assert _threads_on_one_cpu(env) == 0
+
+
 def test_tensors_of_different_contexts_do_not_mix():
     other = Device(nc.default_device().cl_device, index=0)  # same hardware, separate context
     a = nc.tensor(np.ones(3, np.float32))

@@ -15,6 +15,8 @@ by ``ci/setup.sh``, which records an OpenCL vendors directory under netcl's conf
 (``NETCL_CONFIG_DIR``, else the user's config dir). When the environment does not set ``OCL_ICD_VENDORS``
 itself, netcl points it at that directory before it first asks the ICD loader for platforms, so a process
 sees the drivers the set-up installed without sourcing anything (docs/howto/devices-and-drivers.md).
+Likewise, unless ``POCL_AFFINITY`` or ``POCL_MAX_PTHREAD_COUNT`` is set, a process that may run on every
+CPU sets ``POCL_AFFINITY=1``: PoCL's worker threads then each keep a core of their own.
 """
 from __future__ import annotations
 
@@ -194,6 +196,7 @@ def devices() -> list[Device]:
         if _devices is None:
             found = []
             _apply_recorded_vendors()
+            _pin_pocl_threads()
             try:
                 platforms = cl.get_platforms()
             except cl.Error:
@@ -238,6 +241,22 @@ def _apply_recorded_vendors() -> None:
     recorded = recorded_vendors_dir()
     if recorded is not None:
         os.environ["OCL_ICD_VENDORS"] = str(recorded)
+
+
+def _pin_pocl_threads() -> None:
+    # PoCL reads POCL_AFFINITY when its platform initializes, at the get_platforms() that follows. Left to
+    # the kernel's scheduler, its worker threads at times share one core for tens of launches when the host
+    # waits between them (a layer timed on its own, the planner's trials): half the speed, by chance. Each
+    # worker pinned to the core of its index never shares one. PoCL pins worker i to CPU i, so only a
+    # process free to run on every CPU asks for it, and only when neither variable was set (the
+    # distributed launcher sets POCL_MAX_PTHREAD_COUNT for ranks that share a node).
+    if settings.environment_has("POCL_AFFINITY") or settings.environment_has("POCL_MAX_PTHREAD_COUNT"):
+        return
+    if not hasattr(os, "sched_getaffinity"):
+        return
+    if os.sched_getaffinity(0) != set(range(os.cpu_count() or 0)):
+        return
+    os.environ["POCL_AFFINITY"] = "1"
 
 
 def _listing(all_devices) -> str:
