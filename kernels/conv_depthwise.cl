@@ -101,6 +101,18 @@ def lane(value, width, index):
         return "flipped[j][%d]" % (r * S + s) if MULT else "wk[%d]" % ((R - 1 - r) * S + S - 1 - s)
     TAPS = [(r, s) for r in range(R) for s in range(S)]
 
+    def strip_tap(s):
+        """Tap s's input values for an interior strip: row[l·SW + s·DW] for lanes l < VW. At stride 2
+        (dilation 1) the lanes are every other element, which element loads would gather one by one;
+        instead the low half of the lanes are the even elements of the VW consecutive from row[s] on,
+        the high half the odd elements of the VW consecutive from row[s + VW − 1] on, two vector loads
+        that read no element the strip does not (row[s] to row[s + 2·VW − 2])."""
+        if SW == 2 and DW == 1 and VW > 1:
+            low = vector(T, VW, ["row[%d]" % (s + l) for l in range(VW)])
+            high = vector(T, VW, ["row[%d]" % (s + VW - 1 + l) for l in range(VW)])
+            return "((%s)((%s).even, (%s).odd))" % (VT, low, high)
+        return vector(T, VW, ["row[%d]" % (l * SW + s * DW) for l in range(VW)])
+
     def epilogue(value, type_, residual):
         """forward's statements on ``value`` (of type_) before it is stored: the bias, the residual
         (an expression of type_), the activation."""
@@ -201,7 +213,7 @@ ${sources_open()}
                 if (INSIDE(h, H)) {
                     __global const ${T}* row = xp + (long)h * W + q0 * ${SW} - PW;
 % for s in range(S):
-                    acc = ${vector(T, VW, ["row[%d]" % (l * SW + s * DW) for l in range(VW)])} * ${weight(r, s)} + acc;
+                    acc = ${strip_tap(s)} * ${weight(r, s)} + acc;
 % endfor
                 }
             }
