@@ -36,12 +36,20 @@ Template parameters (defaults in the page tag):
          a_bs is then the packed batch stride and a_rs/a_cs are ignored                    (0)
   ORDER  "nm": dimension 0 of the grid walks N-blocks, 1 walks M-blocks; "mn": the reverse, so
          consecutive work-items share a B panel instead of an A panel               ("nm")
+  BIAS   gemm_tiled adds bias[bias_off + row] to every element of C's row (a convolution's output
+         channel) as it stores                                                        (False)
+  RESIDUAL  then adds the element of `residual` at C's position, addressed with C's strides from
+         residual_off                                                                 (False)
+  ACT    then applies "none", "relu", "relu6" or "hardswish" (netcl.runtime.cl_activation: the bits of
+         the separate pass kernels/batchnorm.cl's bn_apply makes). With these three the product stores
+         act(alpha * A @ B + beta * C + bias + residual), an inference epilogue       ("none")
 
 gemm_pack_a / gemm_pack_b / gemm_pack_bt (LOCAL=0 only) write the panels PACK_A / PACK_B read; the
 host picks gemm_pack_bt for a B whose unit stride runs along K.
 </%doc>
 <%! from netcl.runtime import cl_vectors %>\
-<%page args="T='float', MR=4, VW=8, NV=2, WG_M=1, WG_N=1, KU=1, LOCAL=0, KC=16, PACK_B=0, PACK_A=0, ORDER='nm'"/>
+<%! from netcl.runtime.cl_activation import apply_activation %>\
+<%page args="T='float', MR=4, VW=8, NV=2, WG_M=1, WG_N=1, KU=1, LOCAL=0, KC=16, PACK_B=0, PACK_A=0, ORDER='nm', BIAS=False, RESIDUAL=False, ACT='none'"/>
 <%
     NR = VW * NV
     V = T if VW == 1 else '%s%d' % (T, VW)
@@ -77,6 +85,16 @@ host picks gemm_pack_bt for a B whose unit stride runs along K.
 % endfor
 % endfor
     }
+</%def>
+
+<%def name="epilogue(value, value_type, residual_value)">\
+% if BIAS:
+${value} += (${value_type})(shift);
+% endif
+% if RESIDUAL:
+${value} += ${residual_value};
+% endif
+${apply_activation(ACT, value, value_type)}\
 </%def>
 
 <% DN, DM = (0, 1) if ORDER == 'nm' else (1, 0) %>
@@ -154,7 +172,8 @@ void gemm_tiled(
     const int M, const int N, const int K, const int batch, const ${T} alpha, const ${T} beta,
     __global const ${T}* A, const long a_off, const long a_rs, const long a_cs, const long a_bs,
     __global const ${T}* B, const long b_off, const long b_rs, const long b_cs, const long b_bs,
-    __global ${T}* C, const long c_off, const long c_rs, const long c_cs, const long c_bs)
+    __global ${T}* C, const long c_off, const long c_rs, const long c_cs, const long c_bs,
+    __global const ${T}* bias, const long bias_off, __global const ${T}* residual, const long residual_off)
 {
     const int bidx = get_global_id(2);
     const int n0 = get_global_id(${DN}) * ${NR};
@@ -162,6 +181,9 @@ void gemm_tiled(
     A += a_off + bidx * a_bs;
     B += b_off + bidx * b_bs;
     C += c_off + bidx * c_bs;
+% if RESIDUAL:
+    residual += residual_off + bidx * c_bs;
+% endif
 % for i in range(MR):
 % for j in range(NV):
     ${V} acc${i}_${j} = (${V})0;
@@ -252,22 +274,33 @@ ${fma_step(lambda i: 'As[kk][ly * %d + %d]' % (MR, i), lambda j: vload('&Bs[kk][
 % for i in range(MR):
     if (m0 + ${i} < M) {
         __global ${T}* cp = C + (m0 + ${i}) * c_rs;
+% if RESIDUAL:
+        __global const ${T}* rp = residual + (m0 + ${i}) * c_rs;
+% endif
+% if BIAS:
+        const ${T} shift = bias[bias_off + m0 + ${i}];
+% endif
 % for j in range(NV):
         {
             ${V} r = alpha * acc${i}_${j};
             if (full_n) {
 % if VW == 1:
                 if (beta != (${T})0) r += beta * cp[n0 + ${j}];
+                ${epilogue('r', V, 'rp[n0 + %d]' % j)}
                 cp[n0 + ${j}] = r;
 % else:
                 if (beta != (${T})0) r += beta * ${vload('cp + n0 + %d' % (j * VW))};
+                ${epilogue('r', V, vload('rp + n0 + %d' % (j * VW)))}
                 ${vstore('r', 'cp + n0 + %d' % (j * VW))}
 % endif
             } else {
 % for l in range(VW):
                 if (n0 + ${j * VW + l} < N) {
-                    __global ${T}* q = cp + (long)(n0 + ${j * VW + l}) * c_cs;
-                    *q = (beta != (${T})0) ? ${lane('r', l)} + beta * *q : ${lane('r', l)};
+                    const long at = (long)(n0 + ${j * VW + l}) * c_cs;
+                    ${T} v = ${lane('r', l)};
+                    if (beta != (${T})0) v += beta * cp[at];
+                    ${epilogue('v', T, 'rp[at]')}
+                    cp[at] = v;
                 }
 % endfor
             }

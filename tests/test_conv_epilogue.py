@@ -1,6 +1,6 @@
 """The inference epilogue fused into a convolution's store (netcl.ops.conv2d.conv2d_inference): bias, then the
-residual, then the activation, in the three strategies that fuse it (direct_blocked, implicit_gemm,
-depthwise) and as a separate pass elsewhere. Each is checked against float64 NumPy on odd sizes with
+residual, then the activation, in the strategies that fuse it (direct_blocked, implicit_gemm, depthwise;
+gemm for ungrouped layers, im2col for one ungrouped image) and as a separate pass elsewhere. Each is checked against float64 NumPy on odd sizes with
 canaries, and bit for bit against the convolution followed by BatchNorm's folded epilogue pass (the
 arithmetic they share, netcl.runtime.cl_activation); eval-mode models fold their BatchNorms into fused
 convolutions, and a replayed forward computes what the forward as written does."""
@@ -13,6 +13,7 @@ import netcl as nc
 from netcl.nn import fusion
 from netcl.ops.batchnorm import batch_norm_apply
 from netcl.ops.conv2d import conv2d, conv2d_inference
+from netcl.ops.conv_common import ConvLayer
 from netcl.ops.conv_registry import strategies
 from netcl.runtime.cl_activation import ACTIVATIONS, apply_activation
 from bn_reference import batch_norm_ref
@@ -25,6 +26,10 @@ LAYERS = {
                        ((1, 6, 5, 7), (9, 6, 1, 1), 1, 0, 1)],
     "implicit_gemm": [((2, 6, 9, 11), (10, 3, 3, 3), 2, 1, 2), ((1, 5, 7, 6), (3, 5, 1, 1), 1, 0, 1)],
     "depthwise": [((2, 6, 11, 37), (12, 1, 3, 3), 1, 1, 6), ((1, 5, 9, 23), (5, 1, 3, 3), 2, 1, 5)],
+    # GEMM's store (netcl.ops.gemm): ungrouped 1×1 layers (strided ones gather their input first), and
+    # im2col's single images; rows past the vector tiles take the product's element-wise tail
+    "gemm": [((2, 5, 9, 13), (7, 5, 1, 1), 1, 0, 1), ((1, 6, 7, 9), (9, 6, 1, 1), 2, 0, 1)],
+    "im2col": [((1, 5, 9, 13), (7, 5, 3, 3), 1, 1, 1), ((1, 3, 11, 10), (5, 3, 3, 3), 2, 1, 1)],
 }
 TOLERANCE = {"float32": 2e-6, "float64": 1e-13}
 
@@ -61,10 +66,10 @@ def _operands(spec, dtype, rng, device):
 def check_fused(strategy, activation, residual_add, dtype, specs, rng, device):
     """conv2d_inference forced onto ``strategy``: the float64 reference's values, and the bits of the
     convolution followed by the separate epilogue pass."""
-    assert strategies()[strategy].fuses_epilogue
     for spec in specs:
         ref, bias, residual, (X, W, B, R) = _operands(spec, dtype, rng, device)
-        _, _, stride, padding, groups = spec
+        xs, ws, stride, padding, groups = spec
+        assert strategies()[strategy].fuses_epilogue_for(ConvLayer.from_shapes(xs, ws, stride, padding, 1, groups))
         shortcut = R if residual_add else None
         y = conv2d_inference(X, W, B, stride, padding, 1, groups, strategy, residual=shortcut, activation=activation)
         z = ref + bias.reshape(1, -1, 1, 1) + (residual if residual_add else 0)
@@ -119,10 +124,10 @@ def test_fused_epilogue_without_a_bias(strategy, rng, device, canaries):
 @pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize("activation", ["relu", "hardswish"])
 def test_a_strategy_that_fuses_nothing_runs_the_epilogue_after_it(activation, with_bias, rng, device, canaries):
-    """im2col fuses no epilogue: the convolution, then one pass (with a bias, BatchNorm's folded epilogue:
-    the same bits as a fused one)."""
-    assert not strategies()["im2col"].fuses_epilogue
+    """im2col fuses no epilogue into several images: the convolution, then one pass (with a bias,
+    BatchNorm's folded epilogue: the same bits as a fused one)."""
     spec = ((2, 4, 7, 9), (6, 4, 3, 3), 1, 1, 1)
+    assert not strategies()["im2col"].fuses_epilogue_for(ConvLayer.from_shapes(spec[0], spec[1], 1, 1, 1, 1))
     ref, bias, residual, (X, W, B, R) = _operands(spec, "float32", rng, device)
     B = B if with_bias else None
     y = conv2d_inference(X, W, B, 1, 1, 1, 1, "im2col", residual=R, activation=activation)

@@ -126,6 +126,53 @@ def test_batched_with_broadcast(ta, tb, rng, device, canaries):
     assert_close(out.to_host(), np.matmul(a1.astype(np.float64), b3), 1e-5, "broadcast A")
 
 
+@pytest.mark.parametrize("activation", ["none", "relu", "relu6", "hardswish"])
+@pytest.mark.parametrize("variant", [None, 1, 3, 4])
+def test_epilogue_bias_residual_activation(activation, variant, rng, device, canaries):
+    """act(alpha·A@B + beta·C + bias[row] + residual) stored by the product: the float64 reference on odd
+    sizes (full vector tiles and the element-wise column tail, a transposed A, a batch), and each part
+    alone. A product of one row per column block and of few rows never goes to the dot-product kernel."""
+    params = None if variant is None else VARIANTS[variant]
+    for batch, M, N, K, ta in ((2, 13, 37, 9, False), (1, 7, 64, 33, True), (3, 5, 3, 17, False)):
+        a = rng.standard_normal((batch, K, M) if ta else (batch, M, K)).astype(np.float32)
+        b = rng.standard_normal((batch, K, N)).astype(np.float32)
+        c0 = rng.standard_normal((batch, M, N)).astype(np.float32)
+        bias = rng.uniform(-7, 7, M).astype(np.float32)
+        residual = rng.uniform(-3, 3, (batch, M, N)).astype(np.float32)
+        A, B, C, BIAS, RES = (nc.Tensor.from_host(x, device) for x in (a, b, c0, bias, residual))
+        product = np.matmul((a.transpose(0, 2, 1) if ta else a).astype(np.float64), b)
+        z = 0.5 * product + 2.0 * c0 + bias[None, :, None] + residual
+        gemm_batched(A, B, C, alpha=0.5, beta=2.0, trans_a=ta, params=params, bias=BIAS, residual=RES,
+                     activation=activation)
+        what = f"{activation} {params} {batch}x{M}x{N}x{K} ta={ta}"
+        assert_close(C.to_host(), _activation_ref(z, activation), 1e-5, what)
+        out = gemm_batched(A, B, trans_a=ta, params=params, bias=BIAS)
+        assert_close(out.to_host(), product + bias[None, :, None], 1e-5, what + " bias alone")
+        out = gemm_batched(A, B, trans_a=ta, params=params, residual=RES, activation=activation)
+        assert_close(out.to_host(), _activation_ref(product + residual, activation), 1e-5, what + " no bias")
+
+
+def _activation_ref(z, activation):
+    if activation == "relu":
+        return np.maximum(z, 0)
+    if activation == "relu6":
+        return np.clip(z, 0, 6)
+    if activation == "hardswish":
+        return z * np.clip(z + 3, 0, 6) / 6
+    return z
+
+
+def test_epilogue_operands_are_checked(rng, device):
+    A = nc.Tensor.from_host(rng.standard_normal((1, 4, 3)).astype(np.float32), device)
+    B = nc.Tensor.from_host(rng.standard_normal((1, 3, 5)).astype(np.float32), device)
+    with pytest.raises(nc.ShapeError, match="bias"):
+        gemm_batched(A, B, bias=nc.Tensor.from_host(np.zeros(5, np.float32), device))
+    with pytest.raises(nc.ShapeError, match="residual"):
+        gemm_batched(A, B, residual=nc.Tensor.from_host(np.zeros((1, 5, 4), np.float32), device))
+    with pytest.raises(nc.ShapeError, match="activation"):
+        gemm_batched(A, B, activation="tanh")
+
+
 def test_large_k_and_m(rng, device, canaries):
     for M, N, K in ((3, 5, 4097), (4097, 3, 2)):
         a, b, ref = _operands(rng, M, N, K, False, False)

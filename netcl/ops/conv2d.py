@@ -163,10 +163,10 @@ def conv2d_inference(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1,
 
     ``residual``: a tensor of the output's shape added after the bias; ``activation``: None (or "none"),
     "relu", "relu6" or "hardswish", applied last. The strategy is chosen for the forward pass as by
-    :func:`conv2d`. Where it fuses an epilogue (``ConvStrategy.fuses_epilogue``) the convolution applies
-    them as it stores its output; elsewhere it runs without its bias, and one pass after it adds the bias
-    and the residual and applies the activation. With a bias both give the same bits: z = conv + bias,
-    z += residual, then the activation as netcl.runtime.cl_activation writes it.
+    :func:`conv2d`. Where it fuses an epilogue into the layer (``ConvStrategy.fuses_epilogue_for``) the
+    convolution applies them as it stores its output; elsewhere it runs without its bias, and one pass
+    after it adds the bias and the residual and applies the activation. With a bias both give the same
+    bits: z = conv + bias, z += residual, then the activation as netcl.runtime.cl_activation writes it.
     """
     layer = check_conv2d(x, w, bias, stride, padding, dilation, groups)
     activation = "none" if activation is None else activation
@@ -181,7 +181,7 @@ def conv2d_inference(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1,
     impl = chooser(x.device).strategy_for(layer, "forward", resolve_strategy(strategy), x.device)
     # inference: what the strategy derives from the weight alone is kept (netcl.ops.kept)
     options = {"keep": True} if impl.keeps_weight_derivatives else {}
-    if impl.fuses_epilogue:
+    if impl.fuses_epilogue_for(layer):
         return impl.forward(x, w, layer, bias=bias, residual=residual, activation=activation, **options)
     if residual is None and activation == "none" and (bias is None or impl.fuses_bias):
         return impl.forward(x, w, layer, **options) if bias is None else impl.forward(x, w, layer, bias=bias, **options)

@@ -8,6 +8,8 @@ A strategy is an object (a :class:`ConvStrategy`) that states, in its own module
   fuses_epilogue                                    True when forward(x, w, layer, bias=, residual=r,
                                                     activation=a) also adds r and applies a (one of
                                                     netcl.runtime.cl_activation.ACTIVATIONS) as it stores
+  fuses_epilogue_for(layer) -> bool                 the same for one layer (by default fuses_epilogue): a
+                                                    strategy may fuse it for some layers only
   why_not(layer, pass_, device) -> str | None       None when it can serve that pass on that device
   workspace_bytes(layer, pass_, device) -> int      exact extra device memory it allocates for the pass
   cost_terms(layer, pass_, device) -> CostTerms     what the pass does: GEMM products, arithmetic in its
@@ -201,6 +203,9 @@ class ConvStrategy:
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         return None
+
+    def fuses_epilogue_for(self, layer: ConvLayer) -> bool:
+        return self.fuses_epilogue
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
         return 0

@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 
 from .. import dtypes
+from ..errors import ShapeError
 from ..runtime.device import resolve_device
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
@@ -137,16 +138,30 @@ class GemmStrategy(ConvStrategy):
         by_group = layer.groups > 1 and layer.n < layer.groups
         return by_group, range(layer.n if by_group else layer.groups)
 
-    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+    def fuses_epilogue_for(self, layer: ConvLayer) -> bool:
+        """Ungrouped layers: their one product per call stores the output with the epilogue
+        (netcl.ops.gemm.gemm_batched's bias, residual, activation)."""
+        return layer.groups == 1
+
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None,
+                residual: Tensor | None = None, activation: str = "none") -> Tensor:
         if _strided(layer):
-            return self.forward(_gather(x, layer), w, _subsampled(layer))
+            return self.forward(_gather(x, layer), w, _subsampled(layer), bias=bias, residual=residual,
+                                activation=activation)
+        epilogue = bias is not None or residual is not None or activation != "none"
+        if epilogue and not self.fuses_epilogue_for(layer):
+            raise ShapeError(f"the gemm strategy fuses an epilogue into ungrouped layers only; this one has "
+                             f"groups={layer.groups}")
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
         kg, cg = layer.k // layer.groups, layer.c // layer.groups
         by_group, calls = self._plan(layer)
         for i in calls:
+            shortcut = None if residual is None else _image_views(residual, layer.k, kg, layer, by_group=by_group,
+                                                                  index=i)
             gemm_batched(_weight_views(w, layer, by_group=by_group, index=i),
                          _image_views(x, layer.c, cg, layer, by_group=by_group, index=i),
-                         _image_views(y, layer.k, kg, layer, by_group=by_group, index=i))
+                         _image_views(y, layer.k, kg, layer, by_group=by_group, index=i),
+                         bias=bias, residual=shortcut, activation=activation)
         return y
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
+from ..errors import ShapeError
 from ..runtime.device import resolve_device
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
@@ -110,12 +111,23 @@ class Im2colStrategy(ConvStrategy):
         kmat = Tensor.empty((layer.k, layer.n * layer.out_h * layer.out_w), grad_y.dtype, grad_y.device)
         return swap_outer_axes(grad_y, kmat, layer.n, layer.k, layer.out_h * layer.out_w)
 
-    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
+    def fuses_epilogue_for(self, layer: ConvLayer) -> bool:
+        """One ungrouped image: its product writes the output in place, with the epilogue (netcl.ops.gemm's
+        bias, residual, activation); several images' products land in a (K, N·PQ) matrix first."""
+        return layer.n == 1 and layer.groups == 1
+
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None,
+                residual: Tensor | None = None, activation: str = "none") -> Tensor:
+        epilogue = bias is not None or residual is not None or activation != "none"
+        if epilogue and not self.fuses_epilogue_for(layer):
+            raise ShapeError(f"the im2col strategy fuses an epilogue into one ungrouped image only; this layer "
+                             f"has batch {layer.n}, groups={layer.groups}")
         cols = self._columns(x, layer)
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
         kmat = y if layer.n == 1 else Tensor.empty((layer.k, layer.n * layer.out_h * layer.out_w), x.dtype, x.device)
         wg, cg, kg = _grouped(layer, w, cols, kmat)
-        gemm_batched(wg, cg, kg)
+        shortcut = None if residual is None else _view(residual, kg.shape, kg.strides)
+        gemm_batched(wg, cg, kg, bias=bias, residual=shortcut, activation=activation)
         if layer.n > 1:
             swap_outer_axes(kmat, y, layer.k, layer.n, layer.out_h * layer.out_w)
         return y

@@ -20,6 +20,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import DTypeError, ShapeError
 from ..runtime import first_step
+from ..runtime.cl_activation import ACTIVATIONS
 from ..runtime.device import resolve_device
 from ..runtime.kernels import VARYING, PreparedLaunch, get_kernel
 from ..tensor import Tensor
@@ -195,10 +196,16 @@ def _op_dims(t: Tensor, trans: bool):
 
 
 def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta: float = 0.0,
-                 trans_a: bool = False, trans_b: bool = False, params: dict | None = None) -> Tensor:
+                 trans_a: bool = False, trans_b: bool = False, params: dict | None = None, *,
+                 bias: Tensor | None = None, residual: Tensor | None = None, activation: str = "none") -> Tensor:
     """C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for 3-D operands, in one launch; an operand with a
     batch of 1 is broadcast. ``params`` overrides the tuned kernel parameters (the tuner and the tests
-    use it; an explicit PACK_A=1 packs A even where the packing rules would read it in place)."""
+    use it; an explicit PACK_A=1 packs A even where the packing rules would read it in place).
+
+    An inference epilogue applied as C is stored: ``bias`` (M values, one per row of C) is added, then
+    ``residual`` (a tensor of C's shape and strides), then ``activation`` (one of
+    netcl.runtime.cl_activation.ACTIVATIONS): C[i] = act(alpha · op(A[i]) @ op(B[i]) + beta · C[i] + bias
+    + residual[i])."""
     _check_operands(a, b, c, 3, "gemm_batched")
     M, K, a_rs, a_cs = _op_dims(a, trans_a)
     K2, N, b_rs, b_cs = _op_dims(b, trans_b)
@@ -218,10 +225,30 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
     layout = (a.dtype.char, M, N, K, batch, a.shape[0], b.shape[0],
               a_rs, a_cs, a.strides[0] if a.shape[0] > 1 else 0,
               b_rs, b_cs, b.strides[0] if b.shape[0] > 1 else 0, c.strides[1], c.strides[2], c.strides[0])
-    _plan(a.device, layout, params)(a.buffer, a.offset, b.buffer, b.offset, c.buffer, c.offset, alpha, beta)
+    epilogue = _epilogue(c, bias, residual, activation)
+    _plan(a.device, layout, params, epilogue)(a.buffer, a.offset, b.buffer, b.offset, c.buffer, c.offset, alpha,
+                                              beta, bias, residual)
     if written_in_place:
         c.mark_written()
     return c
+
+
+def _epilogue(c: Tensor, bias: Tensor | None, residual: Tensor | None, activation: str) -> tuple:
+    """The (BIAS, RESIDUAL, ACT) template parameters of a product's epilogue, its operands checked."""
+    if activation not in ACTIVATIONS:
+        raise ShapeError(f"gemm_batched: unknown activation {activation!r}; expected one of {ACTIVATIONS}")
+    if bias is not None and (bias.shape != (c.shape[1],) or bias.dtype != c.dtype or bias.device is not c.device):
+        raise ShapeError(f"gemm_batched: the bias must be a {c.dtype} vector of the product's {c.shape[1]} rows "
+                         f"on its device; got shape {bias.shape}, {bias.dtype}")
+    if residual is not None and (residual.shape != c.shape or residual.strides != c.strides
+                                 or residual.dtype != c.dtype or residual.device is not c.device):
+        raise ShapeError(f"gemm_batched: the residual must have the result's shape {c.shape}, strides {c.strides} "
+                         f"and dtype {c.dtype}; got shape {residual.shape}, strides {residual.strides}, "
+                         f"{residual.dtype}")
+    return (bias is not None, residual is not None, activation)
+
+
+NO_EPILOGUE = (False, False, "none")
 
 
 def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta: float = 0.0,
@@ -258,15 +285,15 @@ _MAX_PLANS = 512
 DOT_MAX_ROWS = 8
 
 
-def _plan(dev, layout: tuple, params: dict | None) -> "_Plan":
+def _plan(dev, layout: tuple, params: dict | None, epilogue: tuple = NO_EPILOGUE) -> "_Plan":
     override = None if params is None else tuple(sorted(normalize(params).items()))
-    key = (layout, override, db.generation())
+    key = (layout, override, epilogue, db.generation())
     plans = dev.state.table(PLANS)
     plan = plans.get(key)
     if plan is None or (plan.deferred is not None and plan.deferred.due()):
         if len(plans) >= _MAX_PLANS:
             plans.clear()
-        plan = plans[key] = _Plan(dev, layout, params, may_borrow=plan is None)
+        plan = plans[key] = _Plan(dev, layout, params, may_borrow=plan is None, epilogue=epilogue)
     return plan
 
 
@@ -276,7 +303,8 @@ class _Plan:
     start the product may run on another layout's kernel (netcl.ops.gemm_standin); ``deferred`` then says
     when to make the plan again with its own."""
 
-    def __init__(self, dev, layout: tuple, params: dict | None, may_borrow: bool = True):
+    def __init__(self, dev, layout: tuple, params: dict | None, may_borrow: bool = True,
+                 epilogue: tuple = NO_EPILOGUE):
         (dtype_char, M, N, K, batch, a_batches, b_batches, a_rs, a_cs, a_bs, b_rs, b_cs, b_bs,
          c_rs, c_cs, c_bs) = layout
         dtype = np.dtype(dtype_char)
@@ -285,7 +313,10 @@ class _Plan:
         self.scalar = dtype.type
         self.deferred = None
         self.dot = None
-        if params is None and runs_as_dot_products(M, N, batch, a_cs, b_rs):
+        # An epilogue runs in the tiled kernel's store, so such a product never goes to the dot-product
+        # kernel nor borrows another layout's kernel during the cold start.
+        fused = epilogue != NO_EPILOGUE
+        if params is None and not fused and runs_as_dot_products(M, N, batch, a_cs, b_rs):
             self.dot = _dot_launch(dev, dtype, M, N, K, a_rs, b_cs, c_rs, c_cs)
             return
         p = normalize(params) if params is not None else params_for(dev, dtype, M, N, K, batch)
@@ -298,7 +329,7 @@ class _Plan:
             # launch setting here (see kernels/gemm.cl, WG_M), and the pack kernels do not read it.
             template_params = {**p, "WG_M": 1, "WG_N": 1}
             borrowed = (gemm_standin.stand_in(dev, T, template_params, b_cs == 1 or N == 1)
-                        if params is None and may_borrow else None)
+                        if params is None and may_borrow and not fused else None)
             if borrowed is not None:
                 template_params, (wg_m, wg_n) = borrowed
                 p = {**template_params, "WG_M": wg_m, "WG_N": wg_n}
@@ -333,7 +364,9 @@ class _Plan:
                 b_cs = 1  # a single column: its stride is never used
             if self.deferred is None:  # a borrowed kernel keeps the work-group it was compiled for
                 _spread(p, blocks_m, blocks_n, batch, dev.compute_units)
-        kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **template_params)
+        bias, residual, activation = epilogue
+        kernel = get_kernel(dev, "gemm.cl", "gemm_tiled", T=T, **template_params,
+                            **({"BIAS": bias, "RESIDUAL": residual, "ACT": activation} if fused else {}))
         wg_n, wg_m = p["WG_N"], p["WG_M"]
         if p["ORDER"] == "nm":
             grid, local = (blocks_n, blocks_m, batch), (wg_n, wg_m, 1)
@@ -343,9 +376,10 @@ class _Plan:
             i32(M), i32(N), i32(K), i32(batch), VARYING, VARYING,
             VARYING, VARYING, i64(a_rs), i64(a_cs), i64(a_bs),
             VARYING, VARYING, i64(b_rs), i64(b_cs), i64(b_bs),
-            VARYING, VARYING, i64(c_rs), i64(c_cs), i64(c_bs)))
+            VARYING, VARYING, i64(c_rs), i64(c_cs), i64(c_bs), VARYING, VARYING, VARYING, VARYING))
 
-    def __call__(self, a_buf, a_off: int, b_buf, b_off: int, c_buf, c_off: int, alpha: float, beta: float):
+    def __call__(self, a_buf, a_off: int, b_buf, b_off: int, c_buf, c_off: int, alpha: float, beta: float,
+                 bias: Tensor | None = None, residual: Tensor | None = None):
         if self.dot is not None:
             self.dot(self.scalar(alpha), self.scalar(beta), a_buf, np.int64(a_off), b_buf, np.int64(b_off), c_buf,
                      np.int64(c_off))
@@ -359,8 +393,11 @@ class _Plan:
             packed = workspace(dev, "b", self.b_bytes)
             self.pack_b(b_buf, np.int64(b_off), packed)
             b_buf, b_off = packed, 0
+        # without BIAS / RESIDUAL the kernel reads neither: C's buffer stands in
+        bias_buf, bias_off = (c_buf, 0) if bias is None else (bias.buffer, bias.offset)
+        residual_buf, residual_off = (c_buf, 0) if residual is None else (residual.buffer, residual.offset)
         self.product(self.scalar(alpha), self.scalar(beta), a_buf, np.int64(a_off), b_buf, np.int64(b_off),
-                     c_buf, np.int64(c_off))
+                     c_buf, np.int64(c_off), bias_buf, np.int64(bias_off), residual_buf, np.int64(residual_off))
 
 
 def runs_as_dot_products(M: int, N: int, batch: int, a_cs: int, b_rs: int) -> bool:

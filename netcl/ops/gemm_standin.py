@@ -15,11 +15,14 @@ from ..runtime import first_step, kernels
 def lenders(dev, c_type: str) -> list[tuple[dict, tuple[int, int]]]:
     """(template parameters without T, (WG_M, WG_N)) of every product kernel of element type ``c_type``
     this process has launched on ``dev``'s context, once per work-group shape it ran with, oldest first.
-    Local-memory tiles are not lent: they have their own limits on the work-group."""
+    Local-memory tiles are not lent: they have their own limits on the work-group; nor kernels with an
+    epilogue (netcl.ops.gemm.gemm_batched's bias, residual, activation)."""
     found = []
     for params, launched in kernels.built_variants_of(dev, "gemm.cl", "gemm_tiled"):
         if params.pop("T") != c_type or params["LOCAL"]:
             continue
+        if params.get("BIAS") or params.get("RESIDUAL") or params.get("ACT", "none") != "none":
+            continue  # an epilogue's kernel changes what it stores
         for local in sorted(launched):  # (WG_N, WG_M, 1) in "nm" grid order, (WG_M, WG_N, 1) in "mn"
             found.append((params, (local[1], local[0]) if params["ORDER"] == "nm" else (local[0], local[1])))
     return found
