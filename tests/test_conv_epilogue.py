@@ -17,7 +17,7 @@ from netcl.ops.conv_common import ConvLayer
 from netcl.ops.conv_registry import strategies
 from netcl.runtime.cl_activation import ACTIVATIONS, apply_activation
 from bn_reference import batch_norm_ref
-from util import assert_close, conv2d_ref, randomize_batchnorm
+from util import activation_ref, assert_close, conv2d_ref, randomize_batchnorm
 
 # (input NCHW, weight KCRS, stride, padding, groups) per fusing strategy: rows and columns that leave
 # partial blocks and tiles, and for direct_blocked also whole-vector rows (its path without bounds tests)
@@ -32,16 +32,6 @@ LAYERS = {
     "im2col": [((1, 5, 9, 13), (7, 5, 3, 3), 1, 1, 1), ((1, 3, 11, 10), (5, 3, 3, 3), 2, 1, 1)],
 }
 TOLERANCE = {"float32": 2e-6, "float64": 1e-13}
-
-
-def activation_ref(z, activation):
-    if activation == "relu":
-        return np.maximum(z, 0)
-    if activation == "relu6":
-        return np.clip(z, 0, 6)
-    if activation == "hardswish":
-        return z * np.clip(z + 3, 0, 6) / 6
-    return z
 
 
 def separate_pass(y, bias, residual, activation):

@@ -9,7 +9,7 @@ import pytest
 
 import netcl as nc
 from netcl.ops.gemm import gemm, gemm_batched, params_for, shape_class
-from util import assert_close, assert_close_to_scale
+from util import activation_ref, assert_close, assert_close_to_scale
 
 SHAPES = [(1, 1, 1), (7, 13, 10), (31, 33, 65), (13, 127, 7), (65, 1, 33), (1, 500, 31), (33, 10, 129)]
 TRANS = list(itertools.product((False, True), (False, True)))
@@ -145,21 +145,11 @@ def test_epilogue_bias_residual_activation(activation, variant, rng, device, can
         gemm_batched(A, B, C, alpha=0.5, beta=2.0, trans_a=ta, params=params, bias=BIAS, residual=RES,
                      activation=activation)
         what = f"{activation} {params} {batch}x{M}x{N}x{K} ta={ta}"
-        assert_close(C.to_host(), _activation_ref(z, activation), 1e-5, what)
+        assert_close(C.to_host(), activation_ref(z, activation), 1e-5, what)
         out = gemm_batched(A, B, trans_a=ta, params=params, bias=BIAS)
         assert_close(out.to_host(), product + bias[None, :, None], 1e-5, what + " bias alone")
         out = gemm_batched(A, B, trans_a=ta, params=params, residual=RES, activation=activation)
-        assert_close(out.to_host(), _activation_ref(product + residual, activation), 1e-5, what + " no bias")
-
-
-def _activation_ref(z, activation):
-    if activation == "relu":
-        return np.maximum(z, 0)
-    if activation == "relu6":
-        return np.clip(z, 0, 6)
-    if activation == "hardswish":
-        return z * np.clip(z + 3, 0, 6) / 6
-    return z
+        assert_close(out.to_host(), activation_ref(product + residual, activation), 1e-5, what + " no bias")
 
 
 def test_epilogue_operands_are_checked(rng, device):

@@ -38,6 +38,17 @@ def assert_close_to_scale(actual, expected, scale, tol: float, what: str = "") -
     assert err <= tol, f"{what}: error {err:.3e} of the terms' magnitude > {tol:.1e}"
 
 
+def activation_ref(z, activation):
+    """An inference epilogue's activation (netcl.runtime.cl_activation.ACTIVATIONS) in NumPy."""
+    if activation == "relu":
+        return np.maximum(z, 0)
+    if activation == "relu6":
+        return np.clip(z, 0, 6)
+    if activation == "hardswish":
+        return z * np.clip(z + 3, 0, 6) / 6
+    return z
+
+
 def conv2d_ref(x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     """float64 NCHW cross-correlation by summing shifted slices (one per kernel tap)."""
     x = np.asarray(x, np.float64)
