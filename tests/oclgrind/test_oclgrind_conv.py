@@ -95,11 +95,13 @@ def test_winograd_whole_plane_kernels(rng, device, monkeypatch):
 
 def test_depthwise_cpu_strips(rng, device, monkeypatch):
     """The depthwise strips a CPU runs (4 and 16 columns a vector, a last strip moved back, borders on
-    both sides), padding beyond the kernel's reach, and backward_data's phases of stride 2."""
+    both sides; at stride 2 each tap's two loads), padding beyond the kernel's reach, and backward_data's
+    phases of stride 2."""
     from netcl.ops import conv_depthwise
     monkeypatch.setattr(device, "kind", "cpu")
     for vector in (4, 16):
-        monkeypatch.setattr(conv_depthwise, "_vector_columns", lambda dev, dtype, columns: vector if columns >= vector else 1)
+        monkeypatch.setattr(conv_depthwise, "_vector_columns",
+                            lambda dev, dtype, columns, strided=False: vector if columns >= vector else 1)
         for spec in [((1, 2, 5, 23), (2, 1, 3, 3), 1, 1, 1, 2), ((2, 2, 6, 37), (4, 1, 3, 5), 2, (1, 3), 1, 2),
                      ((1, 1, 4, 22), (2, 1, 3, 3), 1, 3, 2, 1)]:
             assert run_layer("depthwise", spec, "float32", rng, device) == ["forward", "backward_data",
@@ -228,6 +230,8 @@ EPILOGUE_LAYERS = {
     "direct_blocked": [((1, 3, 5, 7), (5, 3, 3, 3), 1, 1, 1), ((1, 2, 2, 16), (3, 2, 3, 3), 1, 1, 1)],
     "implicit_gemm": [((2, 4, 5, 6), (6, 2, 3, 3), 2, 1, 2)],
     "depthwise": [((1, 3, 4, 19), (6, 1, 3, 3), 1, 1, 3), ((1, 2, 5, 7), (2, 1, 3, 3), 2, 1, 2)],
+    "gemm": [((2, 5, 4, 9), (7, 5, 1, 1), 1, 0, 1)],      # the GEMM's store, its column tail
+    "im2col": [((1, 3, 5, 7), (5, 3, 3, 3), 1, 1, 1)],    # one image: the product writes the output
 }
 
 
