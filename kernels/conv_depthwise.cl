@@ -110,7 +110,7 @@ def lane(value, width, index):
         if SW == 2 and DW == 1 and VW > 1:
             low = vector(T, VW, ["row[%d]" % (s + l) for l in range(VW)])
             high = vector(T, VW, ["row[%d]" % (s + VW - 1 + l) for l in range(VW)])
-            return "((%s)((%s).even, (%s).odd))" % (VT, low, high)
+            return "even_odd(%s, %s)" % (low, high)
         return vector(T, VW, ["row[%d]" % (l * SW + s * DW) for l in range(VW)])
 
     def epilogue(value, type_, residual):
@@ -125,6 +125,14 @@ def lane(value, width, index):
 % endif
 
 #define INSIDE(i, n) ((uint)(i) < (uint)(n))
+% if SW == 2 and DW == 1 and VW > 1:
+
+/* A stride-2 strip's tap: the even lanes of `low` then the odd lanes of `high` (named lanes: a shuffle) */
+inline ${VT} even_odd(const ${VT} low, const ${VT} high)
+{
+    return (${VT})(${", ".join(["low.s%x" % l for l in range(0, VW, 2)] + ["high.s%x" % l for l in range(1, VW, 2)])});
+}
+% endif
 
 /* A row pass's work-group: its lanes, its run of rows [begin, end) of `rows`, and its plane
    (image, channel) of `channels` per image. */
