@@ -207,6 +207,12 @@ class ConvStrategy:
     def fuses_epilogue_for(self, layer: ConvLayer) -> bool:
         return self.fuses_epilogue
 
+    def refuse_unfused_epilogue(self, layer: ConvLayer, bias, residual, activation: str) -> None:
+        """Raise ShapeError when forward is given an epilogue for a layer it does not fuse one into."""
+        if (bias is not None or residual is not None or activation != "none") and not self.fuses_epilogue_for(layer):
+            raise ShapeError(f"the {self.name} strategy fuses no inference epilogue into this layer "
+                             f"({layer.describe()})")
+
     def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
         return 0
 

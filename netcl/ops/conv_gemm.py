@@ -14,7 +14,6 @@ import dataclasses
 import numpy as np
 
 from .. import dtypes
-from ..errors import ShapeError
 from ..runtime.device import resolve_device
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
@@ -148,10 +147,7 @@ class GemmStrategy(ConvStrategy):
         if _strided(layer):
             return self.forward(_gather(x, layer), w, _subsampled(layer), bias=bias, residual=residual,
                                 activation=activation)
-        epilogue = bias is not None or residual is not None or activation != "none"
-        if epilogue and not self.fuses_epilogue_for(layer):
-            raise ShapeError(f"the gemm strategy fuses an epilogue into ungrouped layers only; this one has "
-                             f"groups={layer.groups}")
+        self.refuse_unfused_epilogue(layer, bias, residual, activation)
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
         kg, cg = layer.k // layer.groups, layer.c // layer.groups
         by_group, calls = self._plan(layer)

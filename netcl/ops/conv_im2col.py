@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..errors import ShapeError
 from ..runtime.device import resolve_device
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
@@ -118,10 +117,7 @@ class Im2colStrategy(ConvStrategy):
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None,
                 residual: Tensor | None = None, activation: str = "none") -> Tensor:
-        epilogue = bias is not None or residual is not None or activation != "none"
-        if epilogue and not self.fuses_epilogue_for(layer):
-            raise ShapeError(f"the im2col strategy fuses an epilogue into one ungrouped image only; this layer "
-                             f"has batch {layer.n}, groups={layer.groups}")
+        self.refuse_unfused_epilogue(layer, bias, residual, activation)
         cols = self._columns(x, layer)
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
         kmat = y if layer.n == 1 else Tensor.empty((layer.k, layer.n * layer.out_h * layer.out_w), x.dtype, x.device)

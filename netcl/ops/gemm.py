@@ -233,8 +233,13 @@ def gemm_batched(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1
     return c
 
 
+NO_EPILOGUE = (False, False, "none")
+
+
 def _epilogue(c: Tensor, bias: Tensor | None, residual: Tensor | None, activation: str) -> tuple:
     """The (BIAS, RESIDUAL, ACT) template parameters of a product's epilogue, its operands checked."""
+    if bias is None and residual is None and activation == "none":
+        return NO_EPILOGUE
     if activation not in ACTIVATIONS:
         raise ShapeError(f"gemm_batched: unknown activation {activation!r}; expected one of {ACTIVATIONS}")
     if bias is not None and (bias.shape != (c.shape[1],) or bias.dtype != c.dtype or bias.device is not c.device):
@@ -246,9 +251,6 @@ def _epilogue(c: Tensor, bias: Tensor | None, residual: Tensor | None, activatio
                          f"and dtype {c.dtype}; got shape {residual.shape}, strides {residual.strides}, "
                          f"{residual.dtype}")
     return (bias is not None, residual is not None, activation)
-
-
-NO_EPILOGUE = (False, False, "none")
 
 
 def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta: float = 0.0,
