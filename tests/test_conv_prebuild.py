@@ -15,6 +15,7 @@ from netcl.ops import conv2d_planner as planner
 from netcl.ops import conv_chooser
 from netcl.ops import gemm_surface
 from netcl.ops.conv_common import ConvLayer
+from netcl.ops.conv_profile import CLASS_SHAPES
 from netcl.ops.elementwise import copy_into
 from netcl.ops.gemm import shape_class
 from netcl.runtime import binaries, kernels
@@ -58,7 +59,7 @@ def test_jobs_are_gemm_shape_classes_then_layers_and_survive_json():
     gemm_jobs = [j for j in jobs if j[0] == "gemm"]
     assert jobs[:len(gemm_jobs)] == gemm_jobs and len(jobs) == len(gemm_jobs) + len(layers)
     products = [tuple(p) for j in gemm_jobs for p in j[2]]
-    assert len(products) == len(set(products)) == 4 + len(gemm_surface.points(gemm_surface.QUICK_GRID))
+    assert len(products) == len(set(products)) == len(CLASS_SHAPES) + len(gemm_surface.points(gemm_surface.QUICK_GRID))
     for job in gemm_jobs:  # one shape class a job: products that share programs stay in one process
         assert job[1] == "float32"
         assert len({shape_class(m, n, k, max(batch, 1)) for batch, m, n, k in job[2]}) == 1

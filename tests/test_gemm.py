@@ -238,6 +238,8 @@ def test_parameters_come_from_the_database(device):
     assert shape_class(2048, 2048, 2048) == "large"
     assert shape_class(20, 36864, 25) == "small_k"
     assert shape_class(64, 500, 800) == "small_mn"
+    assert shape_class(512, 49, 4608) == "small_n"  # many rows, few columns: ResNet's 7x7 layers at batch 1
+    assert shape_class(49, 512, 4608) == "small_mn"
     assert shape_class(64, 10, 500) == "tiny"
     p = params_for(device, np.float32, 512, 512, 512)
     assert {"MR", "VW", "NV"} <= set(p)

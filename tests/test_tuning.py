@@ -120,6 +120,23 @@ def test_gemm_uses_stored_parameters(tmp_cache, device, rng, canaries):
     assert p["MR"] >= 1
 
 
+def test_small_n_products_fall_back_to_the_small_mn_entry(tmp_cache, device, rng):
+    """A device tuned before the small_n class existed serves those products with its small_mn tile, not
+    its large one; once small_n is tuned, its own entry wins."""
+    small_mn = {"MR": 3, "VW": 4, "NV": 1, "WG_M": 2, "WG_N": 1, "PACK_B": 1, "ORDER": "mn", "gflops": 1.0}
+    large = {"MR": 5, "VW": 8, "NV": 2, "WG_M": 1, "WG_N": 1, "PACK_B": 1, "ORDER": "nm", "gflops": 2.0}
+    db.store(device, "gemm", small_mn, key="float32/small_mn")
+    db.store(device, "gemm", large, key="float32")
+    assert gemm_module.params_for(device, np.float32, 300, 49, 500)["MR"] == 3
+    assert gemm_module.params_for(device, np.float32, 300, 300, 500)["MR"] == 5
+    db.store(device, "gemm", dict(small_mn, MR=7), key="float32/small_n")
+    assert gemm_module.params_for(device, np.float32, 300, 49, 500)["MR"] == 7
+    a = rng.standard_normal((301, 500)).astype(np.float32)
+    b = rng.standard_normal((500, 49)).astype(np.float32)
+    out = gemm_module.gemm(nc.Tensor.from_host(a, device), nc.Tensor.from_host(b, device))
+    assert_close(out.to_host(), a.astype(np.float64) @ b, 1e-5, "gemm with the small_n entry")
+
+
 def test_tuner_rejects_wrong_results(device, tmp_cache):
     case = tuner._Case(device, np.dtype(np.float32), 9, 17, 13, np.random.default_rng(0))
     score, rates = tuner._score([case], {"MR": 2, "VW": 4, "NV": 1}, 1, 1e-5)
@@ -146,14 +163,16 @@ def test_register_tiles_include_256_bit_ones_when_the_reported_vector_is_wider(d
 
 
 def test_tuner_stores_winners(device, tmp_cache, monkeypatch):
-    small = {"large": [(40, 48, 40)], "small_k": [(24, 40, 8)], "small_mn": [(8, 40, 120)], "tiny": [(4, 10, 50)]}
+    small = {"large": [(40, 48, 40)], "small_k": [(24, 40, 8)], "small_mn": [(8, 40, 120)],
+             "small_n": [(40, 8, 120)], "tiny": [(4, 10, 50)]}
     monkeypatch.setattr(tuner, "QUICK_SHAPES", small)
     monkeypatch.setattr(tuner, "_tiles", lambda lanes, quick, dtype: [{"MR": 2, "VW": 4, "NV": 1}])
     monkeypatch.setattr(tuner, "_groups", lambda quick: [{"WG_M": 2, "WG_N": 1, "ORDER": "mn"}])
     monkeypatch.setattr(tuner, "_extras", lambda quick: [{"PACK_B": 0, "PACK_A": 0, "KU": 1}])
     result = tuner.run_cli(types.SimpleNamespace(quick=True, json=True))
     assert "float32/large" in result["results"]
-    for key in ("float32/large", "float32/small_k", "float32/small_mn", "float32/tiny", "float32"):
+    for key in ("float32/large", "float32/small_k", "float32/small_mn", "float32/small_n", "float32/tiny",
+                "float32"):
         entry = db.lookup(device, "gemm", key)
         assert db.source(device, "gemm", key) == "user"
         assert entry["gflops"] > 0 and {"MR", "VW", "NV"} <= set(entry)

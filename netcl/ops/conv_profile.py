@@ -28,13 +28,13 @@ from .conv_memory import memory
 FAMILY = "conv_calibration"
 # One representative product per GEMM shape class (netcl.ops.gemm.shape_class), conv-like and quick.
 CLASS_SHAPES = {"large": (256, 256, 256), "small_k": (32, 9216, 50), "small_mn": (50, 2048, 500),
-                "tiny": (64, 10, 500)}
+                "small_n": (256, 49, 2304), "tiny": (64, 10, 500)}
 # Bumped whenever the stored quantities are measured differently, or the cost terms a sample's
 # (arith_ms, other_ms) were computed with change meaning (4: implicit GEMM's residue classes and gathering,
 # direct_blocked's backward_data; 5: products priced by the measured rate surface; 6: products smaller than
 # the surface's grid priced at its smallest product's time, and the residual model; 7: Winograd's products
-# per chunk of samples).
-CALIBRATION_VERSION = 7
+# per chunk of samples; 8: the small_n shape class).
+CALIBRATION_VERSION = 8
 
 
 def context(device) -> str:

@@ -57,11 +57,16 @@ def shape_class(M: int, N: int, K: int, batch: int = 1) -> str:
     """The tuning database's key suffix for a product: the tuner measures one representative per class.
     "tiny" products take about one launch's time, so their best tile is the one that keeps the grid
     small and its edges cheap (64x10x500, LeNet's last layer, runs faster with 8x8 tiles than with the
-    small_mn class's). A batched launch is tiny only if the whole batch is."""
+    small_mn class's). "small_n" products have many rows and few columns, a convolution's late layers
+    at batch 1 (ResNet's 512x49x4608): a tile wide along N wastes most of its lanes on their edge, so
+    they are tuned apart from "small_mn", whose representatives are few rows by many columns. A batched
+    launch is tiny only if the whole batch is."""
     if 2 * M * N * K * batch <= TINY_PRODUCT_FLOP:
         return "tiny"
     if K <= 96:
         return "small_k"
+    if N <= 96 < M:
+        return "small_n"
     if M <= 96 or N <= 96:
         return "small_mn"
     return "large"
@@ -124,8 +129,14 @@ def register_lanes(device, dtype) -> int:
     return tuned if tuned in (4, 8, 16) else native_lanes(device, name)
 
 
+# A class with no entry of its own takes its neighbour's before the dtype's: a device tuned before
+# "small_n" existed serves those products with its small_mn tile rather than its large one.
+CLASS_FALLBACK = {"small_n": "small_mn"}
+
+
 def _lookup_params(device, name: str, cls: str) -> dict:
-    for key in (f"{name}/{cls}", name):
+    keys = [f"{name}/{cls}"] + ([f"{name}/{CLASS_FALLBACK[cls]}"] if cls in CLASS_FALLBACK else []) + [name]
+    for key in keys:
         p = db.lookup(device, "gemm", key) or {}
         if p:
             break
