@@ -4,8 +4,8 @@ For each dtype and shape class (netcl.ops.gemm.shape_class) the tuner times cand
 representative products and keeps the fastest whose result matches a float64 NumPy reference (relative
 L2 error <= 1e-5 for float32, 1e-12 for float64; anything else, or a failed build, is rejected). The
 search is staged to keep the number of kernel builds small: first the register tile (MR x VW*NV), then
-the work-group shape and grid order, then packing and K unrolling, then (full search only) local-memory
-tiles. The current parameters are always a candidate, so a re-tune never makes things worse by its own
+the work-group shape and grid order, then packing and K unrolling, then the register tile again with
+those, then (full search only) local-memory tiles. The current parameters are always a candidate, so a re-tune never makes things worse by its own
 measurement. Winners go to the tuning database (netcl.runtime.tuning_db) under family "gemm", key
 "<dtype>/<class>" (and "<dtype>" for the large class, the fallback), together with the GFLOP/s measured,
 which netcl.ops.gemm.expected_gflops serves to cost models such as the conv planner's.
@@ -25,14 +25,14 @@ from ..runtime.timing import calls_per_sample
 SHAPES = {
     "large": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)],
     "small_k": [(20, 36864, 25), (500, 4096, 50), (500, 800, 64), (64, 16384, 64)],
-    "small_mn": [(50, 4096, 500), (50, 500, 4096), (64, 500, 800)],
+    "small_mn": [(50, 4096, 500), (50, 500, 4096), (64, 500, 800), (96, 196, 576)],
     "small_n": [(512, 49, 4608), (2048, 49, 512), (256, 49, 2304)],  # ResNets' 7x7 layers at batch 1
     "tiny": [(64, 10, 500), (10, 500, 64), (64, 500, 10)],  # LeNet's last layer, forward and backward
 }
 QUICK_SHAPES = {
     "large": [(512, 512, 512), (1536, 1536, 1536)],  # a big one: grid order matters once B leaves L2
     "small_k": [(20, 36864, 25), (500, 4096, 50), (64, 16384, 64)],  # the last: a Winograd product
-    "small_mn": [(50, 4096, 500), (64, 500, 800)],
+    "small_mn": [(50, 4096, 500), (64, 500, 800), (96, 196, 576)],  # the last: MobileNetV2's 14x14 projection
     "small_n": [(512, 49, 4608), (2048, 49, 512)],
     "tiny": [(64, 10, 500), (10, 500, 64)],
 }
@@ -194,7 +194,9 @@ def tune_class(device, dtype: str, cls: str, quick: bool, log=print) -> dict:
     best = normalize(current)
     best_score = trial(best) or 0.0
     lanes = native_lanes(device, dtype)
-    stages = [_tiles(lanes, quick, dtype), _groups(quick), _extras(quick)]
+    # The register tile is searched again once the grid and packing are chosen: it is first timed with
+    # B packed, and a tile that wins without packing (a narrow one on few-column products) loses there.
+    stages = [_tiles(lanes, quick, dtype), _groups(quick), _extras(quick), _tiles(lanes, quick, dtype)]
     if not quick:
         stages.append(_local_variants(dtype))
     base = {"MR": 4, "VW": lanes, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1, "PACK_A": 0,
