@@ -29,6 +29,10 @@ Template parameters (all have defaults):
   T      element type, "float" or "double"                              (default "float")
   FLIP        wino_filter_transform reads rotated, channel-swapped filters   (default 0)
   TILE_MAJOR  wino_input_transform writes the [16][groups][tiles][channels/groups] layout (default 0)
+  BIAS        wino_output_transform4 adds bias[o] to every output of channel o (default False)
+  RESIDUAL    wino_output_transform4 then adds residual[n][o][h][w], a tensor of dst's shape (default False)
+  ACT         wino_output_transform4 then applies "none", "relu", "relu6" or "hardswish": an inference
+              epilogue with the bits of the separate pass (netcl.runtime.cl_activation) (default "none")
 
 Launch: the tile kernels (input, output, grad) are 3-D: (tx < TW, ty < TH, plane) (the *4 kernels:
 (ceil(TW / 4), TH, plane)), so a work-item finds its tile without 64-bit divisions and neighbours along
@@ -45,9 +49,10 @@ lost wino_filter_transform8 from its cached double programs).
 Every kernel that reads or writes the 16 transformed matrices takes estride, the elements from one
 matrix to the next (netcl.ops.conv_winograd.matrix_stride pads it off multiples of 4 KiB).
 </%doc>
-<%page args="T='float', FLIP=0, TILE_MAJOR=0"/>
+<%page args="T='float', FLIP=0, TILE_MAJOR=0, BIAS=False, RESIDUAL=False, ACT='none'"/>
 <%namespace name="wm" file="_winograd_math.cl"/>
 <%! from netcl.runtime.cl_vectors import vload, vstore, lesser %>
+<%! from netcl.runtime.cl_activation import apply_epilogue %>
 <%
 def to_matrices(base, store=None):
     """element (i, j) of a transform to matrix 4i + j, from `base`: a plain store, or `store`(value, address)"""
@@ -146,11 +151,13 @@ __kernel void wino_input_transform4(
 ${wm.input_transform(T + "4", "d", to_matrices("out", lambda value, at: f"store_tiles4({value}, {at}, nt)"))}\
 }
 
-// Four adjacent tiles per work-item (the lanes of ${T}4 vectors), M in the [16][CH][tiles] layout.
+// Four adjacent tiles per work-item (the lanes of ${T}4 vectors), M in the [16][CH][tiles] layout; bias
+// and residual are read only with BIAS and RESIDUAL.
 __kernel void wino_output_transform4(
     __global const ${T}* M, const long m_off, const long estride,
     const int NB, const int CH, const int OH, const int OW, const int TH, const int TW, const int CMAJOR,
-    __global ${T}* dst, const long dst_off)
+    __global ${T}* dst, const long dst_off,
+    __global const ${T}* bias, const long bias_off, __global const ${T}* residual, const long residual_off)
 {
     const int tx0 = 4 * get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
     if (tx0 >= TW || ty >= TH || pl >= NB * CH) return;
@@ -168,15 +175,22 @@ __kernel void wino_output_transform4(
     }
     ${T}4 y[2][2];
 ${wm.output_transform(T + "4", "m", lambda i, j, value: f"y[{i}][{j}] = {value}")}\
-    __global ${T}* plane = dst + dst_off + ((long)n * CH + o) * OH * OW;
+    const long plane_at = ((long)n * CH + o) * OH * OW;
+    __global ${T}* plane = dst + dst_off + plane_at;
     for (int i = 0; i < 2; ++i) {
         const int h = 2 * ty + i;
         if (h >= OH) break;
         const ${T}4 y0 = y[i][0], y1 = y[i][1];
         const ${T} ys[8] = {y0.s0, y1.s0, y0.s1, y1.s1, y0.s2, y1.s2, y0.s3, y1.s3};
-        __global ${T}* row = plane + (long)h * OW + 2 * tx0;
+        const long row_at = (long)h * OW + 2 * tx0;
+        __global ${T}* row = plane + row_at;
         const int cols_left = OW - 2 * tx0, cols = ${lesser('8', 'cols_left')};
-        for (int j = 0; j < cols; ++j) row[j] = ys[j];
+        for (int j = 0; j < cols; ++j) {
+            ${T} out = ys[j];
+            ${apply_epilogue("out", T, "bias[bias_off + o]" if BIAS else None,
+                             "residual[residual_off + plane_at + row_at + j]" if RESIDUAL else None, ACT)}
+            row[j] = out;
+        }
     }
 }
 

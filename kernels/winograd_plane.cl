@@ -25,14 +25,20 @@ Template parameters (all have defaults; keep TH * TW small: netcl.ops.conv_winog
   PH PW     padding of the input plane, may be negative                (default 0 0)
   OH OW     output plane size (wino_output_plane)                      (default 2 2)
   TH TW     tiles per plane: ceil(out_h / 2), ceil(out_w / 2)          (default 1 1)
+  VN        samples per work-item, the lanes of its vectors            (default 1)
+  BIAS      wino_output_plane adds bias[k] to every output of channel k (default False)
+  RESIDUAL  wino_output_plane then adds residual[n][k][h][w], a tensor of dst's shape (default False)
+  ACT       wino_output_plane then applies "none", "relu", "relu6" or "hardswish": an inference
+            epilogue with the bits of the separate pass (netcl.runtime.cl_activation) (default "none")
 
 Launch: 2-D, global (N, CH), any local size (tails guarded). estride is the elements from one of the 16
 matrices to the next (netcl.ops.conv_winograd.matrix_stride).
 No OpenCL built-in function takes or returns a vector here (netcl.runtime.cl_vectors says why).
 </%doc>
-<%page args="T='float', N=1, CH=1, IH=4, IW=4, PH=0, PW=0, OH=2, OW=2, TH=1, TW=1, VN=1"/>
+<%page args="T='float', N=1, CH=1, IH=4, IW=4, PH=0, PW=0, OH=2, OW=2, TH=1, TW=1, VN=1, BIAS=False, RESIDUAL=False, ACT='none'"/>
 <%namespace name="wm" file="_winograd_math.cl"/>
 <%! from netcl.runtime import cl_vectors %>
+<%! from netcl.runtime.cl_activation import apply_epilogue %>
 <%
 TILES = N * TH * TW
 VT = T if VN == 1 else f"{T}{VN}"
@@ -119,9 +125,12 @@ __kernel void wino_input_plane(
 % endfor
 }
 
+// bias and residual are read only with BIAS and RESIDUAL
 __kernel void wino_output_plane(
     __global const ${T}* restrict M, const long m_off, const long estride,
-    __global ${T}* restrict dst, const long dst_off)
+    __global ${T}* restrict dst, const long dst_off,
+    __global const ${T}* restrict bias, const long bias_off, __global const ${T}* restrict residual,
+    const long residual_off)
 {
     const int n0 = get_global_id(0) * ${VN}, k = get_global_id(1);
     if (n0 >= ${N} || k >= ${CH}) return;
@@ -143,8 +152,18 @@ ${wm.output_transform(VT, "m", to_plane(ty, tx))}\
 %     endfor
 %   endif
 % endfor
-    __global ${T}* plane = dst + dst_off + ((long)n0 * ${CH} + k) * ${OH * OW};
+    const long plane_at = ((long)n0 * ${CH} + k) * ${OH * OW};
+    __global ${T}* plane = dst + dst_off + plane_at;
 % for lane in range(VN):
+% if BIAS or RESIDUAL or ACT != "none":
+    for (int i = 0; i < ${OH * OW}; ++i) {
+        ${T} out = y[i]${"" if VN == 1 else ".s" + LANES[lane]};
+        ${apply_epilogue("out", T, "bias[bias_off + k]" if BIAS else None,
+                         f"residual[residual_off + plane_at + {lane * CH * OH * OW} + i]" if RESIDUAL else None, ACT)}
+        plane[${lane * CH * OH * OW} + i] = out;
+    }
+% else:
     for (int i = 0; i < ${OH * OW}; ++i) plane[${lane * CH * OH * OW} + i] = y[i]${"" if VN == 1 else ".s" + LANES[lane]};
+% endif
 % endfor
 }

@@ -1,6 +1,6 @@
 """The inference epilogue fused into a convolution's store (netcl.ops.conv2d.conv2d_inference): bias, then the
-residual, then the activation, in the strategies that fuse it (direct_blocked, implicit_gemm, depthwise;
-gemm for ungrouped layers, im2col for one ungrouped image) and as a separate pass elsewhere. Each is checked against float64 NumPy on odd sizes with
+residual, then the activation, in the strategies that fuse it (direct_blocked, implicit_gemm, depthwise,
+winograd; gemm for ungrouped layers, im2col for one ungrouped image) and as a separate pass elsewhere. Each is checked against float64 NumPy on odd sizes with
 canaries, and bit for bit against the convolution followed by BatchNorm's folded epilogue pass (the
 arithmetic they share, netcl.runtime.cl_activation); eval-mode models fold their BatchNorms into fused
 convolutions, and a replayed forward computes what the forward as written does."""
@@ -30,6 +30,10 @@ LAYERS = {
     # im2col's single images; rows past the vector tiles take the product's element-wise tail
     "gemm": [((2, 5, 9, 13), (7, 5, 1, 1), 1, 0, 1), ((1, 6, 7, 9), (9, 6, 1, 1), 2, 0, 1)],
     "im2col": [((1, 5, 9, 13), (7, 5, 3, 3), 1, 1, 1), ((1, 3, 11, 10), (5, 3, 3, 3), 2, 1, 1)],
+    # the output transform's store: the tile kernel (partial tiles of four and rows of two) and, on a
+    # CPU, the whole-plane kernels with 4 and 8 samples in the lanes (grouped, no padding)
+    "winograd": [((2, 5, 9, 13), (7, 5, 3, 3), 1, 1, 1), ((4, 6, 7, 9), (10, 3, 3, 3), 1, 1, 2),
+                 ((8, 3, 6, 5), (4, 3, 3, 3), 1, 0, 1)],
 }
 TOLERANCE = {"float32": 2e-6, "float64": 1e-13}
 
@@ -97,6 +101,17 @@ def test_fused_epilogue_in_float64_every_variant(strategy, activation, residual_
     if not device.has_fp64:
         pytest.skip("the device has no float64")
     check_fused(strategy, activation, residual_add, "float64", LAYERS[strategy], rng, device)
+
+
+def test_winograd_epilogue_in_chunks_of_samples(monkeypatch, rng, device, canaries):
+    """Winograd's data pass runs a chunk of samples at a time (samples_per_chunk): each chunk's output
+    transform adds the residual of its own samples."""
+    from netcl.ops import conv_winograd
+    spec = ((6, 4, 9, 11), (5, 4, 3, 3), 1, 1, 1)
+    monkeypatch.setattr(conv_winograd, "CHUNK_BYTES", 16 * (4 + 5) * 5 * 6 * 4 * 2)  # two samples a chunk
+    assert conv_winograd.samples_per_chunk(6, 4, 5, 9, 11, 4) == 2
+    for activation in ("relu", "hardswish"):
+        check_fused("winograd", activation, True, "float32", [spec], rng, device)
 
 
 @pytest.mark.parametrize("strategy", sorted(LAYERS))

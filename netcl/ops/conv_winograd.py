@@ -180,21 +180,29 @@ def _filter_transform(w: Tensor, layer: ConvLayer, flip: bool, into: Tensor | No
     return u
 
 
-def _output_transform(m: Tensor, out: Tensor, th: int, tw: int, lanes: int = 0) -> Tensor:
-    """out = AᵀmA of every tile of M ([16][channels][tiles]; ``lanes`` as in _input_transform)."""
+def _output_transform(m: Tensor, out: Tensor, th: int, tw: int, lanes: int = 0, bias: Tensor | None = None,
+                      residual: Tensor | None = None, activation: str = "none") -> Tensor:
+    """out = AᵀmA of every tile of M ([16][channels][tiles]; ``lanes`` as in _input_transform), then the
+    inference epilogue: + bias[channel], + residual (out's shape), the activation."""
     n, ch, oh, ow = out.shape
+    epilogue = {"BIAS": bias is not None, "RESIDUAL": residual is not None, "ACT": activation}
+    operands = []
+    for operand in (bias, residual):
+        operand = operand if operand is not None else out  # not read without BIAS / RESIDUAL
+        operands += [operand.buffer, np.int64(operand.offset)]
     if lanes:
         kernel = get_kernel(out.device, "winograd_plane.cl", "wino_output_plane", T=dtypes.c_type(out.dtype),
-                            N=n, CH=ch, OH=oh, OW=ow, TH=th, TW=tw, VN=lanes)
+                            N=n, CH=ch, OH=oh, OW=ow, TH=th, TW=tw, VN=lanes, **epilogue)
         launch(out.device, kernel, (n // lanes, ch), PLANE_LOCAL, m.buffer, np.int64(m.offset),
-               np.int64(m.strides[0]), out.buffer, np.int64(out.offset))
+               np.int64(m.strides[0]), out.buffer, np.int64(out.offset), *operands)
         return out
     tw4 = -(-tw // 4)
-    launch(out.device, _kernel(out.device, "wino_output_transform4", out.dtype), (tw4, th, n * ch),
-           _tile_local(th, tw4),
+    kernel = get_kernel(out.device, "winograd.cl", "wino_output_transform4", T=dtypes.c_type(out.dtype), **epilogue)
+    launch(out.device, kernel, (tw4, th, n * ch), _tile_local(th, tw4),
            m.buffer, np.int64(m.offset), np.int64(m.strides[0]),
            np.int32(n), np.int32(ch), np.int32(oh), np.int32(ow),
-           np.int32(th), np.int32(tw), np.int32(_channel_major(th, tw)), out.buffer, np.int64(out.offset))
+           np.int32(th), np.int32(tw), np.int32(_channel_major(th, tw)), out.buffer, np.int64(out.offset),
+           *operands)
     return out
 
 
@@ -246,9 +254,11 @@ def _view(t: Tensor, shape, offset: int) -> Tensor:
     return Tensor(t.buffer, shape, t.dtype, t.device, t.strides, t.offset + offset)
 
 
-def _correlate(src: Tensor, u: Tensor, out: Tensor, pad_h: int, pad_w: int, groups: int) -> Tensor:
+def _correlate(src: Tensor, u: Tensor, out: Tensor, pad_h: int, pad_w: int, groups: int,
+               bias: Tensor | None = None, residual: Tensor | None = None, activation: str = "none") -> Tensor:
     """out = the stride-1 3×3 correlation of src with the transformed filters u (any padding), a chunk of
-    samples at a time (samples_per_chunk: a divisor of the batch, so every chunk reuses V and M)."""
+    samples at a time (samples_per_chunk: a divisor of the batch, so every chunk reuses V and M), with the
+    inference epilogue (bias, residual of out's shape, activation) in the output transform."""
     n, ch_out, oh, ow = out.shape
     ch_in, ih, iw = src.shape[1:]
     chunk = samples_per_chunk(n, ch_in, ch_out, oh, ow, out.dtype.itemsize, groups)
@@ -259,9 +269,10 @@ def _correlate(src: Tensor, u: Tensor, out: Tensor, pad_h: int, pad_w: int, grou
     for n0 in range(0, n, chunk):
         x_part = _view(src, (chunk, ch_in, ih, iw), n0 * src.strides[0])
         y_part = _view(out, (chunk, ch_out, oh, ow), n0 * out.strides[0])
+        r_part = None if residual is None else _view(residual, y_part.shape, n0 * residual.strides[0])
         _input_transform(x_part, pad_h, pad_w, th, tw, groups, into=v, lanes=lanes)
         gemm_batched(_grouped(u, groups), _grouped(v, groups), c=_grouped(m, groups))
-        _output_transform(m, y_part, th, tw, lanes)
+        _output_transform(m, y_part, th, tw, lanes, bias, r_part, activation)
     return out
 
 
@@ -269,6 +280,8 @@ class WinogradStrategy(ConvStrategy):
     name = "winograd"
     tile = 2  # F(2×2, 3×3)
     keeps_weight_derivatives = True  # the transformed filters
+    fuses_bias = True  # forward(..., bias=) adds the bias in the output transform
+    fuses_epilogue = True  # and forward(..., residual=, activation=) the rest of an inference epilogue
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         if (layer.r, layer.s) != (3, 3):
@@ -319,13 +332,14 @@ class WinogradStrategy(ConvStrategy):
         return CostTerms(products=[Product(*dims, batch=a * a * g, calls=calls)], launches=1 + 3 * calls,
                          bytes_moved=tensor_bytes(layer) + 2 * transformed)
 
-    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, keep: bool = False) -> Tensor:
+    def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None,
+                residual: Tensor | None = None, activation: str = "none", keep: bool = False) -> Tensor:
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
         if y.size == 0:
             return y
         u = derived_from_weight(w, ("winograd filters", layer.k, layer.c, layer.groups),
                                 lambda weight, into: _filter_transform(weight, layer, False, into), keep)
-        return _correlate(x, u, y, layer.pad_h, layer.pad_w, layer.groups)
+        return _correlate(x, u, y, layer.pad_h, layer.pad_w, layer.groups, bias, residual, activation)
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         gx = Tensor.empty(layer.input_shape, w.dtype, w.device)

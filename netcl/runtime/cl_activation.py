@@ -1,7 +1,7 @@
 """OpenCL C text for the activations a kernel applies to its results as it stores them (an epilogue).
 
 The convolution kernels that fuse an inference epilogue (kernels/conv_blocked.cl, implicit_gemm.cl,
-conv_depthwise.cl) and BatchNorm's apply kernel (kernels/batchnorm.cl) take the activation from here, so
+conv_depthwise.cl, winograd.cl, winograd_plane.cl) and BatchNorm's apply kernel (kernels/batchnorm.cl) take the activation from here, so
 the arithmetic is written once and a fused epilogue gives the same bits as the separate pass:
   relu       z > 0 ? z : 0
   relu6      the ReLU, then z < 6 ? z : 6
@@ -32,3 +32,17 @@ def apply_activation(activation: str, value: str, value_type: str) -> str:
         return relu + " %s = %s < %s ? %s : %s;" % (value, value, six, value, six)
     return ("{ const %s gate = %s + %s; %s = %s * (gate < %s ? %s : (gate > %s ? %s : gate)) / %s; }"
             % (value_type, value, three, value, value, zero, zero, six, six, six))
+
+
+def apply_epilogue(value: str, value_type: str, bias: str | None = None, residual: str | None = None,
+                   activation: str = "none") -> str:
+    """Statements applying an inference epilogue in place to the variable ``value``: add ``bias`` (a C
+    expression, or None), then ``residual`` (likewise), then ``activation``: the order and arithmetic of
+    kernels/batchnorm.cl's bn_apply with SHIFT_ONLY, so a fused epilogue gives the separate pass's bits."""
+    steps = []
+    if bias is not None:
+        steps.append(f"{value} = {value} + ({value_type})({bias});")
+    if residual is not None:
+        steps.append(f"{value} += ({value_type})({residual});")
+    steps.append(apply_activation(activation, value, value_type))
+    return " ".join(s for s in steps if s)

@@ -232,6 +232,9 @@ EPILOGUE_LAYERS = {
     "depthwise": [((1, 3, 4, 19), (6, 1, 3, 3), 1, 1, 3), ((1, 2, 5, 7), (2, 1, 3, 3), 2, 1, 2)],
     "gemm": [((2, 5, 4, 9), (7, 5, 1, 1), 1, 0, 1)],      # the GEMM's store, its column tail
     "im2col": [((1, 3, 5, 7), (5, 3, 3, 3), 1, 1, 1)],    # one image: the product writes the output
+    # the output transform's store: partial tiles of the tile kernel, and (on a CPU device) the
+    # whole-plane kernel with four samples in its lanes
+    "winograd": [((1, 3, 5, 7), (4, 3, 3, 3), 1, 1, 1), ((4, 2, 5, 6), (3, 2, 3, 3), 1, 1, 1)],
 }
 
 
