@@ -28,6 +28,8 @@ over ten times slower there).
   RELU       max only: compute maxpool(relu(x)) = relu(maxpool(x)) in one pass; a window whose max is
              not positive outputs 0 with argmax -1, so backward sends it no gradient, exactly as the
              separate ReLU would                                         (default False)
+  ARGMAX     max only: write the argmax for backward; False (inference, where no backward follows)
+             leaves `arg` untouched and spares the index bookkeeping      (default True)
 
 Kernels. A row of outputs splits into interior columns, whose windows lie inside the input's columns,
 and edge columns. A block kernel's work-item computes VW neighbouring interior outputs of one row with
@@ -63,7 +65,7 @@ one element a work-item, every tap bounds-checked.
                           the block kernels.
 Every kernel writes each of its elements at most once: backward is deterministic (no atomics).
 </%doc>
-<%page args="T='float', KH=2, KW=2, SH=2, SW=2, PH=0, PW=0, PH_END=None, PW_END=None, CEIL=False, DH=1, DW=1, OP='max', COUNT_PAD=True, RELU=False, VW=8"/>
+<%page args="T='float', KH=2, KW=2, SH=2, SW=2, PH=0, PW=0, PH_END=None, PW_END=None, CEIL=False, DH=1, DW=1, OP='max', COUNT_PAD=True, RELU=False, VW=8, ARGMAX=True"/>
 <%! from netcl.runtime.cl_guards import beyond %>
 <%
     PH_END = PH if PH_END is None else PH_END
@@ -208,10 +210,14 @@ inline void forward_one(__global const ${T}* xp, __global ${T}* y, __global int*
   % if RELU:
     const int positive = !(best <= (${T}) 0);  /* NaN stays NaN, as relu(NaN) */
     y[out_at] = positive ? best : (${T}) 0;
+    % if ARGMAX:
     arg[out_at] = positive ? at : -1;
+    % endif
   % else:
     y[out_at] = best;
+    % if ARGMAX:
     arg[out_at] = at;
+    % endif
   % endif
 % else:
     ${T} acc = 0;
@@ -310,7 +316,9 @@ ${block_ids('oh', 'Ho', 'n_cols')}    const int ow = c0 + start;
     at = select(at, (${IT}) -1, off);
   % endif
 ${store_lanes("y + y_off + out_at", "best", VT)}
+  % if ARGMAX:
 ${store_lanes("arg + arg_off + out_at", f"convert_int{VW}(at)", f"int{VW}")}
+  % endif
 % else:
   % if CLIPPED_DIVISOR or COUNT_PAD or not PADDED:
     const ${VT} out = acc / ${divisor('oh', 'ow')};

@@ -241,3 +241,26 @@ def test_pool_backward_path(shape, k, s, p, expected):
     from netcl.ops.pool import backward_path, vector_width
     g = PoolGeometry.make(shape, k, s, p)
     assert backward_path(g, "max", True, vector_width(np.float32))[0] == expected
+
+
+@pytest.mark.parametrize("relu", [False, True], ids=["plain", "fused_relu"])
+def test_max_pool_without_a_graph_writes_no_argmax(device, rng, canaries, relu):
+    """Without a recorded graph (no_grad, or an input that needs no gradient) max pooling computes no argmax:
+    the same outputs, bit for bit, on the edge and block kernels (ResNet's 3x3/2 stem pooling, padded)."""
+    from netcl.ops.pool import pool_forward
+    x_host = rng.uniform(-2, 2, size=(2, 3, 19, 37)).astype(np.float32)
+    x_host[0, 0, 4, 5] = np.nan
+    x = nc.tensor(x_host, device=device)
+    g = PoolGeometry.make(x.shape, 3, 2, 1)
+    with_arg, arg = pool_forward(x, g, "max", relu=relu)
+    without, none = pool_forward(x, g, "max", relu=relu, argmax=False)
+    assert arg is not None and none is None
+    np.testing.assert_array_equal(without.to_host(), with_arg.to_host())
+    y_ref, _ = pool_ref(np.maximum(x_host, 0) if relu else x_host, (3, 3), (2, 2), (1, 1), (1, 1), "max")
+    out = without.to_host()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(y_ref))  # the NaN's window, as PyTorch
+    assert_close(np.nan_to_num(out), np.nan_to_num(y_ref), 1e-6, "max pool without argmax")
+    with nc.no_grad():
+        y = F.max_pool2d(nc.tensor(x_host, device=device, requires_grad=True), 3, 2, 1, fused_relu=relu)
+    np.testing.assert_array_equal(y.to_host(), with_arg.to_host())
+    assert y._grad_node is None

@@ -115,9 +115,11 @@ class Function:
 
         ctx = Context()
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        # whether backward can ever run: forward may skip what only backward reads (max pooling's argmax)
+        ctx.records_graph = is_grad_enabled() and any(ctx.needs_input_grad)
         with _GradMode(False):
             outputs = cls.forward(ctx, *args, **kwargs)
-        if is_grad_enabled() and any(ctx.needs_input_grad):
+        if ctx.records_graph:
             outs = outputs if isinstance(outputs, tuple) else (outputs,)
             _unlink_saved_outputs(ctx, outs)
             node = Node(cls, ctx, tuple(_gradient_target(a, Tensor) for a in args), len(outs))

@@ -36,12 +36,12 @@ class LinearFunction(Function):
 
 class Pool2dFunction(Function):
     """Max or average pooling; max keeps the int32 argmax of every window for backward (-1 where a fused
-    ReLU zeroed the window, which then receives no gradient)."""
+    ReLU zeroed the window, which then receives no gradient), and computes none where no graph is recorded."""
 
     @staticmethod
     def forward(ctx, x, geometry, op, count_include_pad, relu=False):
         from ..ops.pool import pool_forward
-        y, arg = pool_forward(x, geometry, op, count_include_pad, relu)
+        y, arg = pool_forward(x, geometry, op, count_include_pad, relu, argmax=ctx.records_graph)
         ctx.geometry, ctx.op, ctx.count_include_pad, ctx.arg, ctx.relu = geometry, op, count_include_pad, arg, relu
         return y
 

@@ -126,11 +126,12 @@ def _check_input(x: Tensor, what: str) -> Tensor:
     return as_contiguous(x)
 
 
-def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: bool = True, relu: bool = False):
+def _kernel(x: Tensor, g: PoolGeometry, op: str, name: str, count_include_pad: bool = True, relu: bool = False,
+            argmax: bool = True):
     # The geometry is compiled in (see kernels/pool.cl); batch size and image size stay arguments.
     return get_kernel(x.device, "pool.cl", name, T=dtypes.c_type(x.dtype), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
                       PH=g.ph, PW=g.pw, PH_END=g.ph_end, PW_END=g.pw_end, CEIL=g.ceil_mode, DH=g.dh, DW=g.dw, OP=op, COUNT_PAD=bool(count_include_pad) or op == "max",
-                      RELU=bool(relu), VW=vector_width(x.dtype))
+                      RELU=bool(relu), VW=vector_width(x.dtype), ARGMAX=bool(argmax) and op == "max")
 
 
 def _interior_columns(g: PoolGeometry, vw: int) -> tuple[int, int] | None:
@@ -165,16 +166,18 @@ def _block_groups(device, blocks: int, rows: int):
     return _groups(device, across, max(1, min(rows, CPU_GROUP_ITEMS // across)), 1)
 
 
-def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = True, relu: bool = False):
-    """(y, argmax) for op "max" (argmax: int32 index ih*W + iw into each input plane), (y, None) for "avg".
-    ``relu`` (max only) fuses a preceding ReLU: y = maxpool(relu(x)); backward needs nothing else."""
+def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = True, relu: bool = False,
+                 argmax: bool = True):
+    """(y, argmax) for op "max" (argmax: int32 index ih*W + iw into each input plane), (y, None) for "avg"
+    or with ``argmax=False`` (no backward will follow: inference). ``relu`` (max only) fuses a preceding
+    ReLU: y = maxpool(relu(x)); backward needs nothing else."""
     if relu and op != "max":
         raise ShapeError("a fused ReLU is only defined for max pooling")
     x = _check_input(x, f"{op}_pool2d")
     if x.shape != g.input_shape:
         raise ShapeError(f"pooling geometry is for input {g.input_shape}, got {x.shape}")
     y = Tensor.empty(g.output_shape, x.dtype, x.device)
-    arg = Tensor.empty(g.output_shape, np.int32, x.device) if op == "max" else None
+    arg = Tensor.empty(g.output_shape, np.int32, x.device) if op == "max" and argmax else None
     arg_buf, arg_off = (arg.buffer, arg.offset) if arg is not None else (y.buffer, 0)
     args = (x.buffer, np.int64(x.offset), y.buffer, np.int64(y.offset), arg_buf, np.int64(arg_off), *g._args())
     vw = vector_width(x.dtype)
@@ -184,11 +187,12 @@ def pool_forward(x: Tensor, g: PoolGeometry, op: str, count_include_pad: bool = 
         # the first and last block of a row also compute the row's edge columns
         c0, c1 = interior
         blocks = -(-(c1 - c0) // vw)
-        launch(x.device, _kernel(x, g, op, "pool_forward_blocks", count_include_pad, relu), (blocks, g.out_h, planes),
+        launch(x.device, _kernel(x, g, op, "pool_forward_blocks", count_include_pad, relu, argmax),
+               (blocks, g.out_h, planes),
                _block_groups(x.device, blocks, g.out_h), *args, np.int32(c0), np.int32(c1 - c0))
     else:
         size = g.out_h * g.out_w
-        launch(x.device, _kernel(x, g, op, "pool_forward_edges", count_include_pad, relu), (size, planes),
+        launch(x.device, _kernel(x, g, op, "pool_forward_edges", count_include_pad, relu, argmax), (size, planes),
                _groups(x.device, min(size, CPU_GROUP_ITEMS), 1), *args)
     return y, arg
 

@@ -196,6 +196,9 @@ def test_pooling(geometry, device, rng):
                 expected_total = float((ref > 0).sum())
             if op == "max":
                 assert abs(g.sum() - expected_total) < 1e-4, f"{op} pool {kw}: gradient mass {g.sum()}"
+                with nc.no_grad():  # inference: the kernels' variant that writes no argmax
+                    assert_close(fn(_t(x, device), k, s, p, dilation=d, **kw).to_host(), ref, 1e-6,
+                                 f"{op} pool {kw} without argmax")
 
 
 def test_small_network_trains(device, rng):
