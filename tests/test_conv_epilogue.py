@@ -1,9 +1,10 @@
 """The inference epilogue fused into a convolution's store (netcl.ops.conv2d.conv2d_inference): bias, then the
 residual, then the activation, in the strategies that fuse it (direct_blocked, implicit_gemm, depthwise,
-winograd; gemm for ungrouped layers, im2col for one ungrouped image) and as a separate pass elsewhere. Each is checked against float64 NumPy on odd sizes with
-canaries, and bit for bit against the convolution followed by BatchNorm's folded epilogue pass (the
-arithmetic they share, netcl.runtime.cl_activation); eval-mode models fold their BatchNorms into fused
-convolutions, and a replayed forward computes what the forward as written does."""
+winograd; gemm for ungrouped layers, im2col for one ungrouped image) and as a separate pass elsewhere.
+Each is checked against float64 NumPy on odd sizes with canaries, and bit for bit against the convolution
+followed by BatchNorm's folded epilogue pass (the arithmetic they share, netcl.runtime.cl_activation);
+eval-mode models fold their BatchNorms into fused convolutions, and a replayed forward computes what the
+forward as written does."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,8 +1,9 @@
 """OpenCL C text for the activations a kernel applies to its results as it stores them (an epilogue).
 
 The convolution kernels that fuse an inference epilogue (kernels/conv_blocked.cl, implicit_gemm.cl,
-conv_depthwise.cl, winograd.cl, winograd_plane.cl) and BatchNorm's apply kernel (kernels/batchnorm.cl) take the activation from here, so
-the arithmetic is written once and a fused epilogue gives the same bits as the separate pass:
+conv_depthwise.cl, winograd.cl, winograd_plane.cl) and BatchNorm's apply kernel (kernels/batchnorm.cl)
+take the activation from here, so the arithmetic is written once and a fused epilogue gives the same bits
+as the separate pass:
   relu       z > 0 ? z : 0
   relu6      the ReLU, then z < 6 ? z : 6
   hardswish  z · (gate < 0 ? 0 : (gate > 6 ? 6 : gate)) / 6 with gate = z + 3

@@ -5,10 +5,11 @@ representative products and keeps the fastest whose result matches a float64 Num
 L2 error <= 1e-5 for float32, 1e-12 for float64; anything else, or a failed build, is rejected). The
 search is staged to keep the number of kernel builds small: first the register tile (MR x VW*NV), then
 the work-group shape and grid order, then packing and K unrolling, then the register tile again with
-those, then (full search only) local-memory tiles. The current parameters are always a candidate, so a re-tune never makes things worse by its own
-measurement. Winners go to the tuning database (netcl.runtime.tuning_db) under family "gemm", key
-"<dtype>/<class>" (and "<dtype>" for the large class, the fallback), together with the GFLOP/s measured,
-which netcl.ops.gemm.expected_gflops serves to cost models such as the conv planner's.
+those, then (full search only) local-memory tiles. The current parameters are always a candidate, so a
+re-tune never makes things worse by its own measurement. Winners go to the tuning database
+(netcl.runtime.tuning_db) under family "gemm", key "<dtype>/<class>" (and "<dtype>" for the large class,
+the fallback), together with the GFLOP/s measured, which netcl.ops.gemm.expected_gflops serves to cost
+models such as the conv planner's.
 """
 from __future__ import annotations
 
