@@ -57,7 +57,7 @@ Launch: local (L, 1, 1); global (L, runs of P, N·K) forward, (L, runs of H, N·
 </%doc>
 <%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward', RESIDUAL=False, ACT='none'"/>
 <%!
-from netcl.runtime.cl_activation import apply_activation
+from netcl.runtime.cl_activation import apply_epilogue
 
 
 def vector(type_, width, items):
@@ -116,9 +116,7 @@ def lane(value, width, index):
     def epilogue(value, type_, residual):
         """forward's statements on ``value`` (of type_) before it is stored: the bias, the residual
         (an expression of type_), the activation."""
-        steps = ["%s = %s + (%s)(shift);" % (value, value, type_) if BIAS else "",
-                 "%s += %s;" % (value, residual) if RESIDUAL else "", apply_activation(ACT, value, type_)]
-        return " ".join(step for step in steps if step)
+        return apply_epilogue(value, type_, "shift" if BIAS else None, residual if RESIDUAL else None, ACT)
 %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable

@@ -48,7 +48,7 @@ gemm_pack_a / gemm_pack_b / gemm_pack_bt (LOCAL=0 only) write the panels PACK_A 
 host picks gemm_pack_bt for a B whose unit stride runs along K.
 </%doc>
 <%! from netcl.runtime import cl_vectors %>\
-<%! from netcl.runtime.cl_activation import apply_activation %>\
+<%! from netcl.runtime.cl_activation import apply_epilogue %>\
 <%page args="T='float', MR=4, VW=8, NV=2, WG_M=1, WG_N=1, KU=1, LOCAL=0, KC=16, PACK_B=0, PACK_A=0, ORDER='nm', BIAS=False, RESIDUAL=False, ACT='none'"/>
 <%
     NR = VW * NV
@@ -88,13 +88,7 @@ host picks gemm_pack_bt for a B whose unit stride runs along K.
 </%def>
 
 <%def name="epilogue(value, value_type, residual_value)">\
-% if BIAS:
-${value} += (${value_type})(shift);
-% endif
-% if RESIDUAL:
-${value} += ${residual_value};
-% endif
-${apply_activation(ACT, value, value_type)}\
+${apply_epilogue(value, value_type, "shift" if BIAS else None, residual_value if RESIDUAL else None, ACT)}\
 </%def>
 
 <% DN, DM = (0, 1) if ORDER == 'nm' else (1, 0) %>

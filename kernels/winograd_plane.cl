@@ -155,15 +155,11 @@ ${wm.output_transform(VT, "m", to_plane(ty, tx))}\
     const long plane_at = ((long)n0 * ${CH} + k) * ${OH * OW};
     __global ${T}* plane = dst + dst_off + plane_at;
 % for lane in range(VN):
-% if BIAS or RESIDUAL or ACT != "none":
     for (int i = 0; i < ${OH * OW}; ++i) {
         ${T} out = y[i]${"" if VN == 1 else ".s" + LANES[lane]};
         ${apply_epilogue("out", T, "bias[bias_off + k]" if BIAS else None,
                          f"residual[residual_off + plane_at + {lane * CH * OH * OW} + i]" if RESIDUAL else None, ACT)}
         plane[${lane * CH * OH * OW} + i] = out;
     }
-% else:
-    for (int i = 0; i < ${OH * OW}; ++i) plane[${lane * CH * OH * OW} + i] = y[i]${"" if VN == 1 else ".s" + LANES[lane]};
-% endif
 % endfor
 }

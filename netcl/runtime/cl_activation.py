@@ -39,7 +39,9 @@ def apply_epilogue(value: str, value_type: str, bias: str | None = None, residua
                    activation: str = "none") -> str:
     """Statements applying an inference epilogue in place to the variable ``value``: add ``bias`` (a C
     expression, or None), then ``residual`` (likewise), then ``activation``: the order and arithmetic of
-    kernels/batchnorm.cl's bn_apply with SHIFT_ONLY, so a fused epilogue gives the separate pass's bits."""
+    kernels/batchnorm.cl's bn_apply with SHIFT_ONLY, so a fused epilogue gives the separate pass's bits.
+    The GEMM's, depthwise's and Winograd's stores use it; conv_blocked.cl and implicit_gemm.cl build
+    their residual vectors with per-lane bounds tests and take only the activation from here."""
     steps = []
     if bias is not None:
         steps.append(f"{value} = {value} + ({value_type})({bias});")
