@@ -197,7 +197,8 @@ def tune_class(device, dtype: str, cls: str, quick: bool, log=print) -> dict:
     lanes = native_lanes(device, dtype)
     # The register tile is searched again once the grid and packing are chosen: it is first timed with
     # B packed, and a tile that wins without packing (a narrow one on few-column products) loses there.
-    stages = [_tiles(lanes, quick, dtype), _groups(quick), _extras(quick), _tiles(lanes, quick, dtype)]
+    tiles = _tiles(lanes, quick, dtype)
+    stages = [tiles, _groups(quick), _extras(quick), tiles]
     if not quick:
         stages.append(_local_variants(dtype))
     base = {"MR": 4, "VW": lanes, "NV": 2, "WG_M": 8, "WG_N": 1, "KU": 1, "LOCAL": 0, "PACK_B": 1, "PACK_A": 0,
