@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with an OpenCL GPU and no package index, run
-#   1. the suite's kernel tests (every op against its float64 reference) on the GPU,
-#   2. `netcl devices --bench` (the GPU's GEMM rate and copy bandwidth, stored),
+#   1. `netcl devices --bench` (the GPU's GEMM rate and copy bandwidth, stored),
+#   2. the suite's kernel tests (every op against its float64 reference) on the GPU, in parallel
+#      processes where pytest-xdist is installed,
 #   3. `netcl tune all --quick` (GEMM tuning and the conv planner's calibration),
-#   4. benchmarks/depthwise.py (the depthwise layer against the copy kernel) and `netcl bench imagenet`
-#      where this checkout has it,
+#   4. benchmarks/depthwise.py (the depthwise layer against the copy kernel),
+#   5. `netcl bench imagenet` once per model (a step each, so one slow model leaves the others' figures),
+#      against PyTorch on the same GPU where the interpreter's PyTorch sees CUDA (NETCL_REFERENCE_DEVICE),
 # each under its own time limit, then print one summary. Nothing comes from the network: runtime
 # dependencies the machine lacks are installed from wheels (default shared/device-wheels, see its
 # README) into a temporary folder, and NVIDIA's OpenCL library (libnvidia-opencl.so.1, which the driver
@@ -16,8 +18,12 @@
 #              NETCL_DEVICE_WHEELS   the wheels folder (default: shared/device-wheels)
 #              NETCL_CHECK_OUT       where logs, JSON and the tuned cache go (default: $OUT if set, else a
 #                                    temporary folder that is removed at the end)
-#              NETCL_CHECK_TESTS     the test files of step 1 (default: the kernel tests listed below)
-#              NETCL_CHECK_LIMITS    seconds for steps 1-4, space-separated (default "240 90 240 150")
+#              NETCL_CHECK_TESTS     the test files of step 2 (default: the kernel tests listed below)
+#              NETCL_CHECK_WORKERS   pytest-xdist processes for step 2 (default: the cores, at most 8)
+#              NETCL_CHECK_MODELS    the models of step 5 (default "resnet18 mobilenet_v2 resnet50")
+#              NETCL_CHECK_BATCHES   their batch sizes (default 1,8)
+#              NETCL_CHECK_LIMITS    seconds for steps 1-4 and for each model of step 5, space-separated
+#                                    (default "90 240 240 60 150")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -25,7 +31,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 out=${NETCL_CHECK_OUT:-${OUT:-$work/out}}
 mkdir -p "$out"
-read -r limit_tests limit_devices limit_tune limit_bench <<<"${NETCL_CHECK_LIMITS:-240 90 240 150}"
+read -r limit_devices limit_tests limit_tune limit_depthwise limit_model <<<"${NETCL_CHECK_LIMITS:-90 240 240 60 150}"
+models=${NETCL_CHECK_MODELS:-resnet18 mobilenet_v2 resnet50}
+batches=${NETCL_CHECK_BATCHES:-1,8}
 export NETCL_DEVICE=${NETCL_DEVICE:-gpu}
 export NETCL_CACHE_DIR="$out/cache"   # a fresh cache: the tuning below is this device's, from nothing
 
@@ -57,6 +65,12 @@ if [ -z "$device" ]; then
   exit 1
 fi
 echo "[device_check] $kind: $device; NVIDIA library: ${nvidia:-none found}; results in $out"
+host_cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
+gpu_driver=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+# PyTorch on the same GPU is the fair reference where this interpreter's PyTorch has CUDA.
+if [ -z "${NETCL_REFERENCE_DEVICE:-}" ] && "$PYTHON" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+  export NETCL_REFERENCE_DEVICE=cuda
+fi
 
 TESTS=${NETCL_CHECK_TESTS:-"tests/test_gemm.py tests/test_conv_strategies.py tests/test_conv_depthwise.py \
 tests/test_conv_direct_blocked.py tests/test_conv_implicit_gemm.py tests/test_conv_winograd.py tests/test_conv_mec.py \
@@ -80,22 +94,31 @@ step() {  # step NAME LIMIT COMMAND...: run with a time limit, log to $out/NAME.
   echo "[device_check] $name: ${status[$name]} in ${seconds[$name]} s"
 }
 
-# shellcheck disable=SC2086  # TESTS is a list of paths
-step tests "$limit_tests" "$PYTHON" -m pytest -q -p no:cacheprovider $TESTS
-step devices "$limit_devices" "$PYTHON" -m netcl devices --bench --json
-step tune "$limit_tune" "$PYTHON" -m netcl tune all --quick --json
-step depthwise "$limit_bench" "$PYTHON" benchmarks/depthwise.py --strategies depthwise,im2col --json "$out/depthwise.json"
-if "$PYTHON" -m netcl bench --help 2>/dev/null | grep -q imagenet; then
-  step imagenet "$limit_bench" "$PYTHON" -m netcl bench imagenet --json
-else
-  status[imagenet]="not in this checkout"
+parallel=()
+if "$PYTHON" -c "import xdist" 2>/dev/null; then
+  workers=${NETCL_CHECK_WORKERS:-$(( $(nproc) < 8 ? $(nproc) : 8 ))}
+  [ "$workers" -gt 1 ] && parallel=(-n "$workers")
 fi
+
+step devices "$limit_devices" "$PYTHON" -m netcl devices --bench --json
+# shellcheck disable=SC2086  # TESTS is a list of paths
+step tests "$limit_tests" "$PYTHON" -m pytest -q -p no:cacheprovider "${parallel[@]}" $TESTS
+step tune "$limit_tune" "$PYTHON" -m netcl tune all --quick --json
+step depthwise "$limit_depthwise" "$PYTHON" benchmarks/depthwise.py --strategies depthwise,im2col --json "$out/depthwise.json"
+steps=(devices tests tune depthwise)
+for model in $models; do
+  step "imagenet-$model" "$limit_model" "$PYTHON" -m netcl bench imagenet --model "$model" --batch "$batches" \
+    --repeat 2 --json
+  steps+=("imagenet-$model")
+done
 
 echo
 echo "==== device check: $device"
-"$PYTHON" - "$out" <<'PY'
+echo "host:       ${host_cpu:-unknown CPU}, $(nproc) cores; GPU driver: ${gpu_driver:-not reported}"
+"$PYTHON" - "$out" $models <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
+models = sys.argv[2:]
 
 
 def last_json(name):
@@ -126,15 +149,25 @@ if depthwise.exists():
         if "ms" in row:
             print(f"depthwise:  {row['pass']:<15} {row['strategy']:<10} {row['ms']:8.3f} ms {row['gb_s']:7.1f} GB/s "
                   f"= {100 * row['share_of_copy']:.0f} % of the copy's {row['copy_gb_s']} GB/s")
-imagenet = (out / "imagenet.log")
-if imagenet.exists():
-    print("imagenet:   " + " | ".join(imagenet.read_text(errors="replace").strip().splitlines()[-6:]))
+
+def ratio(entry, key):
+    value = entry.get(key)
+    return "-" if value is None else f"{value:.2f}x"
+
+
+for model in models:
+    bench = last_json(f"imagenet-{model}") or {}
+    for e in bench.get("results", []):
+        print(f"imagenet:   {e['model']:<13} batch {e['batch']:<3} inference {e['inference_images_per_second']:8.1f} img/s "
+              f"({e['inference_ms_per_batch']:.2f} ms), {ratio(e, 'inference_ratio_to_torch')} PyTorch on "
+              f"{bench.get('torch_device')}, {ratio(e, 'inference_ratio_to_onnxruntime')} onnxruntime (CPU); "
+              f"training {e['training_images_per_second']:7.1f} img/s, {ratio(e, 'training_ratio_to_torch')} PyTorch")
 PY
-for name in tests devices tune depthwise imagenet; do
-  printf '%-11s %s%s\n' "$name:" "${status[$name]:-not run}" "${seconds[$name]:+ (${seconds[$name]} s)}"
+for name in "${steps[@]}"; do
+  printf '%-22s %s%s\n' "$name:" "${status[$name]:-not run}" "${seconds[$name]:+ (${seconds[$name]} s)}"
 done
 failed=0
-for name in tests devices tune depthwise imagenet; do
-  case ${status[$name]:-} in passed|"not in this checkout") ;; *) failed=1 ;; esac
+for name in "${steps[@]}"; do
+  case ${status[$name]:-} in passed) ;; *) failed=1 ;; esac
 done
 exit $failed

@@ -190,13 +190,17 @@ BIND_CORES = Setting(
 REFERENCE_PYTHON = Setting(
     "NETCL_REFERENCE_PYTHON", _text, None,
     "the interpreter that runs PyTorch for the benchmarks' comparisons (unset: this one)")
+REFERENCE_DEVICE = Setting(
+    "NETCL_REFERENCE_DEVICE", _text, "cpu",
+    "the torch device the benchmarks' PyTorch side runs on, e.g. cuda to compare netcl on a GPU with "
+    "PyTorch on the same GPU (onnxruntime stays on the CPU)")
 BENCH_CONV_MAX_S = Setting(
     "NETCL_BENCH_CONV_MAX_S", _positive_seconds, 60.0,
     "`netcl bench conv` skips (and reports) a case predicted to take longer than this many seconds a run")
 
 ALL = (DEVICE, OPENCL_CONTEXT, CONFIG_DIR, CACHE, CACHE_DIR, DEFER_BUILDS, DETERMINISTIC, DEBUG, DATA,
        CONV_STRATEGY, CONV_PLAN_MODE, CONV_WORKSPACE_LIMIT, DDP_TRANSPORT, BIND_CORES, REFERENCE_PYTHON,
-       BENCH_CONV_MAX_S)
+       REFERENCE_DEVICE, BENCH_CONV_MAX_S)
 
 
 def use_deterministic(flag: bool = True) -> None:

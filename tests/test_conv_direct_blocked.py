@@ -80,11 +80,19 @@ def test_blocks_follow_the_tuned_gemm_width_on_a_cpu(rng, device, monkeypatch, c
     assert blocked.lanes(device, "float32") == 16
 
 
-def test_rows_share_a_vector_when_narrow(device):
+@pytest.mark.parametrize("native", [None, 4, 8, 16])
+def test_rows_share_a_vector_when_narrow(native, device, monkeypatch):
+    """A 3-wide row shares the vector with the next rows: the whole row in one block where the vector has
+    8 or 16 lanes, half of it (the last block shifted back onto the row) where it has 4, as on a GPU.
+    ``native``: the vector width the device reports (None: its own)."""
+    if native is not None:
+        monkeypatch.setitem(device.native_vector_width, "float32", native)
     wide, narrow = (ConvLayer.from_shapes((1, 4, 8, w), (4, 4, 3, 3), 1, 1) for w in (40, 3))
     assert blocked.blocking(wide, "forward", device)["ROWS"] == 1
     block = blocked.blocking(narrow, "forward", device)
-    assert block["QW"] >= 3 and block["QW"] * block["ROWS"] == blocked.lanes(device, "float32")
+    width = blocked.lanes(device, "float32")
+    assert block["ROWS"] > 1 and block["QW"] * block["ROWS"] == width
+    assert block["QW"] >= min(3, width // 2)
 
 
 @pytest.mark.parametrize("native", [4, 8, 16])

@@ -8,7 +8,7 @@ torchvision's ImageNet networks (nc.models.resnet18/50, mobilenet_v2) on synthet
               nc.training.CapturedStep, as `netcl train` runs it;
   memory:     the peak resident memory of a step over the process's resident memory before the model was
               built, in a fresh child process per configuration and framework (CPU drivers allocate device
-              buffers in host memory), the peak taken after the warm-up steps;
+              buffers in host memory), the peak taken after the warm-up steps; on a CPU device only;
   per layer:  every convolution's forward, backward_data and backward_weight pass with the planner's
               strategy, and every other layer's forward and forward with backward, in milliseconds on the model's own
               shapes, with the rate achieved: GFLOP/s and its share of the device's GEMM rate where the
@@ -22,8 +22,10 @@ torchvision's ImageNet networks (nc.models.resnet18/50, mobilenet_v2) on synthet
               timed in rounds whose order rotates; ratios are medians of per-round ratios (above 1: netcl
               is faster). Weights move to PyTorch through the state_dict as NumPy arrays, so both run the
               same network ("max_difference_to_torch": the largest difference of the eval-mode outputs on
-              one input, relative to the largest output). Without PyTorch (NETCL_REFERENCE_PYTHON may name an interpreter that has it)
-              or onnxruntime, that comparison is skipped with a note.
+              one input, relative to the largest output). PyTorch runs on the CPU unless NETCL_REFERENCE_DEVICE names
+              another torch device ("cuda": netcl on a GPU against PyTorch on the same GPU). Without PyTorch
+              (NETCL_REFERENCE_PYTHON may name an interpreter that has it) or onnxruntime, that comparison is
+              skipped with a note.
 
 The device's GEMM rate and copy bandwidth are those `netcl devices --bench` stored; where none are stored
 they are measured first (netcl.bench.device_rates) and stored the same way.
@@ -363,8 +365,12 @@ def run(args):
     with ReferenceProcess() as ref, ReferenceProcess(sys.executable) as ort, \
             tempfile.TemporaryDirectory(prefix="netcl-bench-imagenet-") as folder:
         result["torch_version"] = ref.torch_version
+        result["torch_device"] = ref.info.get("torch_device")
         if not ref.has_torch:
             result["notes"].append(ref.missing_torch_note())
+        if device.kind != "cpu":
+            result["notes"].append(f"peak memory not measured: a {device.kind}'s buffers are not in the process's "
+                                   f"resident memory")
         has_ort = bool(ort.info.get("onnxruntime"))
         if not has_ort:
             result["notes"].append("onnxruntime not compared: not installed (pip install onnxruntime)")
@@ -376,7 +382,8 @@ def run(args):
             for batch in batches:
                 entry = _measure(name, model, batch, image_size, device, ref, ort if has_ort else None, weights,
                                  folder, rounds, seconds, min_reps, QUIET_SECONDS, result["notes"])
-                entry.update(_peak_memory(name, batch, image_size, torch_python, ref.has_torch, weights))
+                if device.kind == "cpu":
+                    entry.update(_peak_memory(name, batch, image_size, torch_python, ref.has_torch, weights))
                 entry.update(agreement)
                 entry["layers"] = layer_rows(model, batch, image_size, device, rates, repeats)
                 result["results"].append(entry)
@@ -479,8 +486,9 @@ def _print(r) -> None:
               f"{_fmt(e.get('torch_training_images_per_second'), '9.1f')}"
               f"{_fmt(e.get('training_ratio_to_torch'), '7.2f')}{_fmt(mb('peak_memory_bytes'), '9.0f')}"
               f"{_fmt(mb('torch_peak_memory_bytes'), '9.0f')}", file=out)
+    where = f"; PyTorch {r['torch_version']} on {r['torch_device']}" if r.get("torch_version") else ""
     print(f"  (ratios: medians over {r['rounds']} rotating rounds, reference time / netcl time; peak memory of "
-          f"a training step over the process's baseline)", file=out)
+          f"a training step over the process's baseline{where})", file=out)
     for note in r["notes"]:
         print(f"  ({note})", file=out)
     for model, difference in {e["model"]: e.get("max_difference_to_torch") for e in r["results"]}.items():

@@ -48,7 +48,8 @@ class ReferenceProcess:
         self._stderr = tempfile.TemporaryFile(mode="w+")
         env = settings.child_environment(PYTHONPATH=None)
         try:
-            self._proc = subprocess.Popen([self.python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            command = [self.python, str(WORKER), "--device", settings.REFERENCE_DEVICE.get()]
+            self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=self._stderr, text=True, env=env)
         except OSError as exc:
             raise ReferenceError(f"cannot start the reference process {self.python}: {exc}") from exc

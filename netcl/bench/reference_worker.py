@@ -22,7 +22,15 @@ process over its resident memory before the build, during "steps" calls after "w
 :func:`peak_over_baseline`); send it to a fresh process, whose baseline is then the interpreter's own.
 With "save_output": Y.npy a request runs its workload once, writes the output there and answers
 {"saved": "Y.npy"} instead of timing.
+
+PyTorch's workloads run on the torch device named by the argument ``--device`` (such as "cuda" or "cuda:0";
+default "cpu"; the parent passes NETCL_REFERENCE_DEVICE), so that netcl on a GPU is compared with PyTorch on
+the same GPU, with PyTorch's defaults (cuDNN's convolutions in TF32 where the GPU has it) for timing and
+float32 throughout for "predict"; each call then waits for the device, and the ready line says which
+device ("torch_device"). The ONNX export
+and onnxruntime stay on the CPU; peak memory is always this process's resident memory.
 """
+import argparse
 import gc
 import json
 import sys
@@ -40,6 +48,28 @@ except ImportError:  # only the "onnx" workload needs it
     onnxruntime = None
 
 _workloads = {}
+TORCH_DEVICE = "cpu"  # set once by main() from --device
+
+
+def _torch_device():
+    """PyTorch's device for the workloads, checked at first use (a clear error instead of CUDA's)."""
+    device = torch.device(TORCH_DEVICE)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"NETCL_REFERENCE_DEVICE={TORCH_DEVICE}, but this PyTorch ({torch.__version__}) "
+                           f"sees no CUDA device")
+    return device
+
+
+def _synchronized(call, device):
+    """``call`` followed by a wait for ``device``'s queued work, so that the time of a call is its run."""
+    if device.type != "cuda":
+        return call
+
+    def run():
+        result = call()
+        torch.cuda.synchronize(device)
+        return result
+    return run
 
 
 def _lenet():
@@ -230,17 +260,19 @@ def _build(request):
     if torch is None:
         raise RuntimeError("PyTorch is not installed for this interpreter")
     torch.manual_seed(0)
+    device = _torch_device()
     model, shape, classes = _torch_model(request)
+    model.to(device)
     batch = int(request["batch"])
-    x = torch.randn(batch, *shape)
+    x = torch.randn(batch, *shape).to(device)
     if request.get("mode", "train") == "infer":
         model.eval()
 
         def infer():
             with torch.no_grad():
                 model(x)
-        return infer
-    y = torch.randint(0, classes, (batch,))
+        return _synchronized(infer, device)
+    y = torch.randint(0, classes, (batch,)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -248,7 +280,7 @@ def _build(request):
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()
-    return step
+    return _synchronized(step, device)
 
 
 def _status_bytes(field: str) -> int:
@@ -306,10 +338,17 @@ def _predict(request) -> dict:
     stored beside it and its path answered."""
     if torch is None:
         raise RuntimeError("PyTorch is not installed for this interpreter")
+    device = _torch_device()
     model, _, _ = _torch_model(request)
-    model.eval()
-    with torch.no_grad():
-        out = model(torch.from_numpy(np.load(request["predict"]))).numpy()
+    model.to(device).eval()
+    # cuDNN's convolutions round their inputs to TF32 by default; the agreement check wants float32's.
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            out = model(torch.from_numpy(np.load(request["predict"])).to(device)).cpu().numpy()
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
     path = request["predict"] + ".out.npy"
     np.save(path, out)
     return {"output": path}
@@ -347,10 +386,15 @@ def _measure(request) -> dict:
     return {"seconds_per_iteration": (time.perf_counter() - start) / reps, "reps": reps}
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    global TORCH_DEVICE
+    parser = argparse.ArgumentParser(description="netcl's benchmark reference process (protocol: see the module)")
+    parser.add_argument("--device", default="cpu", help="the torch device of PyTorch's workloads")
+    TORCH_DEVICE = parser.parse_args(argv).device
     print(json.dumps({"ready": True, "torch": torch.__version__ if torch else None,
                       "onnxruntime": onnxruntime.__version__ if onnxruntime else None, "numpy": np.__version__,
-                      "threads": torch.get_num_threads() if torch else None}), flush=True)
+                      "threads": torch.get_num_threads() if torch else None,
+                      "torch_device": TORCH_DEVICE if torch else None}), flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
