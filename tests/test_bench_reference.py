@@ -47,6 +47,22 @@ def test_compare_falls_back_to_netcl_alone_without_torch():
     assert r["ratio"] == 2.0 and with_torch.requests == [{"model": "lenet", "batch": 7}] * 3
 
 
+def test_reference_process_names_its_torch_device(monkeypatch):
+    """NETCL_REFERENCE_DEVICE reaches the reference process, whose ready line names it; where that
+    PyTorch sees no such device, a request says so instead of failing inside CUDA."""
+    monkeypatch.setenv("NETCL_REFERENCE_DEVICE", "cuda")
+    with ReferenceProcess() as ref:
+        if not ref.has_torch:
+            pytest.skip("PyTorch is not installed for the reference interpreter")
+        assert ref.info["torch_device"] == "cuda"
+        try:
+            seconds = ref.seconds(model="lenet", mode="infer", batch=2, seconds=0.01, min_reps=1)
+        except ReferenceError as exc:
+            assert "sees no CUDA device" in str(exc)
+        else:
+            assert seconds > 0  # a PyTorch with CUDA ran it there
+
+
 def test_reference_process_measures_numpy_in_another_process():
     with ReferenceProcess(python=sys.executable) as ref:
         assert ref.info["ready"] and ref.info["numpy"]

@@ -48,14 +48,13 @@ except ImportError:  # only the "onnx" workload needs it
     onnxruntime = None
 
 _workloads = {}
-TORCH_DEVICE = "cpu"  # set once by main() from --device
 
 
-def _torch_device():
-    """PyTorch's device for the workloads, checked at first use (a clear error instead of CUDA's)."""
-    device = torch.device(TORCH_DEVICE)
+def _torch_device(name: str):
+    """PyTorch's device ``name`` for the workloads, checked at first use (a clear error instead of CUDA's)."""
+    device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"NETCL_REFERENCE_DEVICE={TORCH_DEVICE}, but this PyTorch ({torch.__version__}) "
+        raise RuntimeError(f"NETCL_REFERENCE_DEVICE={name}, but this PyTorch ({torch.__version__}) "
                            f"sees no CUDA device")
     return device
 
@@ -248,7 +247,7 @@ def _torch_model(request):
     return model, shape, 10
 
 
-def _build(request):
+def _build(request, device_name: str = "cpu"):
     model_name = request["model"]
     if model_name == "onnx":
         return _onnx(request)
@@ -260,7 +259,7 @@ def _build(request):
     if torch is None:
         raise RuntimeError("PyTorch is not installed for this interpreter")
     torch.manual_seed(0)
-    device = _torch_device()
+    device = _torch_device(device_name)
     model, shape, classes = _torch_model(request)
     model.to(device)
     batch = int(request["batch"])
@@ -333,12 +332,12 @@ def _export_onnx(request) -> dict:
     return {"exported": request["export_onnx"]}
 
 
-def _predict(request) -> dict:
+def _predict(request, device_name: str = "cpu") -> dict:
     """The request's PyTorch model in eval mode on the input stored at "predict" (.npy); the output is
     stored beside it and its path answered."""
     if torch is None:
         raise RuntimeError("PyTorch is not installed for this interpreter")
-    device = _torch_device()
+    device = _torch_device(device_name)
     model, _, _ = _torch_model(request)
     model.to(device).eval()
     # cuDNN's convolutions round their inputs to TF32 by default; the agreement check wants float32's.
@@ -354,22 +353,24 @@ def _predict(request) -> dict:
     return {"output": path}
 
 
-def _measure(request) -> dict:
+def _measure(request, device_name: str = "cpu") -> dict:
+    """The answer to one request, PyTorch's workloads on the torch device ``device_name``."""
     if request.get("export_onnx"):
         return _export_onnx(request)
     if request.get("predict"):
-        return _predict(request)
+        return _predict(request, device_name)
     if request.get("peak_memory"):
-        return peak_over_baseline(lambda: (_build(request), lambda: None), int(request.get("warmup", 2)),
+        return peak_over_baseline(lambda: (_build(request, device_name), lambda: None),
+                                  int(request.get("warmup", 2)),
                                   int(request.get("steps", 3)))
     key = json.dumps({k: v for k, v in request.items()
                       if k not in ("seconds", "min_reps", "settle_s", "save_output")}, sort_keys=True)
     if "save_output" in request:
-        call = _workloads.get(key) or _build(request)
+        call = _workloads.get(key) or _build(request, device_name)
         np.save(request["save_output"], call())
         return {"saved": request["save_output"]}
     if key not in _workloads:
-        _workloads[key] = _build(request)
+        _workloads[key] = _build(request, device_name)
         _workloads[key]()
         _workloads[key]()
     call = _workloads[key]
@@ -387,19 +388,18 @@ def _measure(request) -> dict:
 
 
 def main(argv=None) -> int:
-    global TORCH_DEVICE
     parser = argparse.ArgumentParser(description="netcl's benchmark reference process (protocol: see the module)")
     parser.add_argument("--device", default="cpu", help="the torch device of PyTorch's workloads")
-    TORCH_DEVICE = parser.parse_args(argv).device
+    device_name = parser.parse_args(argv).device
     print(json.dumps({"ready": True, "torch": torch.__version__ if torch else None,
                       "onnxruntime": onnxruntime.__version__ if onnxruntime else None, "numpy": np.__version__,
                       "threads": torch.get_num_threads() if torch else None,
-                      "torch_device": TORCH_DEVICE if torch else None}), flush=True)
+                      "torch_device": device_name if torch else None}), flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
-            answer = _measure(json.loads(line))
+            answer = _measure(json.loads(line), device_name)
         except Exception as exc:  # reported to the parent, which decides what to do
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(answer), flush=True)
