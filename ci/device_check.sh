@@ -36,6 +36,7 @@ models=${NETCL_CHECK_MODELS:-resnet18 mobilenet_v2 resnet50}
 batches=${NETCL_CHECK_BATCHES:-1,8}
 export NETCL_DEVICE=${NETCL_DEVICE:-gpu}
 export NETCL_CACHE_DIR="$out/cache"   # a fresh cache: the tuning below is this device's, from nothing
+export PYTHONFAULTHANDLER=1            # a crash inside the driver leaves the Python stack in the step's log
 
 # Dependencies: whatever imports already is used; the rest comes from the wheels, without an index.
 if ! "$PYTHON" -c "import pyopencl, mako, platformdirs, tqdm, numpy" 2>/dev/null; then
