@@ -23,12 +23,12 @@ process over its resident memory before the build, during "steps" calls after "w
 With "save_output": Y.npy a request runs its workload once, writes the output there and answers
 {"saved": "Y.npy"} instead of timing.
 
-PyTorch's workloads run on the torch device named by the argument ``--device`` (such as "cuda" or "cuda:0";
-default "cpu"; the parent passes NETCL_REFERENCE_DEVICE), so that netcl on a GPU is compared with PyTorch on
-the same GPU, with PyTorch's defaults (cuDNN's convolutions in TF32 where the GPU has it) for timing and
-float32 throughout for "predict"; each call then waits for the device, and the ready line says which
-device ("torch_device"). The ONNX export
-and onnxruntime stay on the CPU; peak memory is always this process's resident memory.
+PyTorch's workloads run on the torch device named by the argument ``--device`` (such as "cuda" or
+"cuda:0"; default "cpu"; the parent passes NETCL_REFERENCE_DEVICE), so that netcl on a GPU is compared
+with PyTorch on the same GPU: with PyTorch's defaults for timing (cuDNN's convolutions in TF32 where the
+GPU has it), in float32 throughout for "predict"; each call then waits for the device, and the ready line
+says which device ("torch_device"). The ONNX export and onnxruntime stay on the CPU; peak memory is always
+this process's resident memory.
 """
 import argparse
 import gc
