@@ -368,7 +368,8 @@ def run(args):
         result["torch_device"] = ref.info.get("torch_device")
         if not ref.has_torch:
             result["notes"].append(ref.missing_torch_note())
-        if device.kind != "cpu":
+        measures_memory = device.kind == "cpu"  # a CPU driver's buffers are in the process's memory
+        if not measures_memory:
             result["notes"].append(f"peak memory not measured: a {device.kind}'s buffers are not in the process's "
                                    f"resident memory")
         has_ort = bool(ort.info.get("onnxruntime"))
@@ -382,7 +383,7 @@ def run(args):
             for batch in batches:
                 entry = _measure(name, model, batch, image_size, device, ref, ort if has_ort else None, weights,
                                  folder, rounds, seconds, min_reps, QUIET_SECONDS, result["notes"])
-                if device.kind == "cpu":
+                if measures_memory:
                     entry.update(_peak_memory(name, batch, image_size, torch_python, ref.has_torch, weights))
                 entry.update(agreement)
                 entry["layers"] = layer_rows(model, batch, image_size, device, rates, repeats)

@@ -225,6 +225,16 @@ class ConvStrategy:
         return getattr(self, pass_)(a, b, layer)
 
 
+def epilogue_operands(out, bias=None, residual=None) -> list:
+    """A fused inference epilogue's kernel arguments: the bias's and the residual's (buffer, offset), each
+    the output's where absent (the kernel compiled without BIAS / RESIDUAL does not read it)."""
+    args = []
+    for operand in (bias, residual):
+        operand = operand if operand is not None else out
+        args += [operand.buffer, np.int64(operand.offset)]
+    return args
+
+
 def tensor_bytes(layer: ConvLayer) -> int:
     """Bytes of x, w and y together: what any strategy reads or writes at least once."""
     cg = layer.c // layer.groups

@@ -30,7 +30,7 @@ from .. import dtypes
 from ..runtime.device import resolve_device
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
-from .conv_common import ConvLayer, ConvStrategy, CostTerms, tensor_bytes
+from .conv_common import ConvLayer, ConvStrategy, CostTerms, epilogue_operands, tensor_bytes
 from .gemm import register_lanes
 from .reduce import reduce
 
@@ -179,9 +179,7 @@ def _run(pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor, extra=
             params["MULT"] = sources if sources * layer.r * layer.s <= FLIPPED_IN_REGISTERS else 0
         else:
             params.update(RESIDUAL=residual is not None, ACT=activation)
-        for operand in (bias, residual):
-            operand = operand if operand is not None else out  # not read without BIAS / RESIDUAL
-            args += [operand.buffer, np.int64(operand.offset)]
+        args += epilogue_operands(out, bias, residual)
     kernel = get_kernel(device, "conv_depthwise.cl", kernel_name, **params)
     sizes = (seen.c, seen.h, seen.w, seen.k, seen.out_h, seen.out_w, seen.pad_h, seen.pad_w, shape.rows) + extra
     launch(device, kernel, shape.global_size, shape.local_size, *args, *(np.int32(v) for v in sizes))

@@ -24,7 +24,7 @@ from ..tensor import Tensor
 from .gemm import register_lanes
 from .kept import derived_from_weight
 from .reduce import reduce
-from .conv_common import ConvLayer, ConvStrategy, CostTerms, tensor_bytes
+from .conv_common import ConvLayer, ConvStrategy, CostTerms, epilogue_operands, tensor_bytes
 
 KERNELS = {"output": "conv_blocked_output", "weight": "conv_blocked_weight", "pack": "conv_blocked_pack"}  # by MODE
 WORK_PER_UNIT = 4  # work-items per compute unit that keep it busy (as implicit GEMM's work-groups)
@@ -196,9 +196,7 @@ def _launch(device, pass_: str, layer: ConvLayer, block: dict, a: Tensor, b: Ten
     args = [a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
             *(np.int32(v) for v in sizes)]
     if block["MODE"] == "output":
-        for operand in (bias, residual):
-            operand = operand if operand is not None else out  # not read without BIAS / RESIDUAL
-            args += [operand.buffer, np.int64(operand.offset)]
+        args += epilogue_operands(out, bias, residual)
     launch(device, kernel, _grid(layer, pass_, block), (1, 1, 1), *args)
     return out
 

@@ -11,7 +11,7 @@ from .. import dtypes
 from ..runtime import first_step, memory
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
-from .conv_common import ConvLayer, ConvStrategy, CostTerms, tensor_bytes
+from .conv_common import ConvLayer, ConvStrategy, CostTerms, epilogue_operands, tensor_bytes
 
 # (TM, TN, TK): a work-item (= work-group, see kernels/implicit_gemm.cl) multiplies a TM-row slice of A
 # into one vector of TN columns; TM follows the row count (small layers waste little, large ones reuse
@@ -106,12 +106,9 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, ti
         tm = params["TM"]
     kernel = get_kernel(a.device, "implicit_gemm.cl", f"igemm_{pass_}", **params)
     slices = layer.groups * (layer.stride_h * layer.stride_w if pass_ == "backward_data" else 1)
-    bias_arg = bias if bias is not None else out  # not read without BIAS
-    residual_arg = residual if residual is not None else out  # nor without RESIDUAL
     launch(a.device, kernel, (-(-cols // tn), -(-rows // tm), slices), (1, 1, 1),
            a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
-           geometry(a.device, layer), bias_arg.buffer, np.int64(bias_arg.offset), residual_arg.buffer,
-           np.int64(residual_arg.offset))
+           geometry(a.device, layer), *epilogue_operands(out, bias, residual))
     return out
 
 

@@ -17,7 +17,7 @@ from .. import dtypes
 from ..runtime import memory
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
-from .conv_common import ConvLayer, ConvStrategy, CostTerms, Product, tensor_bytes
+from .conv_common import ConvLayer, ConvStrategy, CostTerms, Product, epilogue_operands, tensor_bytes
 from .gemm import gemm_batched
 from .kept import derived_from_weight
 
@@ -186,10 +186,7 @@ def _output_transform(m: Tensor, out: Tensor, th: int, tw: int, lanes: int = 0, 
     inference epilogue: + bias[channel], + residual (out's shape), the activation."""
     n, ch, oh, ow = out.shape
     epilogue = {"BIAS": bias is not None, "RESIDUAL": residual is not None, "ACT": activation}
-    operands = []
-    for operand in (bias, residual):
-        operand = operand if operand is not None else out  # not read without BIAS / RESIDUAL
-        operands += [operand.buffer, np.int64(operand.offset)]
+    operands = epilogue_operands(out, bias, residual)
     if lanes:
         kernel = get_kernel(out.device, "winograd_plane.cl", "wino_output_plane", T=dtypes.c_type(out.dtype),
                             N=n, CH=ch, OH=oh, OW=ow, TH=th, TW=tw, VN=lanes, **epilogue)
