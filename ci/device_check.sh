@@ -73,7 +73,7 @@ if [ -z "${NETCL_REFERENCE_DEVICE:-}" ] && "$PYTHON" -c "import torch, sys; sys.
   export NETCL_REFERENCE_DEVICE=cuda
 fi
 
-TESTS=${NETCL_CHECK_TESTS:-"tests/test_gemm.py tests/test_conv_strategies.py tests/test_conv_depthwise.py \
+TESTS=${NETCL_CHECK_TESTS:-"tests/test_gemm.py tests/test_conv_strategies.py tests/test_conv_depthwise.py tests/test_conv_pointwise.py \
 tests/test_conv_direct_blocked.py tests/test_conv_implicit_gemm.py tests/test_conv_winograd.py tests/test_conv_mec.py \
 tests/test_im2col.py tests/test_pool.py tests/test_bias.py tests/test_transpose.py tests/test_tensor_reduce.py \
 tests/test_nn_activation.py tests/test_nn_batchnorm.py tests/test_nn_loss.py tests/test_optim.py tests/test_random.py \

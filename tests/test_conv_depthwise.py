@@ -13,7 +13,7 @@ from netcl.ops import conv_chooser
 from netcl.ops import conv_depthwise as depthwise
 from netcl.ops.conv2d import CONV2D_DEPTHWISE, conv2d
 from netcl.ops.conv_common import PASSES, ConvLayer
-from util import assert_close, conv2d_grads_ref, conv2d_ref
+from util import assert_finite_differences, check_forced_conv
 
 # (input NCHW, multiplier, kernel (r, s), stride, padding, dilation)
 CASES = [
@@ -53,24 +53,7 @@ def check(case, rng, device, dtype="float32", bias=False, tolerances=(1e-5, 1e-4
     args = (_pair(stride), _pair(padding), _pair(dilation), c)
     layer = ConvLayer.from_shapes(xs, ws, *args, dtype)
     assert all(depthwise.STRATEGY.why_not(layer, p) is None for p in PASSES)
-    x = rng.uniform(-1, 1, xs).astype(dtype)
-    w = rng.uniform(-1, 1, ws).astype(dtype)
-    b = rng.uniform(-1, 1, ws[0]).astype(dtype) if bias else None
-    gy = rng.uniform(-1, 1, layer.output_shape).astype(dtype)
-    X = nc.Tensor.from_host(x, device, requires_grad=True)
-    W = nc.Tensor.from_host(w, device, requires_grad=True)
-    B = nc.Tensor.from_host(b, device, requires_grad=True) if bias else None
-    y = conv2d(X, W, B, stride=stride, padding=padding, dilation=dilation, groups=c, strategy=CONV2D_DEPTHWISE)
-    y.backward(nc.Tensor.from_host(gy, device))
-    expected = conv2d_ref(x, w, *args) + (b[None, :, None, None] if bias else 0)
-    gx_ref, gw_ref = conv2d_grads_ref(x, w, gy, *args)
-    what = _ids(case)
-    assert y.shape == layer.output_shape
-    assert_close(y.to_host(), expected, tolerances[0], f"forward of {what}")
-    assert_close(X.grad.to_host(), gx_ref, tolerances[1], f"grad input of {what}")
-    assert_close(W.grad.to_host(), gw_ref, tolerances[1], f"grad weight of {what}")
-    if bias:
-        assert_close(B.grad.to_host(), gy.astype(np.float64).sum(axis=(0, 2, 3)), tolerances[1], f"grad bias of {what}")
+    check_forced_conv(CONV2D_DEPTHWISE, xs, ws, args, rng, device, dtype, bias, tolerances, _ids(case))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
@@ -106,17 +89,7 @@ def test_gradients_match_finite_differences(rng, device):
     W = nc.Tensor.from_host(w, device, requires_grad=True)
     conv2d(X, W, stride=stride, padding=padding, groups=3, strategy=CONV2D_DEPTHWISE).backward(
         nc.Tensor.from_host(gy, device))
-    gx, gw = X.grad.to_host(), W.grad.to_host()
-    step = 1e-6
-    for array, grad, which in ((x, gx, "input"), (w, gw, "weight")):
-        for index in [tuple(int(rng.integers(0, d)) for d in array.shape) for _ in range(6)]:
-            plus, minus = array.copy(), array.copy()
-            plus[index] += step
-            minus[index] -= step
-            pair = (plus, w) if which == "input" else (x, plus)
-            other = (minus, w) if which == "input" else (x, minus)
-            numeric = (objective(*pair) - objective(*other)) / (2 * step)
-            assert abs(numeric - grad[index]) <= 1e-6 * max(1.0, abs(numeric)), (which, index, numeric, grad[index])
+    assert_finite_differences(objective, x, w, X.grad.to_host(), W.grad.to_host(), rng)
 
 
 @pytest.mark.parametrize("vector, group", [(1, 32), (4, 1), (2, 3)])

@@ -27,6 +27,8 @@ LAYERS = {
                        ((1, 6, 5, 7), (9, 6, 1, 1), 1, 0, 1)],
     "implicit_gemm": [((2, 6, 9, 11), (10, 3, 3, 3), 2, 1, 2), ((1, 5, 7, 6), (3, 5, 1, 1), 1, 0, 1)],
     "depthwise": [((2, 6, 11, 37), (12, 1, 3, 3), 1, 1, 6), ((1, 5, 9, 23), (5, 1, 3, 3), 2, 1, 5)],
+    # rows past a row tile, a moved-back last vector, planes narrower than a vector, groups
+    "pointwise": [((2, 5, 9, 13), (13, 5, 1, 1), 1, 0, 1), ((1, 6, 3, 2), (9, 2, 1, 1), 1, 0, 3)],
     # GEMM's store (netcl.ops.gemm): ungrouped 1×1 layers (strided ones gather their input first), and
     # im2col's single images; rows past the vector tiles take the product's element-wise tail
     "gemm": [((2, 5, 9, 13), (7, 5, 1, 1), 1, 0, 1), ((1, 6, 7, 9), (9, 6, 1, 1), 2, 0, 1)],

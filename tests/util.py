@@ -104,3 +104,43 @@ def randomize_batchnorm(model, rng):
                                     "bias": rng.uniform(-0.5, 0.5, n).astype(np.float32),
                                     "running_mean": rng.uniform(-0.3, 0.3, n).astype(np.float32),
                                     "running_var": rng.uniform(0.5, 2.0, n).astype(np.float32)}, strict=False)
+
+
+def check_forced_conv(strategy, xs, ws, args, rng, device, dtype="float32", bias=False, tolerances=(1e-5, 1e-4),
+                      what=""):
+    """conv2d forced onto ``strategy`` on fresh random operands, its output and every gradient (the bias's
+    too, with ``bias``) against the float64 reference; ``args`` = (stride, padding, dilation, groups), each
+    a pair but groups."""
+    from netcl.ops.conv2d import conv2d
+    stride, padding, dilation, groups = args
+    x = rng.uniform(-1, 1, xs).astype(dtype)
+    w = rng.uniform(-1, 1, ws).astype(dtype)
+    b = rng.uniform(-1, 1, ws[0]).astype(dtype) if bias else None
+    expected = conv2d_ref(x, w, *args) + (b[None, :, None, None] if bias else 0)
+    gy = rng.uniform(-1, 1, expected.shape).astype(dtype)
+    X = nc.Tensor.from_host(x, device, requires_grad=True)
+    W = nc.Tensor.from_host(w, device, requires_grad=True)
+    B = nc.Tensor.from_host(b, device, requires_grad=True) if bias else None
+    y = conv2d(X, W, B, stride=stride, padding=padding, dilation=dilation, groups=groups, strategy=strategy)
+    y.backward(nc.Tensor.from_host(gy, device))
+    gx_ref, gw_ref = conv2d_grads_ref(x, w, gy, *args)
+    assert y.shape == expected.shape
+    assert_close(y.to_host(), expected, tolerances[0], f"forward of {what}")
+    assert_close(X.grad.to_host(), gx_ref, tolerances[1], f"grad input of {what}")
+    assert_close(W.grad.to_host(), gw_ref, tolerances[1], f"grad weight of {what}")
+    if bias:
+        assert_close(B.grad.to_host(), gy.astype(np.float64).sum(axis=(0, 2, 3)), tolerances[1], f"grad bias of {what}")
+
+
+def assert_finite_differences(objective, x, w, gx, gw, rng, entries=6, step=1e-6, tol=1e-6):
+    """gx and gw (the gradients of objective(x, w) the code computed) against central differences in
+    float64, at ``entries`` random entries of each."""
+    for array, grad, which in ((x, gx, "input"), (w, gw, "weight")):
+        for index in [tuple(int(rng.integers(0, d)) for d in array.shape) for _ in range(entries)]:
+            plus, minus = array.copy(), array.copy()
+            plus[index] += step
+            minus[index] -= step
+            pair = (plus, w) if which == "input" else (x, plus)
+            other = (minus, w) if which == "input" else (x, minus)
+            numeric = (objective(*pair) - objective(*other)) / (2 * step)
+            assert abs(numeric - grad[index]) <= tol * max(1.0, abs(numeric)), (which, index, numeric, grad[index])

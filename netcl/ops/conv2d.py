@@ -29,6 +29,7 @@ CONV2D_IMPLICIT_GEMM = "implicit_gemm"
 CONV2D_WINOGRAD = "winograd"
 CONV2D_MEC = "mec"
 CONV2D_DEPTHWISE = "depthwise"
+CONV2D_POINTWISE = "pointwise"
 CONV2D_AUTO = "auto"
 
 

@@ -11,7 +11,7 @@ import threading
 
 from ..errors import ShapeError
 from . import (conv_depthwise, conv_direct, conv_direct_blocked, conv_gemm, conv_im2col, conv_implicit_gemm,
-               conv_mec, conv_winograd)
+               conv_mec, conv_pointwise, conv_winograd)
 
 BUILTIN = (
     conv_direct.STRATEGY,
@@ -22,6 +22,7 @@ BUILTIN = (
     conv_mec.STRATEGY,
     conv_direct_blocked.STRATEGY,
     conv_depthwise.STRATEGY,
+    conv_pointwise.STRATEGY,
 )
 
 _registry: dict[str, object] = {}
