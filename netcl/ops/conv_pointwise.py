@@ -92,12 +92,6 @@ def pixels_first(device) -> bool:
     return device.kind != "cpu"
 
 
-def row_tiles(shape: Geometry, pass_: str, device) -> int:
-    if pass_ == "backward_weight":
-        return shape.global_size[1]
-    return shape.global_size[1] if pixels_first(device) else shape.global_size[0]
-
-
 def issued_flops(layer: ConvLayer, pass_: str, device) -> float:
     """Multiply-adds (×2) the kernel issues: padded row (and column) tiles and the moved-back last vector's
     pixels counted."""
@@ -107,8 +101,8 @@ def issued_flops(layer: ConvLayer, pass_: str, device) -> float:
     if pass_ == "backward_weight":
         return 2.0 * layer.groups * shape.global_size[1] * shape.rows * shape.global_size[0] * shape.cols \
             * layer.n * pixels
-    _, inner = _product_dims(layer, pass_)
-    return 2.0 * layer.n * layer.groups * row_tiles(shape, pass_, device) * shape.rows * inner * pixels
+    rows, inner = _product_dims(layer, pass_)
+    return 2.0 * layer.n * layer.groups * -(-rows // shape.rows) * shape.rows * inner * pixels
 
 
 def moved_bytes(layer: ConvLayer, pass_: str, device) -> float:
@@ -123,8 +117,9 @@ def moved_bytes(layer: ConvLayer, pass_: str, device) -> float:
         return tensor_bytes(layer) + (shape.global_size[1] - 1) * x_bytes + (shape.global_size[0] - 1) * y_bytes
     if not pixels_first(device):
         return tensor_bytes(layer)
+    rows, _ = _product_dims(layer, pass_)
     source = x_bytes if pass_ == "forward" else y_bytes
-    return tensor_bytes(layer) + (shape.global_size[1] - 1) * source
+    return tensor_bytes(layer) + (-(-rows // shape.rows) - 1) * source
 
 
 def _run(pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None = None,
