@@ -80,6 +80,13 @@ LAYERS = [
     # A ResNet stride-2 1×1 projection at batch 4 (the second stage's): the gemm strategy's subsample and
     # the products after it, beside implicit GEMM's residue classes, at a size where the two differ.
     ((4, 128, 28, 28), (256, 128, 1, 1), 2, 0),
+    # Narrow 1×1 layers at batch 1 (MobileNetV2's projections and expansions): an inner dimension or a
+    # result of 16-160 rows over 49-12544 pixels, where the pointwise kernels' one launch and in-place
+    # reads beat a product's packing and gather tables. The 1×1 layers above are wide or batched, and
+    # alone they price these layers by the wrong trend.
+    ((1, 32, 112, 112), (16, 32, 1, 1), 1, 0),
+    ((1, 576, 14, 14), (96, 576, 1, 1), 1, 0),
+    ((1, 160, 7, 7), (960, 160, 1, 1), 1, 0),
 ]
 QUICK_LAYERS = [LAYERS[0], LAYERS[2], LAYERS[4], LAYERS[8]]
 # The fastest sample: a device characteristic, which load from other processes only slows down (the
