@@ -140,6 +140,41 @@ def test_parameters_changed_in_place_are_folded_anew_and_replaced_ones_record_ag
     np.testing.assert_array_equal(infer(x).to_host(), eager(model, x))
 
 
+def test_replays_check_the_folds_only_after_a_parameter_buffer_or_eps_changed(rng, monkeypatch):
+    checks = []
+    check = fusion.FoldedConvBN.current
+
+    def counted(self, conv, bn):
+        checks.append(bn)
+        return check(self, conv, bn)
+    monkeypatch.setattr(fusion.FoldedConvBN, "current", counted)
+    model = nc.models.resnet8(num_classes=4, in_channels=3, seed=5)
+    randomize_batchnorm(model, rng)
+    model.eval()
+    folds = sum(isinstance(m, nc.nn.BatchNorm2d) for m in model.modules())
+    infer = nc.training.CapturedInference(model)
+    x = nc.tensor(rng.standard_normal((1, 3, 11, 11)).astype(np.float32))
+    for _ in range(4):
+        infer(x)
+    assert infer.replaying, infer.status
+    checks.clear()
+    outputs = [infer(x).to_host() for _ in range(3)]
+    assert checks == []  # nothing written since the recording: the replays leave every check out
+    for out in outputs:
+        np.testing.assert_array_equal(out, eager(model, x))
+    first_bn = next(m for m in model.modules() if isinstance(m, nc.nn.BatchNorm2d))
+    for change in (lambda: setattr(first_bn, "eps", 1e-2), lambda: randomize_batchnorm(model, rng)):
+        change()
+        checks.clear()
+        out = infer(x).to_host()
+        assert len(checks) == folds, "a replay after a change checks every fold"
+        np.testing.assert_array_equal(out, eager(model, x))
+        checks.clear()
+        infer(x)
+        assert checks == []
+    assert infer.replays >= 7, infer.status
+
+
 def test_train_mode_runs_as_written_and_reused_output_is_overwritten(rng):
     model = small_mobilenet()
     randomize_batchnorm(model, rng)

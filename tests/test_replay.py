@@ -10,7 +10,7 @@ import pytest
 import netcl as nc
 from netcl.autograd import function as autograd_engine
 from netcl.runtime import memory
-from netcl.runtime.recording import Recording, Replay, host_call
+from netcl.runtime.recording import Recording, Replay, host_call, refresh_call
 
 
 @pytest.fixture(autouse=True)
@@ -185,6 +185,23 @@ def test_host_calls_compare_lists_by_their_items(device):
     assert signatures[0][1:] == signatures[1][1:] and signatures[0][0][3] == signatures[1][0][3]
     Replay(recording).replay()
     assert calls == [1, 1, 1]
+
+
+def test_a_replay_asked_to_leaves_out_refresh_calls_and_no_other_host_work(device):
+    a = nc.tensor(np.ones(5, np.float32))
+    calls = []
+    with Recording(device) as recording:
+        host_call(device, calls.append, "host")
+        refresh_call(device, calls.append, "refresh")
+        (a * 3.0).exp()
+    assert calls == ["host", "refresh"]
+    replay = Replay(recording)
+    assert replay.refresh_calls == 1
+    replay.replay()
+    assert calls[2:] == ["host", "refresh"]
+    replay.replay(refresh=False)
+    assert calls[4:] == ["host"]
+    assert refresh_call(device, lambda value: value * 2, 21) == 42  # outside a recording: just the call
 
 
 def test_launches_with_untyped_python_numbers_are_not_replayable(device):

@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 from ..autograd import is_grad_enabled
 from ..ops.batchnorm import fold_into_conv
 from ..ops.conv2d import conv2d_inference
-from ..runtime.recording import host_call
+from ..runtime.recording import refresh_call
 from ..tensor import Tensor
 from . import functional as F
 from .activation import Hardswish, ReLU, ReLU6
@@ -85,7 +85,7 @@ class FoldedConvBN:
     a training forward's running statistics, a replayed training step) or replaced, or ``eps`` changed;
     it refolds into the same two tensors whenever their shapes allow, so a recorded forward that reads
     them stays right. A recorded forward (netcl.training.CapturedInference) calls ``current`` as host work
-    at every replay (netcl.runtime.recording.host_call)."""
+    at every replay after which a parameter or buffer was written (netcl.runtime.recording.refresh_call)."""
 
     def __init__(self):
         self.weight: Tensor | None = None
@@ -130,7 +130,7 @@ def _folded(steps, x, residual=None, activation: str | None = None):
     fold = bn.folded_conv
     if fold is None:
         fold = bn.folded_conv = FoldedConvBN()
-    weight, bias = host_call(conv.weight.device, fold.current, conv, bn)
+    weight, bias = refresh_call(conv.weight.device, fold.current, conv, bn)
     return conv2d_inference(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups,
                             conv.strategy, residual=residual, activation=activation)
 

@@ -75,6 +75,20 @@ class _BatchNorm(Module):
             raise ShapeError(f"{type(self).__name__}({self.num_features}): input of shape {x.shape} has "
                              f"{x.shape[1]} channels")
 
+    @property
+    def eps(self) -> float:
+        return self._eps
+
+    @eps.setter
+    def eps(self, value) -> None:
+        # What was derived from the statistics with the old eps (this layer folded into a convolution) is
+        # made again when a tensor it was derived from is written: a new eps counts as a write of the
+        # running variance it is added to.
+        self._eps = float(value)
+        running_var = self.__dict__.get("_buffers", {}).get("running_var")
+        if running_var is not None:
+            running_var.mark_written()
+
     def uses_batch_stats(self) -> bool:
         return self.training or not self.track_running_stats
 

@@ -7,14 +7,14 @@ only hold memory). In inference (netcl.ops.conv2d.run_pass passes ``keep``: no g
 the call, as in an eval forward or a replayed ``netcl.training.CapturedInference``) it is kept with the weight
 tensor and made again, into the same storage, only when the weight's storage was written since
 (``Tensor.version``: an optimizer step, load_state_dict, a BatchNorm refolded into it) or replaced. Inside
-a recording the check is host work that every replay repeats (netcl.runtime.recording.host_call), so a
+a recording the check is host work that a replay repeats (netcl.runtime.recording.refresh_call), so a
 replay after such a write makes the derivative again before the recorded kernels read it.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from ..runtime.recording import host_call
+from ..runtime.recording import refresh_call
 from ..tensor import Tensor
 
 
@@ -52,4 +52,4 @@ def derived_from_weight(weight: Tensor, key: tuple, make: Callable[[Tensor, Tens
     entry = kept.get(key)
     if entry is None:
         entry = kept[key] = KeptDerivative(make)
-    return host_call(weight.device, entry.current, weight)
+    return refresh_call(weight.device, entry.current, weight)

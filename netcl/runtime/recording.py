@@ -14,7 +14,11 @@ netcl.training.replay records two consecutive steps and replays only when ``sign
 agree. What legitimately changes from step to step is declared where the launch is made:
 
 - a *dynamic* scalar argument (a Dropout seed) is recomputed by its callable at every replay;
-- host work (a hook) is recorded with ``host_call`` and called again at every replay;
+- host work (a hook) is recorded with ``host_call`` and called again at every replay; host work that only
+  makes a value derived from tensors again when their storage was written (``refresh_call``: BatchNorm
+  folded into a convolution, a strategy's transformed weight) is called again at every replay but one
+  whose caller knows that no storage was written since the previous replay (``Replay.replay(refresh=False)``:
+  netcl.training.CapturedInference checks the versions of its model's parameters and buffers);
 - the writes into existing tensors (``Tensor.mark_written``: an optimizer's update of the parameters,
   BatchNorm's running statistics) are counted again at every replay, so what caches values derived from
   those tensors (BatchNorm folded into a convolution) sees a replayed step's writes as it sees an eager one's.
@@ -136,8 +140,8 @@ class Recording(LaunchObserver):
         finally:
             self.paused = was
 
-    def host(self, fn, args, kwargs) -> None:
-        self.commands.append(HostCall(fn, args, kwargs))
+    def host(self, fn, args, kwargs, refresh: bool = False) -> None:
+        self.commands.append(HostCall(fn, args, kwargs, refresh))
 
     def written(self, writes: "StorageWrites", buffer) -> None:
         """A tensor stored in ``buffer`` was written in place (its ``writes`` counted once more): a replay
@@ -341,12 +345,13 @@ class Copy:
 
 
 class HostCall:
-    """Host work between kernels (``host_call``), called again with the same arguments at every replay."""
+    """Host work between kernels (``host_call``), called again with the same arguments at every replay;
+    a ``refresh`` (``refresh_call``) may be left out of a replay whose caller knows it has nothing to do."""
 
     launches = 0
 
-    def __init__(self, fn, args: tuple, kwargs: dict):
-        self.fn, self.args, self.kwargs = fn, args, kwargs
+    def __init__(self, fn, args: tuple, kwargs: dict, refresh: bool = False):
+        self.fn, self.args, self.kwargs, self.refresh = fn, args, kwargs, refresh
 
     def buffers(self) -> tuple:
         return ()
@@ -355,7 +360,7 @@ class HostCall:
         """The function and the objects it is given, by identity: the recording holds them, so no
         identity is reused while the signature is compared."""
         return ("host", getattr(self.fn, "__func__", self.fn), id(getattr(self.fn, "__self__", None)),
-                _identities(self.args), _identities(sorted(self.kwargs.items())))
+                _identities(self.args), _identities(sorted(self.kwargs.items())), self.refresh)
 
     def prepare(self, queue):
         fn, args, kwargs = self.fn, self.args, self.kwargs
@@ -460,6 +465,20 @@ def host_call(device, fn, *args, **kwargs):
     return result
 
 
+def refresh_call(device, fn, *args):
+    """``host_call(device, fn, *args)`` for host work that makes a value derived from tensors again only
+    when the storage of one of them was written (``Tensor.version``) or replaced, and otherwise returns
+    what it made before: work that a replay may leave out when its caller knows that no tensor's storage
+    such work reads was written since the previous replay (``Replay.replay(refresh=False)``)."""
+    recording = active(device)
+    if recording is None:
+        return fn(*args)
+    with recording.pause():
+        result = fn(*args)
+    recording.host(fn, args, {}, refresh=True)
+    return result
+
+
 @contextlib.contextmanager
 def not_recorded(device):
     """Within, the calling thread's commands on ``device`` are not recorded (host work that a replay
@@ -492,13 +511,18 @@ class Replay:
         self.planned_bytes = 0 if self._slab is None else self._slab.size  # the step's dead tensors, planned
         self.buffer_bytes = self.planned_bytes + _buffer_bytes(self._commands, outside=self._slab)
         self._steps = [command.prepare(self.device.queue) for command in self._commands]
+        self._steps_without_refresh = [step for step, command in zip(self._steps, self._commands)
+                                       if not getattr(command, "refresh", False)]
+        self.refresh_calls = len(self._steps) - len(self._steps_without_refresh)
 
-    def replay(self):
+    def replay(self, refresh: bool = True):
         """Enqueue every command again; the event of the last command that enqueued one (None when none
-        did): its completion means the whole replay's has, the queue being in order."""
+        did): its completion means the whole replay's has, the queue being in order. ``refresh=False``
+        leaves out the ``refresh_call`` host work: for a caller that knows no storage it reads was written
+        since the previous replay (it would find its values current and return them)."""
         result = None
         try:
-            for step in self._steps:
+            for step in (self._steps if refresh else self._steps_without_refresh):
                 event = step()
                 if event is not None:
                     result = event

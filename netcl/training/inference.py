@@ -11,7 +11,9 @@ input tensor and the recorded commands are enqueued again. BatchNorm folded into
 mode is kept with the BatchNorm (netcl.nn.fusion.FoldedConvBN); the recording holds, as host work, the
 check of each fold against the versions of the tensors it comes from, so a replay after parameters
 changed in place (an optimizer step, ``load_state_dict``, a replayed training step) folds those anew
-into the same tensors first, and one after no change enqueues no fold.
+into the same tensors first. Each call reads the versions of the model's parameters and buffers; while
+they are those of the previous call, a replay leaves those checks out (netcl.runtime.recording's
+``refresh_call``): at batch 1 the host's time is the cores' time on a CPU device.
 
 An input of another shape, a model switched between train() and eval(), or a parameter or buffer whose
 storage was replaced runs as written (a replaced storage or sub-module records again). A forward that reads a result on
@@ -61,6 +63,7 @@ class CapturedInference:
         # signature names the objects they were given by identity, which must not be reused meanwhile
         self._previous: tuple | None = None
         self._key: tuple | None = None          # the state the replay was recorded in
+        self._versions: tuple | None = None     # the versions of the parameters and buffers at the last call
         self._in_flight: collections.deque = collections.deque()
         self._refused = False                   # a recording was refused: the forward reads on the host
 
@@ -80,8 +83,9 @@ class CapturedInference:
             return self._eager(x)
         self._calls_of_layout += 1
         if self._replay is not None:
-            if self._state_key() == self._key:
-                return self._replayed(x)
+            key, versions = self._state()
+            if key == self._key:
+                return self._replayed(x, versions)
             self._forget("recording again: the model's modules, their modes or a parameter's storage changed")
         if self._calls_of_layout <= self.warmup or self.recordings >= self.attempts or self._refused:
             return self._eager(x)
@@ -102,7 +106,7 @@ class CapturedInference:
         if self._input is None:
             self._input = Tensor.empty(x.shape, x.dtype, x.device)
         self._load_input(x)
-        key = self._state_key()
+        key, versions = self._state()
         with autograd.no_grad(), Recording(x.device) as recording:
             output = self.model(self._input)
         self.recordings += 1
@@ -117,6 +121,7 @@ class CapturedInference:
         signature = recording.signature()
         if previous is not None and previous[:2] == (signature, key):
             self._replay, self._output, self._key, self._previous = Replay(recording), output, key, None
+            self._versions = versions  # the recording's host work made every fold for these
             self.status = (f"replaying {self._replay.launches} launches for inputs of shape {x.shape} "
                            f"(recorded at call {self.calls})")
         else:
@@ -127,11 +132,13 @@ class CapturedInference:
             self.status += f"; gave up after {self.recordings} recordings, every call runs as written"
         return output if self._replay is None or self.reuse_output else _copy(output)
 
-    def _replayed(self, x: Tensor) -> Tensor:
+    def _replayed(self, x: Tensor, versions: tuple) -> Tensor:
         self._load_input(x)
         while len(self._in_flight) > 1:  # at most two forwards queued: the host need not run further ahead
             self._in_flight.popleft().wait()
-        event = self._replay.replay()
+        # what the refresh calls check (folds, kept weight derivatives) derives from these tensors alone
+        event = self._replay.replay(refresh=versions != self._versions)
+        self._versions = versions
         if event is not None:
             self._in_flight.append(event)
         self.replays += 1
@@ -146,10 +153,11 @@ class CapturedInference:
         memory.copy(static.device, static.buffer, x.buffer, static.nbytes, static.offset * static.dtype.itemsize,
                     x.offset * x.dtype.itemsize)
 
-    def _state_key(self) -> tuple:
-        """What must be unchanged for a recording to stay right: the modules, each one's mode and the
-        storage of every parameter and buffer (values may change in place). Checked at every call, so
-        it walks the modules without naming them (a model's names cost more than the check)."""
+    def _state(self) -> tuple[tuple, tuple]:
+        """(key, versions). The key is what must be unchanged for a recording to stay right: the modules,
+        each one's mode and the storage of every parameter and buffer (values may change in place); the
+        versions are those storages' counts of in-place writes. Read at every call, so it walks the
+        modules without naming them (a model's names cost more than the check)."""
         modules, seen, stack = [], set(), [self.model]
         while stack:
             module = stack.pop()
@@ -158,12 +166,13 @@ class CapturedInference:
             seen.add(id(module))
             modules.append(module)
             stack.extend(m for m in module._modules.values() if m is not None)
-        storages = [t.buffer for m in modules for registry in (m._parameters, m._buffers)
-                    for t in registry.values() if t is not None]
-        return tuple(modules), tuple(m.training for m in modules), tuple(storages)
+        tensors = [t for m in modules for registry in (m._parameters, m._buffers) for t in registry.values()
+                   if t is not None]
+        key = tuple(modules), tuple(m.training for m in modules), tuple(t.buffer for t in tensors)
+        return key, tuple(t.version for t in tensors)
 
     def _forget(self, why: str) -> None:
-        self._replay, self._output, self._key, self._previous = None, None, None, None
+        self._replay, self._output, self._key, self._previous, self._versions = None, None, None, None, None
         self.recordings = 0
         self._in_flight.clear()
         self.status = why
