@@ -159,17 +159,18 @@ class CapturedInference:
         versions are those storages' counts of in-place writes. Read at every call, so it walks the
         modules without naming them (a model's names cost more than the check)."""
         modules, seen, stack = [], set(), [self.model]
+        pop, extend, add, append = stack.pop, stack.extend, seen.add, modules.append  # bound once per call
         while stack:
-            module = stack.pop()
-            if id(module) in seen:
+            module = pop()
+            if module is None or id(module) in seen:  # by identity: a module may define __eq__
                 continue
-            seen.add(id(module))
-            modules.append(module)
-            stack.extend(m for m in module._modules.values() if m is not None)
+            add(id(module))
+            append(module)
+            extend(module._modules.values())
         tensors = [t for m in modules for registry in (m._parameters, m._buffers) for t in registry.values()
                    if t is not None]
-        key = tuple(modules), tuple(m.training for m in modules), tuple(t.buffer for t in tensors)
-        return key, tuple(t.version for t in tensors)
+        key = tuple(modules), tuple([m.training for m in modules]), tuple([t.buffer for t in tensors])
+        return key, tuple([t.version for t in tensors])
 
     def _forget(self, why: str) -> None:
         self._replay, self._output, self._key, self._previous, self._versions = None, None, None, None, None
