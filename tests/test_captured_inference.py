@@ -175,6 +175,32 @@ def test_replays_check_the_folds_only_after_a_parameter_buffer_or_eps_changed(rn
     assert infer.replays >= 7, infer.status
 
 
+class PlainAttributeWeight(nc.nn.Module):
+    """A 3×3 filter kept as a plain attribute (a tensor that needs no gradient is not registered)."""
+
+    def __init__(self, rng):
+        super().__init__()
+        self.filter = nc.tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+
+    def forward(self, x):
+        return nc.nn.functional.conv2d(x, self.filter, padding=1, strategy="winograd")
+
+
+def test_a_weight_outside_the_parameters_written_in_place_is_transformed_anew(rng):
+    from netcl.ops.elementwise import copy_into
+    model = PlainAttributeWeight(rng)
+    assert not list(model.parameters()) and not list(model.buffers())
+    infer = nc.training.CapturedInference(model)
+    x = nc.tensor(rng.standard_normal((1, 3, 9, 9)).astype(np.float32))
+    for _ in range(4):
+        infer(x)
+    assert infer.replaying, infer.status
+    copy_into(model.filter, nc.tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32)))
+    # Winograd's transformed filter is kept with the weight: a replay must see the write and make it again
+    np.testing.assert_array_equal(infer(x).to_host(), eager(model, x))
+    assert infer.replays >= 2, infer.status
+
+
 def test_train_mode_runs_as_written_and_reused_output_is_overwritten(rng):
     model = small_mobilenet()
     randomize_batchnorm(model, rng)

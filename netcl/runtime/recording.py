@@ -140,8 +140,8 @@ class Recording(LaunchObserver):
         finally:
             self.paused = was
 
-    def host(self, fn, args, kwargs, refresh: bool = False) -> None:
-        self.commands.append(HostCall(fn, args, kwargs, refresh))
+    def host(self, fn, args, kwargs, refresh: bool = False, result=None) -> None:
+        self.commands.append(HostCall(fn, args, kwargs, refresh, result))
 
     def written(self, writes: "StorageWrites", buffer) -> None:
         """A tensor stored in ``buffer`` was written in place (its ``writes`` counted once more): a replay
@@ -198,6 +198,10 @@ class Recording(LaunchObserver):
         """The host calls recorded (what their signatures name by identity, so whoever compares this
         recording's signature later keeps them)."""
         return tuple(command for command in self.commands if isinstance(command, HostCall))
+
+    def refresh_calls(self) -> tuple:
+        """The ``refresh_call`` host work recorded, in order (each with its arguments and recorded value)."""
+        return tuple(command for command in self.host_calls() if command.refresh)
 
     @property
     def launches(self) -> int:
@@ -350,8 +354,9 @@ class HostCall:
 
     launches = 0
 
-    def __init__(self, fn, args: tuple, kwargs: dict, refresh: bool = False):
+    def __init__(self, fn, args: tuple, kwargs: dict, refresh: bool = False, result=None):
         self.fn, self.args, self.kwargs, self.refresh = fn, args, kwargs, refresh
+        self.result = result  # a refresh's value when recorded (what later refreshes may be given)
 
     def buffers(self) -> tuple:
         return ()
@@ -475,7 +480,7 @@ def refresh_call(device, fn, *args):
         return fn(*args)
     with recording.pause():
         result = fn(*args)
-    recording.host(fn, args, {}, refresh=True)
+    recording.host(fn, args, {}, refresh=True, result=result)
     return result
 
 

@@ -13,7 +13,8 @@ check of each fold against the versions of the tensors it comes from, so a repla
 changed in place (an optimizer step, ``load_state_dict``, a replayed training step) folds those anew
 into the same tensors first. Each call reads the versions of the model's parameters and buffers; while
 they are those of the previous call, a replay leaves those checks out (netcl.runtime.recording's
-``refresh_call``): at batch 1 the host's time is the cores' time on a CPU device.
+``refresh_call``): at batch 1 the host's time is the cores' time on a CPU device. A recording whose checks
+read a tensor from elsewhere (a weight kept as a plain attribute) makes them at every replay.
 
 An input of another shape, a model switched between train() and eval(), or a parameter or buffer whose
 storage was replaced runs as written (a replaced storage or sub-module records again). A forward that reads a result on
@@ -28,6 +29,7 @@ from __future__ import annotations
 import collections
 
 from .. import autograd
+from ..module import Module
 from ..runtime import first_step, memory
 from ..runtime.recording import Recording, Replay
 from ..tensor import Tensor
@@ -64,6 +66,9 @@ class CapturedInference:
         self._previous: tuple | None = None
         self._key: tuple | None = None          # the state the replay was recorded in
         self._versions: tuple | None = None     # the versions of the parameters and buffers at the last call
+        # whether the replay's refresh calls read nothing but the model's modules, parameters and buffers
+        # (and what earlier refreshes made of them): only then do the versions above cover them
+        self._refreshes_follow_the_model = False
         self._in_flight: collections.deque = collections.deque()
         self._refused = False                   # a recording was refused: the forward reads on the host
 
@@ -122,6 +127,7 @@ class CapturedInference:
         if previous is not None and previous[:2] == (signature, key):
             self._replay, self._output, self._key, self._previous = Replay(recording), output, key, None
             self._versions = versions  # the recording's host work made every fold for these
+            self._refreshes_follow_the_model = self._reads_only_the_model(recording)
             self.status = (f"replaying {self._replay.launches} launches for inputs of shape {x.shape} "
                            f"(recorded at call {self.calls})")
         else:
@@ -137,7 +143,7 @@ class CapturedInference:
         while len(self._in_flight) > 1:  # at most two forwards queued: the host need not run further ahead
             self._in_flight.popleft().wait()
         # what the refresh calls check (folds, kept weight derivatives) derives from these tensors alone
-        event = self._replay.replay(refresh=versions != self._versions)
+        event = self._replay.replay(refresh=versions != self._versions or not self._refreshes_follow_the_model)
         self._versions = versions
         if event is not None:
             self._in_flight.append(event)
@@ -171,6 +177,21 @@ class CapturedInference:
                    if t is not None]
         key = tuple(modules), tuple([m.training for m in modules]), tuple([t.buffer for t in tensors])
         return key, tuple([t.version for t in tensors])
+
+    def _reads_only_the_model(self, recording: Recording) -> bool:
+        """Whether each refresh call of ``recording`` is given only modules, parameters and buffers of the
+        model, or tensors an earlier refresh call made (a folded weight): a tensor from elsewhere (a
+        weight kept as a plain attribute) may be written without a version this object reads."""
+        modules = self._key[0]
+        known = {id(m) for m in modules}  # by identity, for this one check
+        known.update(id(t) for m in modules for registry in (m._parameters, m._buffers)
+                     for t in registry.values() if t is not None)
+        for call in recording.refresh_calls():
+            if any(isinstance(a, (Tensor, Module)) and id(a) not in known for a in call.args):
+                return False
+            made = call.result if isinstance(call.result, tuple) else (call.result,)
+            known.update(id(t) for t in made if isinstance(t, Tensor))
+        return True
 
     def _forget(self, why: str) -> None:
         self._replay, self._output, self._key, self._previous, self._versions = None, None, None, None, None
