@@ -196,7 +196,7 @@ def test_a_replay_asked_to_leaves_out_refresh_calls_and_no_other_host_work(devic
         (a * 3.0).exp()
     assert calls == ["host", "refresh"]
     replay = Replay(recording)
-    assert replay.refresh_calls == 1
+    assert replay.refresh_count == 1
     replay.replay()
     assert calls[2:] == ["host", "refresh"]
     replay.replay(refresh=False)

@@ -518,7 +518,7 @@ class Replay:
         self._steps = [command.prepare(self.device.queue) for command in self._commands]
         self._steps_without_refresh = [step for step, command in zip(self._steps, self._commands)
                                        if not getattr(command, "refresh", False)]
-        self.refresh_calls = len(self._steps) - len(self._steps_without_refresh)
+        self.refresh_count = len(self._steps) - len(self._steps_without_refresh)  # what refresh=False skips
 
     def replay(self, refresh: bool = True):
         """Enqueue every command again; the event of the last command that enqueued one (None when none

@@ -173,8 +173,7 @@ class CapturedInference:
             add(id(module))
             append(module)
             extend(module._modules.values())
-        tensors = [t for m in modules for registry in (m._parameters, m._buffers) for t in registry.values()
-                   if t is not None]
+        tensors = _registered_tensors(modules)
         key = tuple(modules), tuple([m.training for m in modules]), tuple([t.buffer for t in tensors])
         return key, tuple([t.version for t in tensors])
 
@@ -184,8 +183,7 @@ class CapturedInference:
         weight kept as a plain attribute) may be written without a version this object reads."""
         modules = self._key[0]
         known = {id(m) for m in modules}  # by identity, for this one check
-        known.update(id(t) for m in modules for registry in (m._parameters, m._buffers)
-                     for t in registry.values() if t is not None)
+        known.update(id(t) for t in _registered_tensors(modules))
         for call in recording.refresh_calls():
             if any(isinstance(a, (Tensor, Module)) and id(a) not in known for a in call.args):
                 return False
@@ -198,6 +196,12 @@ class CapturedInference:
         self.recordings = 0
         self._in_flight.clear()
         self.status = why
+
+
+def _registered_tensors(modules) -> list:
+    """The parameters and buffers of ``modules``, in order (a list: read at every call)."""
+    return [t for m in modules for registry in (m._parameters, m._buffers) for t in registry.values()
+            if t is not None]
 
 
 def _copy(output: Tensor) -> Tensor:
