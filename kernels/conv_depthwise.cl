@@ -11,7 +11,11 @@ strip that would run past the interior is moved back to end where it ends (forwa
 compute some columns twice, with the same result; backward_weight masks the columns counted already).
 The border columns go one by one with bounds tests. Row tests are branches the whole group shares.
 A CPU runs L = 1 with VW = its vector width (its compiler then keeps the vectors as written); a GPU
-runs VW = 1 with L adjacent columns (coalesced loads). No atomics: every result is deterministic.
+runs VW = 1 with L adjacent columns (coalesced loads). A CPU's forward pass on rows of at most one
+vector (WHOLE_ROWS) takes each row as one vector, borders included: a lane whose tap falls in the padding
+is masked, and the taps of one column offset are summed before their one mask. Consecutive elements are
+loaded and stored through an unaligned vector type (LLVM assembles the overlapping element loads of a
+row's taps from pieces and shuffles). No atomics: every result is deterministic.
 
   depthwise_forward          y[n,k,p,q] = act(Σ_{r,s} x[n, k/M, p·SH − PH + r·DH, q·SW − PW + s·DW] · w[k,0,r,s]
                                               + bias[k] + residual[n,k,p,q])
@@ -46,16 +50,19 @@ Template parameters (all have defaults):
          output plane sums the C / K input planes it feeds, weights read flipped   (default False)
   MULT   with FLIP: those input planes per output plane, compiled in (their weights then stay in
          registers); 0 reads the count from C / K and the weights from memory    (default 1)
+  WHOLE_ROWS  forward, L = 1: a row of Q ≤ VW outputs is one vector (lanes from Q on idle), no border
+         columns                                                                (default False)
 
 Arguments: input, weight, output (buffer, offset each); forward also the bias and the residual (buffer,
-offset; any buffer where unused). Scalar arguments: C, H, W (input channels and size), K, P, Q (output channels and size), PH, PW (top and
-left padding), then the rows of a group's run (forward, backward_data) or output rows per chunk and N
-(depthwise_weight_partial).
+offset; any buffer where unused). Scalar arguments: C, H, W (input channels and size), K, P, Q (output
+channels and size), PH, PW (top and left padding), then the rows of a group's run (forward,
+backward_data) or output rows per chunk and N (depthwise_weight_partial); forward last the input's
+size in elements (a whole row's loads reach into the rows before and after, never past the tensor).
 
 Launch: local (L, 1, 1); global (L, runs of P, N·K) forward, (L, runs of H, N·C) backward_data,
 (L, chunks of N·P, K) weight partials.
 </%doc>
-<%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward', RESIDUAL=False, ACT='none'"/>
+<%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward', RESIDUAL=False, ACT='none', WHOLE_ROWS=False"/>
 <%!
 from netcl.runtime.cl_activation import apply_epilogue
 
@@ -101,6 +108,19 @@ def lane(value, width, index):
         return "flipped[j][%d]" % (r * S + s) if MULT else "wk[%d]" % ((R - 1 - r) * S + S - 1 - s)
     TAPS = [(r, s) for r in range(R) for s in range(S)]
 
+    def contiguous(ptr, offset="0"):
+        """The VW consecutive elements from ptr[offset] on, as one unaligned vector load (LLVM assembles
+        overlapping element loads, such as a row's taps, from pieces and shuffles instead)."""
+        if VW == 1:
+            return "(%s)[%s]" % (ptr, offset)
+        return "(*(__global const unaligned_vector*)((%s) + %s))" % (ptr, offset)
+
+    def store_contiguous(ptr, value):
+        """A statement storing vector ``value`` at ptr[0 .. VW) (one unaligned vector store)."""
+        if VW == 1:
+            return "*(%s) = %s;" % (ptr, value)
+        return "*(__global unaligned_vector*)(%s) = %s;" % (ptr, value)
+
     def strip_tap(s):
         """Tap s's input values for an interior strip: row[l·SW + s·DW] for lanes l < VW. At stride 2
         (dilation 1) the lanes are every other element, which element loads would gather one by one;
@@ -108,9 +128,11 @@ def lane(value, width, index):
         the high half the odd elements of the VW consecutive from row[s + VW − 1] on, two vector loads
         that read no element the strip does not (row[s] to row[s + 2·VW − 2])."""
         if SW == 2 and DW == 1 and VW > 1:
-            low = vector(T, VW, ["row[%d]" % (s + l) for l in range(VW)])
-            high = vector(T, VW, ["row[%d]" % (s + VW - 1 + l) for l in range(VW)])
+            low = contiguous("row", s)
+            high = contiguous("row", s + VW - 1)
             return "even_odd(%s, %s)" % (low, high)
+        if SW == 1:
+            return contiguous("row", s * DW)
         return vector(T, VW, ["row[%d]" % (l * SW + s * DW) for l in range(VW)])
 
     def epilogue(value, type_, residual):
@@ -122,6 +144,10 @@ def lane(value, width, index):
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 
+% if VW > 1:
+/* A vector at any element's address: the loads and stores of consecutive elements go through it */
+typedef ${VT} unaligned_vector __attribute__((aligned(${8 if T == "double" else 4})));
+% endif
 #define INSIDE(i, n) ((uint)(i) < (uint)(n))
 % if SW == 2 and DW == 1 and VW > 1:
 
@@ -155,6 +181,12 @@ inline void interior(const int W, const int Q, const int PW, int* lo, int* hi, i
     *strips = *hi - *lo >= ${VW} ? (*hi - *lo + ${VW - 1}) / ${VW} : 0;
 }
 
+/* Element i of a tensor of n elements, or the nearest one that exists */
+inline long clamp_index(const long i, const long n)
+{
+    return i < 0 ? 0 : (i < n ? i : n - 1);
+}
+
 /* Border column b of a row (0 ≤ b < Q − interior columns covered by strips) as an output column. */
 inline int border_column(const int b, const int lo, const int hi, const int strips)
 {
@@ -169,7 +201,7 @@ __kernel void depthwise_forward(
     __global const ${T}* bias, const long bias_off,
     __global const ${T}* residual, const long residual_off,
     const int C, const int H, const int W, const int K, const int P, const int Q,
-    const int PH, const int PW, const int rows_per_item)
+    const int PH, const int PW, const int rows_per_item, const long x_elems)
 {
     GROUP_OF_ROWS(p_begin, p_end, P, n, k, K)
     __global ${T}* yp = y + y_off + plane * (long)P * Q;
@@ -204,6 +236,57 @@ __kernel void depthwise_forward(
 % if RESIDUAL:
     __global const ${T}* rp = residual + residual_off + plane * (long)P * Q;
 % endif
+% if WHOLE_ROWS:
+    /* Rows of Q ≤ VW outputs: one vector per row, its lanes from Q on idle. Lane l of tap s reads input
+       column l·SW − PW + s·DW, which is inside the row for the same lanes on every row (column_inside):
+       the taps of one s sum first and the sum is masked once, so the other lanes' loads (the row before
+       or after, or the padding) never count. The loads stay inside the input tensor (x_elems elements):
+       only a row at its very start or end gathers them from clamped addresses. A row stores its
+       whole vector, whose idle lanes land on the next row, written after it by this work-item; the
+       run's last row stores its Q lanes alone. */
+    const ${IT} lane_column = (${IT})(${", ".join(str(l) for l in range(VW))}) * ${SW};
+% for s in range(S):
+    const ${IT} column_inside${s} = (lane_column >= PW - ${s * DW}) & (lane_column < W + PW - ${s * DW});
+% endfor
+    for (int p = p_begin; p < p_end; ++p) {
+% for s in range(S):
+        ${VT} column_acc${s} = (${VT})(${ZERO});
+% endfor
+${sources_open()}
+% for r in range(R):
+        {
+            const int h = p * ${SH} - PH + ${r * DH};
+            if (INSIDE(h, H)) {
+                __global const ${T}* row = xp + (long)h * W - PW;
+                const long row_at = row - (x + x_off);
+                if (row_at >= 0 && row_at + ${(VW - 1) * SW + (S - 1) * DW} < x_elems) {
+% for s in range(S):
+                    column_acc${s} = ${strip_tap(s)} * ${weight(r, s)} + column_acc${s};
+% endfor
+                } else {
+% for s in range(S):
+                    column_acc${s} = ${vector(T, VW, ["x[x_off + clamp_index(row_at + %d, x_elems)]" % (l * SW + s * DW) for l in range(VW)])} * ${weight(r, s)} + column_acc${s};
+% endfor
+                }
+            }
+        }
+% endfor
+${sources_close()}
+        ${VT} acc = (${VT})(${ZERO});
+% for s in range(S):
+        acc += column_inside${s} ? column_acc${s} : (${VT})(${ZERO});
+% endfor
+        ${epilogue("acc", VT, vector(T, VW, ["rp[(long)p * Q + (%d < Q ? %d : Q - 1)]" % (l, l) for l in range(VW)]))}
+        __global ${T}* out = yp + (long)p * Q;
+        if (p + 1 < p_end) {
+            ${store_contiguous("out", "acc")}
+        } else {
+% for l in range(VW):
+            if (${l} < Q) out[${l}] = ${lane("acc", VW, l)};
+% endfor
+        }
+    }
+% else:
     int lo, hi, strips;
     interior(W, Q, PW, &lo, &hi, &strips);
     const int borders = Q - (strips ? hi - lo : 0);
@@ -225,11 +308,8 @@ ${sources_open()}
             }
 % endfor
 ${sources_close()}
-            ${epilogue("acc", VT, vector(T, VW, ["rp[(long)p * Q + q0 + %d]" % l for l in range(VW)]))}
-            __global ${T}* strip = out + q0;
-% for l in range(VW):
-            strip[${l}] = ${lane("acc", VW, l)};
-% endfor
+            ${epilogue("acc", VT, contiguous("rp", "(long)p * Q + q0"))}
+            ${store_contiguous("out + q0", "acc")}
         }
     }
     /* Border columns, one at a time down the run: which of a column's taps fall outside the row is the
@@ -259,6 +339,7 @@ ${sources_close()}
             yp[(long)p * Q + q] = acc;
         }
     }
+% endif
 }
 
 % elif KERNEL == 'backward_data':
@@ -303,7 +384,7 @@ __kernel void depthwise_backward_data(
 % for s in range(S):
                             if (serves${s}) {
                                 __global const ${T}* tap = row + o${s};
-                                acc = ${vector(T, VW, ["tap[%d]" % l for l in range(VW)])} * wc[j * ${R * S} + ${r * S + s}] + acc;
+                                acc = ${contiguous("tap")} * wc[j * ${R * S} + ${r * S + s}] + acc;
                             }
 % endfor
                         }
@@ -311,9 +392,13 @@ __kernel void depthwise_backward_data(
 % endfor
                 }
                 __global ${T}* strip = out + i0 * ${SW};
+% if SW == 1:
+                ${store_contiguous("strip", "acc")}
+% else:
 % for l in range(VW):
                 strip[${l * SW}] = ${lane("acc", VW, l)};
 % endfor
+% endif
             }
             for (int b = lane; b < borders; b += lanes) {
                 const int i = border_column(b, lo, hi, strips);
@@ -371,7 +456,7 @@ __kernel void depthwise_weight_partial(
             const int q = lo + t * ${VW};
             const int q0 = q < hi - ${VW} ? q : hi - ${VW};
             __global const ${T}* gstrip = gyrow + q0;
-            ${VT} g = ${vector(T, VW, ["gstrip[%d]" % l for l in range(VW)])};
+            ${VT} g = ${contiguous("gstrip")};
 % if VW > 1:
             if (q0 < q) g = vector_lane >= (${IT})(q - q0) ? g : (${VT})(${ZERO});   /* counted by the strip before */
 % endif
@@ -379,7 +464,7 @@ __kernel void depthwise_weight_partial(
             if (INSIDE(h${r}, H)) {
                 __global const ${T}* row = xp + (long)h${r} * W + q0 * ${SW} - PW;
 % for s in range(S):
-                acc${r}_${s} = g * ${vector(T, VW, ["row[%d]" % (l * SW + s * DW) for l in range(VW)])} + acc${r}_${s};
+                acc${r}_${s} = g * ${strip_tap(s) if SW == 1 else vector(T, VW, ["row[%d]" % (l * SW + s * DW) for l in range(VW)])} + acc${r}_${s};
 % endfor
             }
 % endfor
@@ -407,10 +492,7 @@ __kernel void depthwise_weight_partial(
 % else:
         const ${T} sum = acc${r}_${s};
 % endif
-        __global ${T}* tap = out + ${r * S + s} * get_global_size(1) * all_lanes;
-% for l in range(VW):
-        tap[${l}] = ${lane("sum", VW, l)};
-% endfor
+        ${store_contiguous("out + %d * get_global_size(1) * all_lanes" % (r * S + s), "sum")}
     }
 % endfor
 }

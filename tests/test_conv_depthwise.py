@@ -69,7 +69,7 @@ def test_fused_bias(rng, device, canaries):
 def test_float64(rng, device, canaries):
     if not device.has_fp64:
         pytest.skip(f"{device.describe()} has no float64")
-    for case in (CASES[2], CASES[6]):
+    for case in (CASES[2], CASES[6], CASES[16]):   # strips, strided strips, whole rows
         check(case, rng, device, "float64", tolerances=(1e-12, 1e-11))
 
 
@@ -107,6 +107,26 @@ def test_strided_strips_of_every_width(lanes, rng, device, monkeypatch, canaries
     rows wide enough for several strips of 16 and a moved-back last one, 3×3 and 5×5."""
     monkeypatch.setattr(depthwise, "STRIDED_LANES", lanes)
     for case in (((2, 3, 9, 71), 1, (3, 3), 2, 1, 1), ((1, 2, 11, 77), 2, (5, 5), 2, 2, 1)):
+        check(case, rng, device)
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_whole_rows_at_every_width(lanes, rng, device, monkeypatch, canaries):
+    """A CPU's forward pass takes rows of at most one vector whole, the lanes whose taps fall in the
+    padding masked: at each vector width, rows as wide as the vector and narrower, stride 1 and 2,
+    multipliers, 5×5, windows entirely in the padding, and backward_data of stride-1 layers (the
+    flipped forward pass). The first and last rows of a tensor gather their loads from clamped
+    addresses; the idle lanes of a run's last row are not stored (the canaries)."""
+    monkeypatch.setattr(depthwise, "register_lanes", lambda dev, dtype: lanes)
+    cases = [((2, 3, 7, lanes - 1), 1, (3, 3), 1, 1, 1), ((1, 4, 9, lanes), 2, (3, 3), 1, 1, 1),
+             ((3, 2, 11, 2 * lanes - 1), 1, (3, 3), 2, 1, 1), ((1, 3, 8, lanes - 1), 1, (5, 5), 1, 2, 1),
+             ((1, 3, 9, lanes - 2), 3, (3, 3), 1, 2, 1)]
+    for case in cases:
+        xs, multiplier, (r, s), stride, padding, _ = case
+        layer = ConvLayer.from_shapes(xs, (xs[1] * multiplier, 1, r, s), stride, padding, 1, xs[1])
+        if device.kind == "cpu":
+            shape = depthwise.geometry(layer, "forward", device)
+            assert shape.whole_rows and layer.out_w <= shape.vector <= lanes, (case, shape)
         check(case, rng, device)
 
 

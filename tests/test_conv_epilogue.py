@@ -26,7 +26,9 @@ LAYERS = {
     "direct_blocked": [((2, 5, 9, 13), (7, 5, 3, 3), 1, 1, 1), ((1, 3, 4, 32), (4, 3, 3, 3), 1, 1, 1),
                        ((1, 6, 5, 7), (9, 6, 1, 1), 1, 0, 1)],
     "implicit_gemm": [((2, 6, 9, 11), (10, 3, 3, 3), 2, 1, 2), ((1, 5, 7, 6), (3, 5, 1, 1), 1, 0, 1)],
-    "depthwise": [((2, 6, 11, 37), (12, 1, 3, 3), 1, 1, 6), ((1, 5, 9, 23), (5, 1, 3, 3), 2, 1, 5)],
+    # rows of strips and border columns; rows of one vector each on a CPU (7 and 14 wide, strided)
+    "depthwise": [((2, 6, 11, 37), (12, 1, 3, 3), 1, 1, 6), ((1, 5, 9, 23), (5, 1, 3, 3), 2, 1, 5),
+                  ((2, 4, 7, 7), (8, 1, 3, 3), 1, 1, 4), ((1, 5, 6, 14), (5, 1, 3, 3), 1, 1, 5)],
     # rows past a row tile, a moved-back last vector, planes narrower than a vector, groups
     "pointwise": [((2, 5, 9, 13), (13, 5, 1, 1), 1, 0, 1), ((1, 6, 3, 2), (9, 2, 1, 1), 1, 0, 3)],
     # GEMM's store (netcl.ops.gemm): ungrouped 1×1 layers (strided ones gather their input first), and

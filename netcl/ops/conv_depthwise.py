@@ -17,8 +17,10 @@ strips of vector width with unit-stride loads and no bounds tests, its border co
 
 The geometry follows the device: a CPU runs work-groups of one work-item whose strips are its vector
 width (netcl.ops.gemm.register_lanes: its compiler keeps the vectors as written), a GPU strips of one
-column with a group of up to four warps sharing a row (coalesced). Groups get whole planes where there
-are enough of them to fill the compute units, else runs of rows (or chunks of rows).
+column with a group of up to four warps sharing a row (coalesced). On a CPU, forward rows no wider than
+a vector (MobileNet's 14×14 and 7×7 layers) go whole, one vector a row with the border lanes masked,
+instead of a strip or none plus border columns one by one. Groups get whole planes where there are
+enough of them to fill the compute units, else runs of rows (or chunks of rows).
 """
 from __future__ import annotations
 
@@ -56,12 +58,14 @@ STRIDED_LANES = 4
 class Geometry:
     """How one pass runs: ``vector`` columns per interior strip (the template's VW), ``group`` work-items
     per work-group sharing a row's columns, ``rows`` per group (backward_weight: per chunk), and the
-    launch."""
+    launch. With ``whole_rows`` (forward on a CPU, rows of at most one vector) a row is one vector,
+    borders included."""
     vector: int
     group: int
     rows: int
     global_size: tuple
     local_size: tuple
+    whole_rows: bool = False
 
 
 def interior_columns(layer: ConvLayer, pass_: str) -> int:
@@ -111,8 +115,29 @@ def _rows_per_group(rows: int, groups: int, device) -> int:
     return -(-rows // splits)
 
 
+def _whole_row_columns(layer: ConvLayer, pass_: str, device) -> int:
+    """The vector width a forward pass on a CPU takes its rows in whole at: the narrowest power of two
+    that holds a row, when the device's vectors (netcl.ops.gemm.register_lanes) do; 0 where the rows go
+    as interior strips and border columns. (A whole row spares the border columns' scalar code, which
+    outweighs a strided row's shuffles at any width.)"""
+    if pass_ != "forward" or device.kind != "cpu":
+        return 0
+    widest = register_lanes(device, layer.dtype)
+    if layer.out_w > widest:
+        return 0
+    width = 1
+    while width < layer.out_w:
+        width *= 2
+    return width
+
+
 def geometry(layer: ConvLayer, pass_: str, device) -> Geometry:
     """The geometry of ``pass_``'s kernel on ``device``."""
+    whole_row = _whole_row_columns(layer, pass_, device)
+    if whole_row:
+        planes = layer.n * layer.k
+        per_group = _rows_per_group(layer.out_h, planes, device)
+        return Geometry(whole_row, 1, per_group, (1, -(-layer.out_h // per_group), planes), (1, 1, 1), True)
     strided = layer.stride_w > 1 and pass_ != "backward_data"  # backward_data reads by phase: unit stride
     vector = _vector_columns(device, layer.dtype, interior_columns(layer, pass_), strided)
     if pass_ == "backward_weight":
@@ -144,6 +169,8 @@ def issued_flops(layer: ConvLayer, pass_: str, device) -> float:
     computes twice included; backward_data's taps that serve a column's phase."""
     _, seen, pass_, _ = kernel_view(layer, pass_)
     shape = geometry(seen, pass_, device)
+    if shape.whole_rows:
+        return 2.0 * seen.r * seen.s * (seen.c // seen.groups) * seen.n * seen.k * seen.out_h * shape.vector
     inner = interior_columns(seen, pass_)
     strips = -(-inner // shape.vector) if inner >= shape.vector else 0
     columns = seen.w if pass_ == "backward_data" else seen.out_w
@@ -173,7 +200,7 @@ def _run(pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor, extra=
                   R=seen.r, S=seen.s, SH=seen.stride_h, SW=seen.stride_w, DH=seen.dil_h, DW=seen.dil_w)
     args = [a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset)]
     if seen_pass == "forward":
-        params.update(BIAS=bias is not None, FLIP=flip)
+        params.update(BIAS=bias is not None, FLIP=flip, WHOLE_ROWS=shape.whole_rows)
         if flip:
             sources = layer.k // layer.c
             params["MULT"] = sources if sources * layer.r * layer.s <= FLIPPED_IN_REGISTERS else 0
@@ -182,7 +209,9 @@ def _run(pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor, extra=
         args += epilogue_operands(out, bias, residual)
     kernel = get_kernel(device, "conv_depthwise.cl", kernel_name, **params)
     sizes = (seen.c, seen.h, seen.w, seen.k, seen.out_h, seen.out_w, seen.pad_h, seen.pad_w, shape.rows) + extra
-    launch(device, kernel, shape.global_size, shape.local_size, *args, *(np.int32(v) for v in sizes))
+    input_elements = (np.int64(seen.n * seen.c * seen.h * seen.w),) if seen_pass == "forward" else ()
+    launch(device, kernel, shape.global_size, shape.local_size, *args, *(np.int32(v) for v in sizes),
+           *input_elements)
     return out
 
 

@@ -108,6 +108,21 @@ def test_depthwise_cpu_strips(rng, device, monkeypatch):
                                                                           "backward_weight"]
 
 
+def test_depthwise_cpu_whole_rows(rng, device, monkeypatch):
+    """The depthwise forward pass a CPU runs on rows no wider than a vector (4 and 16 lanes; rows as wide
+    as the vector and narrower, stride 2, a multiplier, 5×5 past the border): whole-row loads that reach
+    past the tensor's rows but not the buffer's ends, the first and last rows' clamped gathers, the last
+    row's partial store; backward_data's flipped pass takes the same path."""
+    from netcl.ops import conv_depthwise
+    monkeypatch.setattr(device, "kind", "cpu")
+    for lanes in (4, 16):
+        monkeypatch.setattr(conv_depthwise, "register_lanes", lambda dev, dtype: lanes)
+        for spec in [((2, 2, 5, lanes), (2, 1, 3, 3), 1, 1, 1, 2), ((1, 2, 6, 2 * lanes - 1), (4, 1, 3, 3), 2, 1, 1, 2),
+                     ((1, 1, 4, 3), (1, 1, 5, 5), 1, 2, 1, 1)]:
+            assert run_layer("depthwise", spec, "float32", rng, device) == ["forward", "backward_data",
+                                                                          "backward_weight"]
+
+
 def test_pointwise_cpu_vectors(rng, device, monkeypatch):
     """The pointwise kernels a CPU runs (4 and 16 pixels a vector, a plane's last vector moved back, row
     tiles past the channels, groups), every pass."""
