@@ -33,9 +33,11 @@ Template parameters (all have defaults):
   TM        rows (output channels; backward_weight: gradient rows k) per work-item    (default 8)
   TC        backward_weight: input channels c per work-item                          (default 4)
   PIXELS_FIRST  forward, backward_data: the launch's first dimension counts pixel vectors, the second
-            row tiles (a GPU: adjacent work-items read adjacent pixels); else the other way round (a
-            CPU, which runs the first dimension innermost: a vector's row tiles run one after another
-            while its inputs are in cache)                                          (default True)
+            row tiles (a GPU: adjacent work-items read adjacent pixels; a CPU, which runs the first
+            dimension innermost, where the product has more result rows than inner ones: each row
+            tile's planes are written front to back); else the other way round (a CPU's other
+            products: a vector's row tiles run one after another while its inputs are in cache)
+                                                                                     (default True)
   BIAS      forward: add bias[g·KG + m] to every output of that channel              (default False)
   RESIDUAL  forward: then add residual (a tensor of the output's shape) at the output's index
                                                                                      (default False)

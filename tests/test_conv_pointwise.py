@@ -82,8 +82,8 @@ def test_geometries_of_other_devices(vector, first, group, rng, device, monkeypa
     """A GPU's (single pixels in groups of adjacent ones along the first dimension, the last group partly
     past the plane) and narrower CPUs' vectors, in either launch order, on this device."""
     monkeypatch.setattr(pointwise, "_vector", lambda dev, dtype, pixels: min(vector, pixels))
-    monkeypatch.setattr(pointwise, "pixels_first", lambda dev: first)
-    monkeypatch.setattr(pointwise, "GPU_GROUP", group)
+    monkeypatch.setattr(pointwise, "pixels_first", lambda dev, layer, pass_: first)
+    monkeypatch.setattr(pointwise, "_pixel_group", lambda dev: group)
     for case in (CASES[1], CASES[3], CASES[5]):
         check(case, rng, device)
 
@@ -123,7 +123,7 @@ def test_cost_terms_count_the_padded_tiles(device, monkeypatch):
     a GPU's launch order, the input planes each further row tile reads again."""
     layer = ConvLayer.from_shapes((1, 8, 5, 7), (13, 8, 1, 1))
     for first in (False, True):
-        monkeypatch.setattr(pointwise, "pixels_first", lambda dev: first)
+        monkeypatch.setattr(pointwise, "pixels_first", lambda dev, layer, pass_: first)
         shape = pointwise.geometry(layer, "forward", device)
         terms = pointwise.STRATEGY.cost_terms(layer, "forward", device)
         assert terms.kernel_flops >= layer.flops

@@ -11,6 +11,7 @@ of implicit GEMM and the packing and tiling of a general GEMM cost as much as th
 
 The geometry follows the device: a CPU runs work-groups of one work-item whose pixel vectors are its
 register width (netcl.ops.gemm.register_lanes), a GPU single pixels in groups of GPU_GROUP adjacent ones.
+Which of pixel vectors and row tiles a CPU runs innermost depends on the product (pixels_first).
 """
 from __future__ import annotations
 
@@ -78,18 +79,30 @@ def geometry(layer: ConvLayer, pass_: str, device) -> Geometry:
     rows, _ = _product_dims(layer, pass_)
     tm = _row_tile(rows, vector)
     blocks = -(-pq // vector)
-    if not pixels_first(device):
+    if not pixels_first(device, layer, pass_):
         return Geometry(vector, tm, 1, (-(-rows // tm), blocks, layer.n * layer.groups), (1, 1, 1))
-    group = min(GPU_GROUP, device.max_work_group_size)
+    group = _pixel_group(device)
     return Geometry(vector, tm, 1, (group * -(-blocks // group), -(-rows // tm), layer.n * layer.groups),
                     (group, 1, 1))
 
 
-def pixels_first(device) -> bool:
-    """Whether forward and backward_data launch pixel vectors along the first dimension: on a GPU, so that
-    a group's work-items read adjacent pixels; a CPU runs row tiles first, so that the row tiles of one
-    vector of pixels follow each other while its input planes' elements are in cache."""
-    return device.kind != "cpu"
+def _pixel_group(device) -> int:
+    """Work-items per group of a pixels-first launch: one on a CPU, GPU_GROUP adjacent pixels on a GPU."""
+    return 1 if device.kind == "cpu" else min(GPU_GROUP, device.max_work_group_size)
+
+
+def pixels_first(device, layer: ConvLayer, pass_: str) -> bool:
+    """Whether forward and backward_data launch pixel vectors along the first dimension. On a GPU, always:
+    a group's work-items read adjacent pixels. A CPU runs the first dimension innermost: row tiles first
+    keep one vector of pixels' input planes in cache while its row tiles follow each other, but write
+    every result plane at once; pixels first write a row tile's planes front to back and read the input
+    planes again for each row tile. The first wins where the product has at most as many result rows
+    as inner ones (a projection), the second where it has more (an expansion, whose scattered writes
+    to many planes miss the cache)."""
+    if device.kind != "cpu":
+        return True
+    rows, inner = _product_dims(layer, pass_)
+    return rows > inner
 
 
 def issued_flops(layer: ConvLayer, pass_: str, device) -> float:
@@ -107,15 +120,15 @@ def issued_flops(layer: ConvLayer, pass_: str, device) -> float:
 
 def moved_bytes(layer: ConvLayer, pass_: str, device) -> float:
     """Every tensor once, plus the operand planes each further tile of rows (or columns) reads again where
-    the tiles run apart (on a CPU the row tiles of a vector of pixels run together, so their source is in
-    cache)."""
+    the tiles run apart (pixels first; with row tiles first the row tiles of a vector of pixels run
+    together, so their source is in cache)."""
     shape = geometry(layer, pass_, device)
     itemsize = layer.itemsize
     x_bytes = layer.n * layer.c * layer.h * layer.w * itemsize
     y_bytes = layer.n * layer.k * layer.h * layer.w * itemsize
     if pass_ == "backward_weight":
         return tensor_bytes(layer) + (shape.global_size[1] - 1) * x_bytes + (shape.global_size[0] - 1) * y_bytes
-    if not pixels_first(device):
+    if not pixels_first(device, layer, pass_):
         return tensor_bytes(layer)
     rows, _ = _product_dims(layer, pass_)
     source = x_bytes if pass_ == "forward" else y_bytes
@@ -128,7 +141,7 @@ def _run(pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor, bias: 
     shape = geometry(layer, pass_, device)
     params = dict(KERNEL=pass_, T=dtypes.c_type(a.dtype), VW=shape.vector, TM=shape.rows)
     if pass_ != "backward_weight":
-        params["PIXELS_FIRST"] = pixels_first(device)
+        params["PIXELS_FIRST"] = pixels_first(device, layer, pass_)
     if pass_ == "forward":
         params.update(BIAS=bias is not None, RESIDUAL=residual is not None, ACT=activation)
     if pass_ == "backward_weight":
