@@ -95,7 +95,7 @@ def test_gradients_match_finite_differences(rng, device):
 @pytest.mark.parametrize("vector, group", [(1, 32), (4, 1), (2, 3)])
 def test_geometries_of_other_devices(vector, group, rng, device, monkeypatch, canaries):
     """A GPU's (single columns, groups of adjacent columns) and narrower CPUs' vectors, on this device."""
-    monkeypatch.setattr(depthwise, "_vector_columns", lambda dev, dtype, columns, strided=False: min(vector, max(1, columns)))
+    monkeypatch.setattr(depthwise, "_vector_columns", lambda dev, dtype, columns: min(vector, max(1, columns)))
     monkeypatch.setattr(depthwise, "_group_lanes", lambda dev, strips: group)
     for case in (CASES[2], CASES[6], CASES[11]):
         check(case, rng, device)
@@ -105,7 +105,7 @@ def test_geometries_of_other_devices(vector, group, rng, device, monkeypatch, ca
 def test_strided_strips_of_every_width(lanes, rng, device, monkeypatch, canaries):
     """Stride-2 strips assembled from two loads and a shuffle, at widths the device may not pick itself:
     rows wide enough for several strips of 16 and a moved-back last one, 3×3 and 5×5."""
-    monkeypatch.setattr(depthwise, "STRIDED_LANES", lanes)
+    monkeypatch.setattr(depthwise, "register_lanes", lambda dev, dtype: lanes)
     for case in (((2, 3, 9, 71), 1, (3, 3), 2, 1, 1), ((1, 2, 11, 77), 2, (5, 5), 2, 2, 1)):
         check(case, rng, device)
 

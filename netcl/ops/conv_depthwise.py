@@ -47,11 +47,6 @@ GROUPS_PER_UNIT = {"cpu": 4, "gpu": 32}
 # registers up to this many taps (beyond, it reads them from memory)
 FLIPPED_IN_REGISTERS = 64
 MAX_TAPS = 256  # the template unrolls the taps (and backward_weight holds one accumulator per tap)
-# A CPU strip of a strided pass (forward, backward_weight) spans stride × its lanes of an input row and
-# assembles each tap's vector from two loads and a shuffle; past this many lanes the shuffles cost more
-# than the narrower strips (PoCL's compiler ran 16-lane strided strips at half the rate of 4-lane ones;
-# Intel's ran both alike)
-STRIDED_LANES = 4
 
 
 @dataclass(frozen=True)
@@ -86,15 +81,13 @@ def interior_columns(layer: ConvLayer, pass_: str) -> int:
     return fewest
 
 
-def _vector_columns(device, dtype: str, columns: int, strided: bool = False) -> int:
-    """A CPU's vector width (netcl.ops.gemm.register_lanes), at most STRIDED_LANES where the input is
-    read with a stride, narrowed to the widest power of two the interior holds; 1 on other devices,
-    whose work-items are the lanes."""
+def _vector_columns(device, dtype: str, columns: int) -> int:
+    """A CPU's vector width (netcl.ops.gemm.register_lanes), narrowed to the widest power of two the
+    interior holds; 1 on other devices, whose work-items are the lanes. (A strided strip assembles each
+    tap from two loads and a shuffle; at full width that still beats narrower strips.)"""
     if device.kind != "cpu":
         return 1
     width = register_lanes(device, dtype)
-    if strided:
-        width = min(width, STRIDED_LANES)
     while width > 1 and width > columns:
         width //= 2
     return width
@@ -118,8 +111,7 @@ def _rows_per_group(rows: int, groups: int, device) -> int:
 def _whole_row_columns(layer: ConvLayer, pass_: str, device) -> int:
     """The vector width a forward pass on a CPU takes its rows in whole at: the narrowest power of two
     that holds a row, when the device's vectors (netcl.ops.gemm.register_lanes) do; 0 where the rows go
-    as interior strips and border columns. (A whole row spares the border columns' scalar code, which
-    outweighs a strided row's shuffles at any width.)"""
+    as interior strips and border columns."""
     if pass_ != "forward" or device.kind != "cpu":
         return 0
     widest = register_lanes(device, layer.dtype)
@@ -138,8 +130,7 @@ def geometry(layer: ConvLayer, pass_: str, device) -> Geometry:
         planes = layer.n * layer.k
         per_group = _rows_per_group(layer.out_h, planes, device)
         return Geometry(whole_row, 1, per_group, (1, -(-layer.out_h // per_group), planes), (1, 1, 1), True)
-    strided = layer.stride_w > 1 and pass_ != "backward_data"  # backward_data reads by phase: unit stride
-    vector = _vector_columns(device, layer.dtype, interior_columns(layer, pass_), strided)
+    vector = _vector_columns(device, layer.dtype, interior_columns(layer, pass_))
     if pass_ == "backward_weight":
         columns, rows, planes = layer.out_w, layer.n * layer.out_h, layer.k
     elif pass_ == "forward":

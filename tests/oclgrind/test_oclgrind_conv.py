@@ -101,7 +101,7 @@ def test_depthwise_cpu_strips(rng, device, monkeypatch):
     monkeypatch.setattr(device, "kind", "cpu")
     for vector in (4, 16):
         monkeypatch.setattr(conv_depthwise, "_vector_columns",
-                            lambda dev, dtype, columns, strided=False: vector if columns >= vector else 1)
+                            lambda dev, dtype, columns: vector if columns >= vector else 1)
         for spec in [((1, 2, 5, 23), (2, 1, 3, 3), 1, 1, 1, 2), ((2, 2, 6, 37), (4, 1, 3, 5), 2, (1, 3), 1, 2),
                      ((1, 1, 4, 22), (2, 1, 3, 3), 1, 3, 2, 1)]:
             assert run_layer("depthwise", spec, "float32", rng, device) == ["forward", "backward_data",
