@@ -97,6 +97,7 @@ def test_geometries_of_other_devices(vector, group, rng, device, monkeypatch, ca
     """A GPU's (single columns, groups of adjacent columns) and narrower CPUs' vectors, on this device."""
     monkeypatch.setattr(depthwise, "_vector_columns", lambda dev, dtype, columns: min(vector, max(1, columns)))
     monkeypatch.setattr(depthwise, "_group_lanes", lambda dev, strips: group)
+    monkeypatch.setattr(depthwise, "_whole_row_columns", lambda layer, pass_, dev: 0)  # a GPU's rows: strips
     for case in (CASES[2], CASES[6], CASES[11]):
         check(case, rng, device)
 
