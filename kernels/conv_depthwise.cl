@@ -65,6 +65,7 @@ Launch: local (L, 1, 1); global (L, runs of P, N·K) forward, (L, runs of H, N·
 <%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward', RESIDUAL=False, ACT='none', WHOLE_ROWS=False"/>
 <%!
 from netcl.runtime.cl_activation import apply_epilogue
+from netcl.runtime.cl_vectors import unaligned_load, unaligned_store, unaligned_vector_typedef
 
 
 def vector(type_, width, items):
@@ -109,17 +110,10 @@ def lane(value, width, index):
     TAPS = [(r, s) for r in range(R) for s in range(S)]
 
     def contiguous(ptr, offset="0"):
-        """The VW consecutive elements from ptr[offset] on, as one unaligned vector load (LLVM assembles
-        overlapping element loads, such as a row's taps, from pieces and shuffles instead)."""
-        if VW == 1:
-            return "(%s)[%s]" % (ptr, offset)
-        return "(*(__global const unaligned_vector*)((%s) + %s))" % (ptr, offset)
+        return unaligned_load(VW, ptr, offset)
 
     def store_contiguous(ptr, value):
-        """A statement storing vector ``value`` at ptr[0 .. VW) (one unaligned vector store)."""
-        if VW == 1:
-            return "*(%s) = %s;" % (ptr, value)
-        return "*(__global unaligned_vector*)(%s) = %s;" % (ptr, value)
+        return unaligned_store(VW, ptr, value)
 
     def strip_tap(s):
         """Tap s's input values for an interior strip: row[l·SW + s·DW] for lanes l < VW. At stride 2
@@ -146,7 +140,7 @@ def lane(value, width, index):
 
 % if VW > 1:
 /* A vector at any element's address: the loads and stores of consecutive elements go through it */
-typedef ${VT} unaligned_vector __attribute__((aligned(${8 if T == "double" else 4})));
+${unaligned_vector_typedef(VT, 8 if T == "double" else 4)}
 % endif
 #define INSIDE(i, n) ((uint)(i) < (uint)(n))
 % if SW == 2 and DW == 1 and VW > 1:

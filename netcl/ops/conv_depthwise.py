@@ -160,13 +160,13 @@ def issued_flops(layer: ConvLayer, pass_: str, device) -> float:
     computes twice included; backward_data's taps that serve a column's phase."""
     _, seen, pass_, _ = kernel_view(layer, pass_)
     shape = geometry(seen, pass_, device)
+    taps = 2.0 * seen.r * seen.s * (seen.c // seen.groups)  # the forward view's sources per output plane
     if shape.whole_rows:
-        return 2.0 * seen.r * seen.s * (seen.c // seen.groups) * seen.n * seen.k * seen.out_h * shape.vector
+        return taps * seen.n * seen.k * seen.out_h * shape.vector
     inner = interior_columns(seen, pass_)
     strips = -(-inner // shape.vector) if inner >= shape.vector else 0
     columns = seen.w if pass_ == "backward_data" else seen.out_w
     issued = columns - (inner if strips else 0) + strips * shape.vector
-    taps = 2.0 * seen.r * seen.s * (seen.c // seen.groups)  # the forward view's sources per output plane
     if pass_ == "backward_data":
         return taps * seen.n * seen.k * seen.h * issued / (seen.stride_h * seen.stride_w)
     return taps * seen.n * seen.k * seen.out_h * issued

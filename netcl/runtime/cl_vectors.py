@@ -8,6 +8,11 @@ Vectors assembled from element loads and stored element by element compile to th
 loads and stores, and ``a * b + c`` is contracted into an FMA where the target has one. Templates import
 these with
 ``<%! from netcl.runtime.cl_vectors import vload, vstore, lesser %>``.
+
+Element loads that overlap, such as the taps of one row of a convolution (elements 0-15, 1-16, 2-17),
+are the exception: LLVM assembles them from pieces and shuffles. A template that reads such runs declares
+an unaligned vector type (``unaligned_vector_typedef``) and loads and stores through it
+(``unaligned_load``, ``unaligned_store``): a pointer cast, no built-in function.
 """
 from __future__ import annotations
 
@@ -31,3 +36,27 @@ def vstore(value: str, width: int, ptr: str) -> str:
 def lesser(a: str, b: str) -> str:
     """The smaller of two scalar expressions, each evaluated twice (give it names or constants)."""
     return "(%s < %s ? %s : %s)" % (a, b, a, b)
+
+
+UNALIGNED_VECTOR = "unaligned_vector"
+
+
+def unaligned_vector_typedef(vector_type: str, element_bytes: int) -> str:
+    """The declaration of UNALIGNED_VECTOR: ``vector_type`` at the alignment of one element, so that a
+    pointer to it may point at any element."""
+    return "typedef %s %s __attribute__((aligned(%d)));" % (vector_type, UNALIGNED_VECTOR, element_bytes)
+
+
+def unaligned_load(width: int, ptr: str, offset: str = "0") -> str:
+    """The ``width`` consecutive elements from ``ptr[offset]`` on as one load through UNALIGNED_VECTOR
+    (the element itself when width is 1)."""
+    if width == 1:
+        return "(%s)[%s]" % (ptr, offset)
+    return "(*(__global const %s*)((%s) + %s))" % (UNALIGNED_VECTOR, ptr, offset)
+
+
+def unaligned_store(width: int, ptr: str, value: str) -> str:
+    """A statement storing vector ``value`` at ``ptr[0 .. width)`` through UNALIGNED_VECTOR."""
+    if width == 1:
+        return "*(%s) = %s;" % (ptr, value)
+    return "*(__global %s*)(%s) = %s;" % (UNALIGNED_VECTOR, ptr, value)
