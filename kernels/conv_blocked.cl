@@ -1,6 +1,6 @@
 <%doc>
-Register-blocked direct convolution (the `direct_blocked` strategy): stride 1, dilation 1, one group,
-NCHW tensors, KCRS weight. A work-item owns a block of outputs held in vector registers for the whole
+Register-blocked direct convolution (the `direct_blocked` strategy): dilation 1, one group, NCHW
+tensors, KCRS weight; stride 1, or any STRIDE for the forward pass and the weight gradient. A work-item owns a block of outputs held in vector registers for the whole
 reduction: KB output channels × (ROWS × QW) output positions (ROWS consecutive rows, QW consecutive
 columns each), one T<QW*ROWS> vector per output channel. Per input channel and kernel row it loads the
 input rows its positions read once, builds the S shifted vectors the kernel's columns need from them by
@@ -8,17 +8,18 @@ lane selection (no reload per tap, no bounds test per element), and runs KB·S m
 broadcast weight against them: the loop oneDNN's direct convolution runs on AVX, written so that a
 CPU OpenCL compiler keeps the accumulators in registers.
 
-  conv_blocked_output  MODE "output": Y[n, k, p, q] = Σ_{c,r,s} X[n, c, p + r − PH, q + s − PW] · Wt(k, c, r, s)
+  conv_blocked_output  MODE "output": Y[n, k, p, q] = Σ_{c,r,s} X[n, c, STRIDE·p + r − PH, STRIDE·q + s − PW] · Wt(k, c, r, s)
                        forward:        X = x, Y = y,   Wt(k, c, r, s) = w[k, c, r, s]
                        backward_data:  X = gy, Y = gx, Wt(c, k, r, s) = w[k, c, R−1−r, S−1−s] (packed with FLIP), with
-                                       padding R−1−PH, S−1−PW (the transposed convolution of stride 1)
+                                       padding R−1−PH, S−1−PW (the transposed convolution of stride 1;
+                                       STRIDE 1 only)
                        Wt is read packed (Wp, below), so that the KB·S weights one step of the
                        reduction multiplies are adjacent: read from the KCRS weight in place they lie
                        CI·R·S elements apart, a stride that maps the KB channels onto few cache sets.
   conv_blocked_pack    MODE "pack":   Wp[(((k / KB) · CI + c) · R + r) · S + s) · KB + k % KB] = Wt(k, c, r, s),
                        a work-item per KB weights (k / KB, c, r, s); FLIP packs backward_data's Wt (CO, CI
                        as the output kernel sees them), so the output kernel itself has no FLIP
-  conv_blocked_weight  MODE "weight": part[b, k, c, r, s] = Σ_{n in chunk b, p, q} gy[n, k, p, q] · x[n, c, p + r − PH, q + s − PW];
+  conv_blocked_weight  MODE "weight": part[b, k, c, r, s] = Σ_{n in chunk b, p, q} gy[n, k, p, q] · x[n, c, STRIDE·p + r − PH, STRIDE·q + s − PW];
                        a work-item owns (chunk b of IMAGES images, c, r) and KB output channels: KB × S
                        vector accumulators summed across lanes at the end (no atomics, deterministic).
                        The work-items of one chunk run together and share its images in cache; the
@@ -32,6 +33,8 @@ Template parameters (all have defaults):
   QW     output columns per work-item row; QW·ROWS ∈ {2, 4, 8, 16} lanes          (default 16)
   ROWS   output rows per work-item                                               (default 1)
   S      kernel width (compiled in: it fixes the lane selections)                (default 3)
+  STRIDE stride along rows and columns (compiled in: it fixes the lane selections; a row block loads
+         STRIDE·QW consecutive input columns and takes every STRIDE-th)          (default 1)
   PW     padding on the left of a row, as this kernel sees it                    (default 1)
   BIAS   output mode: add bias[k] to every output of channel k                   (default False)
   RESIDUAL  output mode, forward: then add residual[n, k, p, q] (a tensor of the output's shape)
@@ -61,21 +64,28 @@ Launch (work-groups of one work-item, as kernels/implicit_gemm.cl says why):
   weight: global (C, R, K/KB · chunks), local (1, 1, 1)
   pack:   global (CO/KB · CI·R·S, rounded up to the work-group size), any local size
 
-Vectors are assembled from element loads and read back lane by lane: no OpenCL built-in takes or
-returns a vector here (netcl.runtime.cl_vectors says why).
+Vectors are assembled from element loads (a strided block's whole input rows: unaligned vector loads)
+and read back lane by lane: no OpenCL built-in takes or returns a vector here (netcl.runtime.cl_vectors
+says why).
 </%doc>
 <%!
-def lane_source(j, offset, qw):
-    """The register holding input column qb + offset of loaded row j: a left edge, the middle run or a
-    right edge."""
+def lane_source(j, offset, span):
+    """The register holding input column xq + offset of loaded row j: a left edge, the middle run of
+    ``span`` columns or a right edge."""
     if offset < 0:
         return "L%d_%d" % (j, -offset - 1)
-    if offset >= qw:
-        return "E%d_%d" % (j, offset - qw)
+    if offset >= span:
+        return "E%d_%d" % (j, offset - span)
     return "M%d_%d" % (j, offset)
+
+
+def chunk_width(span):
+    """The widest vector (at most 16 lanes) that tiles a strided block's ``span`` loaded columns."""
+    return max(c for c in (2, 4, 8, 16) if span % c == 0)
 %>
 <%! from netcl.runtime.cl_activation import apply_activation %>
-<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, PW=1, BIAS=False, TAIL=True, SHIFT=False, RESIDUAL=False, ACT='none'"/>
+<%! from netcl.runtime.cl_vectors import unaligned_load, unaligned_vector_typedef %>
+<%page args="T='float', MODE='output', FLIP=False, KB=8, QW=16, ROWS=1, S=3, STRIDE=1, PW=1, BIAS=False, TAIL=True, SHIFT=False, RESIDUAL=False, ACT='none'"/>
 <%
     LANES = QW * ROWS
     VT = T + str(LANES)
@@ -84,45 +94,61 @@ def lane_source(j, offset, qw):
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
+% if STRIDE > 1:
+${unaligned_vector_typedef(T + str(chunk_width(STRIDE * QW)), 8 if T == "double" else 4)}
+% endif
 
-<%def name="load_rows(xc, h0, width, full, T, QW, ROWS, S, PW, TAIL)">
+<%def name="load_rows(xc, h0, width, full, T, QW, ROWS, S, PW, TAIL, STRIDE)">
 <%
     VT = T + str(QW * ROWS)
-    RIGHT = max(0, S - 1 - PW)
-%>            /* input rows h0 + j, columns qb − PW … qb + QW + S − 2 − PW, zero outside the tensor */
+    SPAN = STRIDE * QW
+    CHUNK = chunk_width(SPAN)
+    RIGHT = max(0, S - PW - STRIDE)
+%>            /* input rows h0 + STRIDE·j, columns xq − PW … xq + STRIDE·(QW − 1) + S − 1 − PW (xq = STRIDE·qb),
+               zero outside the tensor */
 % for j in range(ROWS):
-            ${T} ${', '.join('M%d_%d = 0' % (j, l) for l in range(QW))};
+            ${T} ${', '.join('M%d_%d = 0' % (j, l) for l in range(SPAN))};
 % if PW:
             ${T} ${', '.join('L%d_%d = 0' % (j, i) for i in range(PW))};
 % endif
 % if RIGHT:
             ${T} ${', '.join('E%d_%d = 0' % (j, i) for i in range(RIGHT))};
 % endif
-            if ((uint)(${h0} + ${j}) < (uint)H_IN) {
-                __global const ${T}* row = ${xc} + (long)(${h0} + ${j}) * ${width};
+            if ((uint)(${h0} + ${j * STRIDE}) < (uint)H_IN) {
+                __global const ${T}* row = ${xc} + (long)(${h0} + ${j * STRIDE}) * ${width};
 % if TAIL:
                 if (${full}) {
 % endif
-% for l in range(QW):
-                    M${j}_${l} = row[qb + ${l}];
+% if STRIDE > 1:
+                    /* whole vectors: LLVM assembles every STRIDE-th element of element loads from pieces */
+% for h in range(SPAN // CHUNK):
+                    const ${T}${CHUNK} V${j}_${h} = ${unaligned_load(CHUNK, 'row', 'xq + %d' % (h * CHUNK))};
 % endfor
+% for l in range(SPAN):
+                    M${j}_${l} = V${j}_${l // CHUNK}.s${'%x' % (l % CHUNK)};
+% endfor
+% else:
+% for l in range(SPAN):
+                    M${j}_${l} = row[xq + ${l}];
+% endfor
+% endif
 % if TAIL:
                 } else {
-% for l in range(QW):
-                    if (qb + ${l} < ${width}) M${j}_${l} = row[qb + ${l}];
+% for l in range(SPAN):
+                    if (xq + ${l} < ${width}) M${j}_${l} = row[xq + ${l}];
 % endfor
                 }
 % endif
 % for i in range(PW):
-                if ((uint)(qb - ${i + 1}) < (uint)${width}) L${j}_${i} = row[qb - ${i + 1}];
+                if ((uint)(xq - ${i + 1}) < (uint)${width}) L${j}_${i} = row[xq - ${i + 1}];
 % endfor
 % for i in range(RIGHT):
-                if (qb + ${QW + i} < ${width}) E${j}_${i} = row[qb + ${QW + i}];
+                if (xq + ${SPAN + i} < ${width}) E${j}_${i} = row[xq + ${SPAN + i}];
 % endfor
             }
 % endfor
 % for s in range(S):
-            const ${VT} xs${s} = (${VT})(${', '.join(lane_source(j, l + s - PW, QW) for j in range(ROWS) for l in range(QW))});
+            const ${VT} xs${s} = (${VT})(${', '.join(lane_source(j, STRIDE * l + s - PW, SPAN) for j in range(ROWS) for l in range(QW))});
 % endfor
 </%def>
 
@@ -177,16 +203,17 @@ void conv_blocked_output(
 % endif
     const int blocks = CO / ${KB};
     const int n = get_global_id(2) / blocks, k0 = (get_global_id(2) - n * blocks) * ${KB};
+    const int xq = ${STRIDE} * qb;
 % if TAIL:
-    const int full = qb + ${QW} <= W_IN;
+    const int full = xq + ${STRIDE * QW} <= W_IN;
 % endif
     /* one named accumulator per channel: an array indexed by a loop variable lived on the stack */
     ${VT} ${', '.join('acc%d = 0' % kk for kk in range(KB))};
     for (int c = 0; c < CI; ++c) {
         __global const ${T}* xc = X + x_off + ((long)n * CI + c) * H_IN * W_IN;
         for (int r = 0; r < R; ++r) {
-            const int h0 = p0 + r - PH;
-${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
+            const int h0 = ${STRIDE} * p0 + r - PH;
+${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL, STRIDE)}
             /* the KB·S weights of this step, side by side (conv_blocked_pack) */
             __global const ${T}* wk = Wp + wp_off + (((long)(k0 / ${KB}) * CI + c) * R + r) * ${S * KB};
 % for kk in range(KB):
@@ -278,13 +305,13 @@ void conv_blocked_weight(
         __global const ${T}* gn = G + g_off + ((long)n * K + k0) * P * Q;
 % if SHIFT:
         for (int p = 0; p < P; p += ${ROWS}) {
-            const int p0 = min(p, P - ${ROWS}), h0 = p0 + r - PH;
+            const int p0 = min(p, P - ${ROWS}), h0 = ${STRIDE} * p0 + r - PH;
             for (int q = 0; q < Q; q += ${QW}) {
-                const int qb = min(q, Q - ${QW});
+                const int qb = min(q, Q - ${QW}), xq = ${STRIDE} * qb;
 % if TAIL:
-                const int full = qb + ${QW} <= W_IN;
+                const int full = xq + ${STRIDE * QW} <= W_IN;
 % endif
-${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
+${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL, STRIDE)}
                 if (qb == q && p0 == p) {
 ${weight_steps(False, T, QW, ROWS, S, KB)}
                 } else {
@@ -296,12 +323,13 @@ ${weight_steps("keep", T, QW, ROWS, S, KB)}
         }
 % else:
         for (int p0 = 0; p0 < P; p0 += ${ROWS}) {
-            const int h0 = p0 + r - PH;
+            const int h0 = ${STRIDE} * p0 + r - PH;
             for (int qb = 0; qb < Q; qb += ${QW}) {
+                const int xq = ${STRIDE} * qb;
 % if TAIL:
-                const int full = qb + ${QW} <= W_IN, full_g = qb + ${QW} <= Q;
+                const int full = xq + ${STRIDE * QW} <= W_IN, full_g = qb + ${QW} <= Q;
 % endif
-${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL)}
+${load_rows('xc', 'h0', 'W_IN', 'full', T, QW, ROWS, S, PW, TAIL, STRIDE)}
 % if TAIL:
                 /* output-gradient lanes past the tensor stay 0, so their input lanes add nothing */
                 if (full_g && p0 + ${ROWS} <= P) {

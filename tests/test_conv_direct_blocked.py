@@ -1,6 +1,7 @@
 """The register-blocked direct strategy beyond the shared sweep: random stride-1 layers (every kernel size,
-padding and row width its lane selections must handle), the blockings other devices get (8 and 4 lanes,
-8 accumulators) run here by overriding the device's reported vector width, and the fused bias."""
+padding and row width its lane selections must handle), random strided layers (forward and weight
+gradient), the blockings other devices get (8 and 4 lanes, 8 accumulators) run here by overriding the
+device's reported vector width, and the fused bias."""
 from __future__ import annotations
 
 import numpy as np
@@ -52,6 +53,40 @@ def test_random_stride_one_layers(index, rng, device, canaries):
     check(*_random_layer(rng), rng, device)
 
 
+def check_strided(xs, ws, stride, padding, rng, device, dtype="float32"):
+    """forward and backward_weight of a strided layer (backward_data, a transposed strided convolution,
+    is another strategy's), through the strategy itself."""
+    layer = ConvLayer.from_shapes(xs, ws, stride, padding, 1, 1, dtype)
+    assert blocked.STRATEGY.why_not(layer, "forward") is None
+    assert blocked.STRATEGY.why_not(layer, "backward_weight") is None
+    assert "transposed convolution" in blocked.STRATEGY.why_not(layer, "backward_data")
+    x, w = rng.uniform(-1, 1, xs).astype(dtype), rng.uniform(-1, 1, ws).astype(dtype)
+    gy = rng.uniform(-1, 1, layer.output_shape).astype(dtype)
+    X, W = nc.Tensor.from_host(x, device), nc.Tensor.from_host(w, device)
+    y = blocked.STRATEGY.forward(X, W, layer)
+    gw = blocked.STRATEGY.backward_weight(X, nc.Tensor.from_host(gy, device), layer)
+    args = ((stride, stride), padding, (1, 1), 1)
+    what = f"x {xs}, w {ws}, stride {stride}, padding {padding}, blocking {blocked.blocking(layer, 'forward', device)}"
+    assert_close(y.to_host(), conv2d_ref(x, w, *args), 1e-5, f"forward of {what}")
+    assert_close(gw.to_host(), conv2d_grads_ref(x, w, gy, *args)[1], 1e-4, f"grad weight of {what}")
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_random_strided_layers(index, rng, device, canaries):
+    stride = int(rng.integers(2, 4))
+    r, s = int(rng.integers(1, 8)), int(rng.integers(1, 8))
+    ph, pw = int(rng.integers(0, r)), int(rng.integers(0, s))
+    h, w = int(rng.integers(max(1, r - 2 * ph), 14)), int(rng.integers(max(1, s - 2 * pw), 60))
+    xs = (int(rng.integers(1, 4)), int(rng.integers(1, 6)), h, w)
+    check_strided(xs, (int(rng.integers(1, 20)), xs[1], r, s), stride, (ph, pw), rng, device)
+
+
+@pytest.mark.parametrize("xs, ws, padding", [((1, 3, 37, 45), (16, 3, 7, 7), 3),     # a stem's 7×7
+                                             ((2, 3, 33, 40), (8, 3, 3, 3), 1)])    # and 3×3, on odd sizes
+def test_stems(xs, ws, padding, rng, device, canaries):
+    check_strided(xs, ws, 2, (padding, padding), rng, device)
+
+
 @pytest.mark.parametrize("native", [4, 8])
 def test_blockings_of_narrower_devices(native, rng, device, monkeypatch, canaries):
     monkeypatch.setitem(device.native_vector_width, "float32", native)
@@ -60,6 +95,8 @@ def test_blockings_of_narrower_devices(native, rng, device, monkeypatch, canarie
     assert blocked.blocking(layer, "forward", device)["KB"] <= 8
     check((2, 5, 9, 21), (24, 5, 3, 3), (1, 1), rng, device)
     check((1, 3, 6, 3), (7, 3, 3, 3), (1, 1), rng, device)
+    check_strided((1, 3, 19, 37), (8, 3, 7, 7), 2, (3, 3), rng, device)
+    check_strided((2, 4, 11, 29), (6, 4, 3, 3), 3, (1, 1), rng, device)
 
 
 def test_blocks_follow_the_tuned_gemm_width_on_a_cpu(rng, device, monkeypatch, canaries):
@@ -170,7 +207,8 @@ def test_float64(rng, device, canaries):
 
 
 @pytest.mark.parametrize("layer, pass_, words", [
-    (((1, 4, 8, 8), (4, 4, 3, 3), 2, 1, 1, 1), "forward", "stride"),
+    (((1, 4, 8, 8), (4, 4, 3, 3), 2, 1, 1, 1), "backward_data", "stride"),
+    (((1, 4, 8, 8), (4, 4, 3, 3), (2, 1), 1, 1, 1), "forward", "stride"),
     (((1, 4, 8, 8), (4, 4, 3, 3), 1, 2, 2, 1), "forward", "dilation"),
     (((1, 4, 8, 8), (4, 2, 3, 3), 1, 1, 1, 2), "forward", "groups"),
     (((1, 4, 8, 8), (4, 4, 3, 3), 1, 3, 1, 1), "backward_data", "padding"),

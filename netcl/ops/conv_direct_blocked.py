@@ -5,9 +5,12 @@ per channel) in registers for the whole reduction and builds the shifted input v
 needs from one load of each input row, so every loaded element feeds many multiply-adds and no lowered
 matrix or transformed tensor exists. Its workspace: the weight packed so that the channels of a block
 lie side by side (kept with the weight in inference, netcl.ops.kept), and backward_weight's partial
-sums per chunk of images. It serves stride-1, undilated, ungrouped layers: the 3×3 and 1×1
-convolutions of residual networks, where the GEMM-based strategies lose most on narrow channels.
-backward_data is the same kernel on the output gradient with the weight packed flipped.
+sums per chunk of images. It serves undilated, ungrouped layers: the 3×3 and 1×1 convolutions of
+residual networks, where the GEMM-based strategies lose most on narrow channels, and strided layers
+such as the stems of ImageNet networks (a 7×7 or 3×3 kernel at stride 2 on three channels), whose
+lowered matrix would be larger than their input and output together. A strided block loads stride ×
+lanes consecutive input columns per row and takes every stride-th. backward_data is the same kernel
+on the output gradient with the weight packed flipped, for stride 1.
 
 How large a block is follows the device: as many lanes as its vectors have (4 to 16; on a CPU as the GEMM
 tuner measured them, see netcl.ops.gemm.register_lanes) and
@@ -82,14 +85,16 @@ def _row_shape(device, dtype: str, out_h: int, out_w: int) -> tuple[int, int]:
     return qw, rows
 
 
-def _edges(qw: int, rows: int, out_h: int, out_w: int, in_w: int) -> dict:
+def _edges(qw: int, rows: int, out_h: int, out_w: int, in_w: int, stride: int = 1) -> dict:
     """The template's TAIL and SHIFT for an output of out_h x out_w read from rows in_w wide: where the
     blocks do not tile the output but it is at least one block in size, the last block of a row (of
     the rows) is shifted back onto the output (SHIFT), and only loads past the input still need bounds
     tests (TAIL); otherwise TAIL says whether some block reaches past the output or its row loads past
-    the input."""
-    shift = (out_w % qw != 0 or out_h % rows != 0) and out_w >= qw and out_h >= rows
-    return dict(TAIL=out_w > in_w or (not shift and (out_w % qw != 0 or out_h % rows != 0)), SHIFT=shift)
+    the input (a block loads stride x qw input columns)."""
+    partial = out_w % qw != 0 or out_h % rows != 0
+    shift = partial and out_w >= qw and out_h >= rows
+    last_block = out_w - qw if shift else (-(-out_w // qw) - 1) * qw
+    return dict(TAIL=stride * (last_block + qw) > in_w or (not shift and partial), SHIFT=shift)
 
 
 def blocking(layer: ConvLayer, pass_: str, device) -> dict:
@@ -98,11 +103,13 @@ def blocking(layer: ConvLayer, pass_: str, device) -> dict:
     if pass_ == "backward_weight":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
         return dict(MODE="weight", KB=_largest_divisor(layer.k, budget), QW=qw, ROWS=rows, S=layer.s,
-                    PW=layer.pad_w, **_edges(qw, rows, layer.out_h, layer.out_w, layer.w))
+                    STRIDE=layer.stride_w, PW=layer.pad_w,
+                    **_edges(qw, rows, layer.out_h, layer.out_w, layer.w, layer.stride_w))
     if pass_ == "forward":
         qw, rows = _row_shape(device, layer.dtype, layer.out_h, layer.out_w)
         return dict(MODE="output", FLIP=False, KB=_largest_divisor(layer.k, budget), QW=qw, ROWS=rows,
-                    S=layer.s, PW=layer.pad_w, **_edges(qw, rows, layer.out_h, layer.out_w, layer.w))
+                    S=layer.s, STRIDE=layer.stride_w, PW=layer.pad_w,
+                    **_edges(qw, rows, layer.out_h, layer.out_w, layer.w, layer.stride_w))
     qw, rows = _row_shape(device, layer.dtype, layer.h, layer.w)
     return dict(MODE="output", FLIP=True, KB=_largest_divisor(layer.c, budget), QW=qw, ROWS=rows, S=layer.s,
                 PW=layer.s - 1 - layer.pad_w, **_edges(qw, rows, layer.h, layer.w, layer.out_w))
@@ -208,8 +215,12 @@ class DirectBlockedStrategy(ConvStrategy):
     keeps_weight_derivatives = True  # the packed weight
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
-        if (layer.stride_h, layer.stride_w) != (1, 1):
-            return f"stride {(layer.stride_h, layer.stride_w)}: the register-blocked kernels need stride 1"
+        if layer.stride_h != layer.stride_w:
+            return (f"stride {(layer.stride_h, layer.stride_w)}: the register-blocked kernels take one "
+                    f"stride for rows and columns")
+        if pass_ == "backward_data" and layer.stride_h != 1:
+            return (f"stride {(layer.stride_h, layer.stride_w)}: backward_data's register-blocked kernel is "
+                    f"the transposed convolution of stride 1")
         if (layer.dil_h, layer.dil_w) != (1, 1):
             return f"dilation {(layer.dil_h, layer.dil_w)}: the register-blocked kernels need dilation 1"
         if layer.groups != 1:

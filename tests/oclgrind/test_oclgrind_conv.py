@@ -31,6 +31,8 @@ LAYERS = [
     ((1, 2, 6, 11), (3, 2, 3, 3), 1, 0, 1, 1),  # no padding, rows past a block: direct_blocked's shifted last blocks
     ((2, 3, 7, 9), (6, 1, 3, 3), 2, 1, 1, 3),   # depthwise, multiplier 2, stride 2
     ((2, 3, 7, 6), (4, 3, 1, 1), 2, 0, 1, 1),   # strided 1×1 (gemm's subsample), a last input row unread
+    ((1, 3, 5, 16), (4, 3, 3, 3), 2, 1, 1, 1),   # stride 2, rows of whole vectors: direct_blocked's vector loads
+    ((1, 2, 9, 13), (3, 2, 5, 5), 2, 2, 1, 1),   # a 5×5 stride-2 layer whose last blocks reach past the input
 ]
 TOLERANCES = {"winograd": (1e-4, 5e-4)}
 
