@@ -176,3 +176,19 @@ def test_gathering_is_priced_per_row_tile():
     tiles = -(-600 // conv_implicit_gemm.choose_tile(wide, "forward")[0])
     rows, cols, inner = conv_implicit_gemm.gemm_dims(wide, "forward")
     assert tiles > 1 and gathered(wide, "forward") == tiles * cols * inner * wide.itemsize
+
+
+def test_row_tile_follows_rows_and_fills_the_device():
+    """The row tile holds every row up to ROW_TILES[-1] (each further tile gathers B again); a tile above
+    SPLIT_ROW_TILE is halved while the launch has fewer work-groups than the device has compute units."""
+    deep = ConvLayer.from_shapes((1, 512, 7, 7), (512, 512, 3, 3), padding=1)  # 512 rows, 4 column tiles
+    assert conv_implicit_gemm.choose_tile(deep, "forward")[0] == 512
+    assert conv_implicit_gemm.choose_tile(deep, "forward", units=2)[0] == 512
+    assert conv_implicit_gemm.choose_tile(deep, "forward", units=8)[0] == 256  # 8 groups, not 4
+    assert conv_implicit_gemm.choose_tile(deep, "forward", units=132)[0] == conv_implicit_gemm.SPLIT_ROW_TILE
+    wider = ConvLayer.from_shapes((1, 64, 7, 7), (2048, 64, 1, 1))  # 2048 rows: four tiles of the largest
+    assert conv_implicit_gemm.choose_tile(wider, "forward", units=2)[0] == conv_implicit_gemm.ROW_TILES[-1]
+    small = ConvLayer.from_shapes((1, 8, 7, 7), (24, 8, 3, 3))
+    assert conv_implicit_gemm.choose_tile(small, "forward", units=132)[0] == 32
+    # the cost model prices the gathering of the tiles that run
+    assert conv_implicit_gemm.gathered_bytes(deep, "forward", 8) == 2 * conv_implicit_gemm.gathered_bytes(deep, "forward", 2)

@@ -15,10 +15,13 @@ from .conv_common import ConvLayer, ConvStrategy, CostTerms, epilogue_operands, 
 
 # (TM, TN, TK): a work-item (= work-group, see kernels/implicit_gemm.cl) multiplies a TM-row slice of A
 # into one vector of TN columns; TM follows the row count (small layers waste little, large ones reuse
-# each gathered B element TM times). TK is the B panel gathered per step, over which four rows'
-# accumulators stay in registers: 512 measured best on PoCL (cv5-cv12 at batch 32: 0.91-1.08x im2col
-# against 0.64-0.86x with the earlier 16-deep staging of both operands).
-ROW_TILES = (16, 32, 64, 128, 256)
+# each gathered B element TM times: every further row tile gathers the whole B again, which costs the
+# 512- to 2048-channel layers of ImageNet networks more than the multiply-adds a tile shares). TK is the
+# B panel gathered per step, over which four rows' accumulators stay in registers: 512 measured best on
+# PoCL (cv5-cv12 at batch 32: 0.91-1.08x im2col against 0.64-0.86x with the earlier 16-deep staging of
+# both operands).
+ROW_TILES = (16, 32, 64, 128, 256, 512)
+SPLIT_ROW_TILE = 256  # a larger tile is halved (down to this) while the work-groups are fewer than the compute units
 TILE_K = 512
 ROW_BLOCK = 4  # rows multiplied together in registers
 
@@ -84,10 +87,21 @@ def useful_flops(layer: ConvLayer, pass_: str) -> float:
     return 2.0 * rows * _columns_by_inner(layer, pass_) * layer.groups
 
 
-def choose_tile(layer: ConvLayer, pass_: str) -> tuple[int, int, int]:
-    rows = gemm_dims(layer, pass_)[0]
-    tm = next((t for t in ROW_TILES if t >= rows), ROW_TILES[-1])
-    return tm, 16 if layer.dtype == "float32" else 8, TILE_K
+def _slices(layer: ConvLayer, pass_: str) -> int:
+    """The launch's third dimension: groups, times backward_data's residue classes."""
+    return layer.groups * (layer.stride_h * layer.stride_w if pass_ == "backward_data" else 1)
+
+
+def choose_tile(layer: ConvLayer, pass_: str, units: int | None = None) -> tuple[int, int, int]:
+    """(TM, TN, TK) for a pass on a device with ``units`` compute units (None: as many as the layer has
+    work-groups): the smallest row tile holding every row, at most ROW_TILES[-1]; one above
+    SPLIT_ROW_TILE is halved while the launch would have fewer work-groups than the device has units."""
+    rows, cols, _ = gemm_dims(layer, pass_)
+    tm, tn = next((t for t in ROW_TILES if t >= rows), ROW_TILES[-1]), 16 if layer.dtype == "float32" else 8
+    while (units is not None and tm > SPLIT_ROW_TILE
+           and -(-rows // tm) * -(-cols // tn) * _slices(layer, pass_) < units):
+        tm //= 2
+    return tm, tn, TILE_K
 
 
 def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, tile=None,
@@ -96,7 +110,7 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, ti
     + bias[k] for every output of channel k, + residual (of the output's shape), then the activation."""
     if out.size == 0:
         return out
-    tm, tn, tk = tile or choose_tile(layer, pass_)
+    tm, tn, tk = tile or choose_tile(layer, pass_, a.device.compute_units)
     rows, cols, _ = gemm_dims(layer, pass_)
     params = dict(T=dtypes.c_type(a.dtype), MODE=pass_, TM=tm, TN=tn, TK=tk, BIAS=bias is not None)
     if pass_ == "forward":
@@ -105,19 +119,19 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, out: Tensor, layer: ConvLayer, ti
         params = first_step.variant(a.device, "implicit_gemm.cl", f"igemm_{pass_}", params, free=("TM",))
         tm = params["TM"]
     kernel = get_kernel(a.device, "implicit_gemm.cl", f"igemm_{pass_}", **params)
-    slices = layer.groups * (layer.stride_h * layer.stride_w if pass_ == "backward_data" else 1)
+    slices = _slices(layer, pass_)
     launch(a.device, kernel, (-(-cols // tn), -(-rows // tm), slices), (1, 1, 1),
            a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
            geometry(a.device, layer), *epilogue_operands(out, bias, residual))
     return out
 
 
-def gathered_bytes(layer: ConvLayer, pass_: str) -> float:
+def gathered_bytes(layer: ConvLayer, pass_: str, units: int | None = None) -> float:
     """What the tiles gather into local memory: each row tile gathers its columns' whole inner dimension
     once (an index lookup, a bounds test and a store per element), however few rows then use it. With one
     to three rows (an RGB stem's backward_data, a depthwise layer) the gathering, not the multiply-adds,
     is the pass's time."""
-    row_tiles = -(-gemm_dims(layer, pass_)[0] // choose_tile(layer, pass_)[0])
+    row_tiles = -(-gemm_dims(layer, pass_)[0] // choose_tile(layer, pass_, units)[0])
     return float(row_tiles * _columns_by_inner(layer, pass_) * layer.groups * layer.itemsize)
 
 
@@ -127,8 +141,8 @@ WORK_PER_UNIT = 4  # work-groups per compute unit that keep it busy
 def tile_efficiency(layer: ConvLayer, pass_: str, units: int) -> float:
     """Useful fraction of the kernel's arithmetic: what padding to its granularity wastes, and
     work-groups too few to fill the device's compute units."""
-    (m, n, k), tile = gemm_dims(layer, pass_), choose_tile(layer, pass_)
-    slices = layer.groups * (layer.stride_h * layer.stride_w if pass_ == "backward_data" else 1)
+    (m, n, k), tile = gemm_dims(layer, pass_), choose_tile(layer, pass_, units)
+    slices = _slices(layer, pass_)
     padded = 1.0
     for d, g in zip((m, n, k), padding_granularity(tile)):
         padded *= d / (-(-d // g) * g)
@@ -146,7 +160,7 @@ class ImplicitGemmStrategy(ConvStrategy):
         from ..runtime.device import resolve_device
         units = resolve_device(device).compute_units
         return CostTerms(kernel_flops=useful_flops(layer, pass_) / tile_efficiency(layer, pass_, units),
-                         bytes_moved=tensor_bytes(layer) + gathered_bytes(layer, pass_), launches=1)
+                         bytes_moved=tensor_bytes(layer) + gathered_bytes(layer, pass_, units), launches=1)
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         rows, cols, inner = gemm_dims(layer, pass_)
