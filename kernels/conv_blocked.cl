@@ -1,11 +1,11 @@
 <%doc>
 Register-blocked direct convolution (the `direct_blocked` strategy): dilation 1, one group, NCHW
-tensors, KCRS weight; stride 1, or any STRIDE for the forward pass and the weight gradient. A work-item owns a block of outputs held in vector registers for the whole
-reduction: KB output channels × (ROWS × QW) output positions (ROWS consecutive rows, QW consecutive
-columns each), one T<QW*ROWS> vector per output channel. Per input channel and kernel row it loads the
-input rows its positions read once, builds the S shifted vectors the kernel's columns need from them by
-lane selection (no reload per tap, no bounds test per element), and runs KB·S multiply-adds of a
-broadcast weight against them: the loop oneDNN's direct convolution runs on AVX, written so that a
+tensors, KCRS weight; stride 1, or any STRIDE for the forward pass and the weight gradient. A work-item
+owns a block of outputs held in vector registers for the whole reduction: KB output channels ×
+(ROWS × QW) output positions (ROWS consecutive rows, QW consecutive columns each), one T<QW*ROWS>
+vector per output channel. Per input channel and kernel row it loads the input rows its positions read
+once, builds the S shifted vectors the kernel's columns need from them by lane selection (no reload per
+tap, no bounds test per element), and runs KB·S multiply-adds of a broadcast weight against them: the loop oneDNN's direct convolution runs on AVX, written so that a
 CPU OpenCL compiler keeps the accumulators in registers.
 
   conv_blocked_output  MODE "output": Y[n, k, p, q] = Σ_{c,r,s} X[n, c, STRIDE·p + r − PH, STRIDE·q + s − PW] · Wt(k, c, r, s)
@@ -120,7 +120,8 @@ ${unaligned_vector_typedef(T + str(chunk_width(STRIDE * QW)), 8 if T == "double"
                 if (${full}) {
 % endif
 % if STRIDE > 1:
-                    /* whole vectors: LLVM assembles every STRIDE-th element of element loads from pieces */
+                    /* whole vectors: a strided stem's weight gradient ran faster so than from element
+                       loads on Debian's PoCL and on Intel's runtime */
 % for h in range(SPAN // CHUNK):
                     const ${T}${CHUNK} V${j}_${h} = ${unaligned_load(CHUNK, 'row', 'xq + %d' % (h * CHUNK))};
 % endfor

@@ -21,7 +21,7 @@ from .conv_common import ConvLayer, ConvStrategy, CostTerms, epilogue_operands, 
 # PoCL (cv5-cv12 at batch 32: 0.91-1.08x im2col against 0.64-0.86x with the earlier 16-deep staging of
 # both operands).
 ROW_TILES = (16, 32, 64, 128, 256, 512)
-SPLIT_ROW_TILE = 256  # a larger tile is halved (down to this) while the work-groups are fewer than the compute units
+SPLIT_ROW_TILE = 256  # a larger tile is halved, down to this, while work-groups are fewer than compute units
 TILE_K = 512
 ROW_BLOCK = 4  # rows multiplied together in registers
 
@@ -93,9 +93,9 @@ def _slices(layer: ConvLayer, pass_: str) -> int:
 
 
 def choose_tile(layer: ConvLayer, pass_: str, units: int | None = None) -> tuple[int, int, int]:
-    """(TM, TN, TK) for a pass on a device with ``units`` compute units (None: as many as the layer has
-    work-groups): the smallest row tile holding every row, at most ROW_TILES[-1]; one above
-    SPLIT_ROW_TILE is halved while the launch would have fewer work-groups than the device has units."""
+    """(TM, TN, TK) for a pass on a device with ``units`` compute units (None: no device to fill): the
+    smallest row tile holding every row, at most ROW_TILES[-1]; one above SPLIT_ROW_TILE is halved while
+    the launch would have fewer work-groups than the device has units."""
     rows, cols, _ = gemm_dims(layer, pass_)
     tm, tn = next((t for t in ROW_TILES if t >= rows), ROW_TILES[-1]), 16 if layer.dtype == "float32" else 8
     while (units is not None and tm > SPLIT_ROW_TILE
