@@ -95,10 +95,11 @@ step() {  # step NAME LIMIT COMMAND...: run with a time limit, log to $out/NAME.
   echo "[device_check] $name: ${status[$name]} in ${seconds[$name]} s"
 }
 
-parallel=()
+# without pytest-xdist the suite's addopts (which ask for its workers) give way to the marker alone
+parallel=(-o "addopts=-m 'not slow and not oclgrind' -ra")
 if "$PYTHON" -c "import xdist" 2>/dev/null; then
   workers=${NETCL_CHECK_WORKERS:-$(( $(nproc) < 8 ? $(nproc) : 8 ))}
-  [ "$workers" -gt 1 ] && parallel=(-n "$workers")
+  parallel=(-n "$workers")
 fi
 
 step devices "$limit_devices" "$PYTHON" -m netcl devices --bench --json

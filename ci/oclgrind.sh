@@ -39,12 +39,14 @@ echo "[oclgrind] $(oclgrind --version 2>&1 | sed -n 2p); checks: api, data races
 start=$(date +%s)
 status=0
 # --max-errors: Oclgrind goes silent after 1000 messages by default, which would let later tests pass unchecked;
+# -o addopts=-ra: one process (the default suite's addopts add pytest-xdist workers, whose reports and
+# kernel coverage this job could not gather);
 # --global-mem-size: the tests keep every buffer alive (see tests/oclgrind/conftest.py), 128 MiB is too little
 # (the value is read as a 32-bit number: 4 GiB wraps to 0)
 timeout "${NETCL_OCLGRIND_TIMEOUT:-900}" \
   oclgrind --check-api --data-races --uninitialized --max-errors 1000000000 --num-threads "$threads" \
     --global-mem-size 2000000000 \
-  "$PYTHON" -m pytest -q -m oclgrind tests/oclgrind -p no:cacheprovider "$@" \
+  "$PYTHON" -m pytest -q -o addopts=-ra -m oclgrind tests/oclgrind -p no:cacheprovider "$@" \
   2> >(tee "$work/stderr.log" >&2) || status=$?
 wait  # for tee
 elapsed=$(( $(date +%s) - start ))

@@ -16,7 +16,7 @@ import pytest
 
 import netcl as nc
 from netcl import dtypes
-from netcl.runtime import first_step, memory
+from netcl.runtime import binaries, first_step, memory
 from netcl.runtime.device import resolve_device
 from netcl.tensor import Tensor, _check_shape
 
@@ -40,6 +40,53 @@ GUARD_HOST_DTYPE = {np.dtype(np.bool_): np.dtype(np.uint8)}
 @pytest.fixture(scope="session")
 def device():
     return nc.default_device()
+
+
+def _binaries_pay(device) -> bool:
+    """Whether the driver hands over a program's binary about as cheaply as it loads one back (Intel's CPU
+    runtime has it at hand; PoCL compiles the program's kernels again, which costs hundreds of times the
+    load): one program, built under a build option no other build uses (so no driver cache answers), is
+    fetched and loaded back, each timed."""
+    import time
+
+    import pyopencl as cl
+
+    from netcl.runtime import kernels
+    options = list(kernels.build_options()) + [f"-DNETCL_BINARY_PROBE={time.time_ns()}"]
+    program = cl.Program(device.context, kernels.render("conv_depthwise.cl")).build(options=options)
+    fetch_s = binaries.fetch_seconds(program)
+    if fetch_s == float("inf"):
+        return False
+    [binary] = program.get_info(cl.program_info.BINARIES)
+    start = time.perf_counter()
+    cl.Program(device.context, [device.cl_device], [binary]).build(options=options)
+    return fetch_s < 4 * (time.perf_counter() - start)
+
+
+@pytest.fixture(scope="session")
+def binary_writing():
+    """{"pays": bool} once decided (_binaries_pay): whether this session writes the binaries of the
+    programs its tests build. Where fetching a binary compiles the program again (PoCL), writing
+    thousands of them would take about as long as building them, while the driver's own kernel cache
+    already makes the next run's builds cheap."""
+    return {}
+
+
+@pytest.fixture(autouse=True)
+def binaries_per_test(monkeypatch, binary_writing, device):
+    """The programs a test builds wait for their binaries apart from every other test's, so a test that
+    writes binaries (netcl.runtime.binaries.save_binaries) writes only its own; at its end they are
+    written where that is cheap and forgotten where it is not (see binary_writing)."""
+    monkeypatch.setattr(binaries, "_unsaved", {})
+    yield
+    if not binaries.pending():
+        return
+    if "pays" not in binary_writing:
+        binary_writing["pays"] = _binaries_pay(device)
+    if binary_writing["pays"]:
+        binaries.save_binaries()
+    else:
+        binaries.discard_unsaved()
 
 
 @pytest.fixture
