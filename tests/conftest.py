@@ -44,7 +44,7 @@ def device():
 
 def _binaries_pay(device) -> bool:
     """Whether the driver hands over a program's binary about as cheaply as it loads one back (Intel's CPU
-    runtime has it at hand; PoCL compiles the program's kernels again, which costs hundreds of times the
+    runtime has it at hand; PoCL compiles the program's kernels again, which costs far more than the
     load): one program, built under a build option no other build uses (so no driver cache answers), is
     fetched and loaded back, each timed."""
     import time
