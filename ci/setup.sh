@@ -121,7 +121,9 @@ export LD_LIBRARY_PATH="$(dirname "$lib")\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 ENV
   say "registered $lib in $vendors (environment for other programs: source $config_dir/opencl/env.sh)"
   mkdir -p "$work/intel-only" && cp "$vendors/intel-cpu-netcl.icd" "$work/intel-only/"
-  if probe_only "$work/intel-only" --all | grep -q '"Intel(R) OpenCL"'; then
+  # The probe's whole output is read before it is searched: the PoCL wheel, when installed, is listed too,
+  # and a reader that stops at the first match would break the probe's pipe.
+  if probe_only "$work/intel-only" --all > "$work/intel.json" && grep -q '"Intel(R) OpenCL"' "$work/intel.json"; then
     return 0
   fi
   say "Intel's runtime does not run a kernel here ($(probe_reason)); unregistering it"
