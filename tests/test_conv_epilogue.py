@@ -39,6 +39,9 @@ LAYERS = {
     # CPU, the whole-plane kernels with 4 and 8 samples in the lanes (grouped, no padding)
     "winograd": [((2, 5, 9, 13), (7, 5, 3, 3), 1, 1, 1), ((4, 6, 7, 9), (10, 3, 3, 3), 1, 1, 2),
                  ((8, 3, 6, 5), (4, 3, 3, 3), 1, 0, 1)],
+    # F(4×4, 3×3)'s store: partial tiles at the bottom and right, a last work-item of fewer tiles, groups
+    "winograd4": [((2, 5, 9, 13), (7, 5, 3, 3), 1, 1, 1), ((1, 3, 7, 37), (5, 3, 3, 3), 1, 1, 1),
+                  ((2, 6, 6, 10), (4, 3, 3, 3), 1, 0, 2)],
 }
 TOLERANCE = {"float32": 2e-6, "float64": 1e-13}
 

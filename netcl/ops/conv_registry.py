@@ -11,7 +11,7 @@ import threading
 
 from ..errors import ShapeError
 from . import (conv_depthwise, conv_direct, conv_direct_blocked, conv_gemm, conv_im2col, conv_implicit_gemm,
-               conv_mec, conv_pointwise, conv_winograd)
+               conv_mec, conv_pointwise, conv_winograd, conv_winograd4)
 
 BUILTIN = (
     conv_direct.STRATEGY,
@@ -19,6 +19,7 @@ BUILTIN = (
     conv_gemm.STRATEGY,
     conv_implicit_gemm.STRATEGY,
     conv_winograd.STRATEGY,
+    conv_winograd4.STRATEGY,
     conv_mec.STRATEGY,
     conv_direct_blocked.STRATEGY,
     conv_depthwise.STRATEGY,

@@ -64,8 +64,9 @@ def _channel_major(th: int, tw: int) -> int:
     return int(th * tw < 256)
 
 
-def _tiles(n: int, out_h: int, out_w: int) -> tuple[int, int, int]:
-    th, tw = -(-out_h // 2), -(-out_w // 2)
+def _tiles(n: int, out_h: int, out_w: int, size: int = 2) -> tuple[int, int, int]:
+    """(tile rows, tile columns, tiles of the n samples) for output tiles of size × size."""
+    th, tw = -(-out_h // size), -(-out_w // size)
     return th, tw, n * th * tw
 
 
@@ -85,45 +86,47 @@ def matrix_stride(rows: int, cols: int, groups: int, itemsize: int) -> int:
     return (lines | 1) * per_line
 
 
-def _stack_elements(rows: int, cols: int, groups: int, itemsize: int) -> int:
-    return 15 * matrix_stride(rows, cols, groups, itemsize) + rows * cols
+def _stack_elements(rows: int, cols: int, groups: int, itemsize: int, count: int = 16) -> int:
+    return (count - 1) * matrix_stride(rows, cols, groups, itemsize) + rows * cols
 
 
-def _chunk(layer: ConvLayer, pass_: str) -> int:
+def _chunk(layer: ConvLayer, pass_: str, tile: int = 2) -> int:
     """Samples per chunk of a data pass (backward_data correlates grad_y with the flipped filters into an
-    input-sized result)."""
+    input-sized result), for output tiles of tile × tile."""
     if pass_ == "backward_data":
-        return samples_per_chunk(layer.n, layer.k, layer.c, layer.h, layer.w, layer.itemsize, layer.groups)
-    return samples_per_chunk(layer.n, layer.c, layer.k, layer.out_h, layer.out_w, layer.itemsize, layer.groups)
+        return samples_per_chunk(layer.n, layer.k, layer.c, layer.h, layer.w, layer.itemsize, layer.groups, tile)
+    return samples_per_chunk(layer.n, layer.c, layer.k, layer.out_h, layer.out_w, layer.itemsize, layer.groups,
+                             tile)
 
 
-def workspace_elements(layer: ConvLayer, pass_: str) -> int:
+def workspace_elements(layer: ConvLayer, pass_: str, tile: int = 2) -> int:
     """Elements of the transformed operands one pass allocates (U, V and M for the data passes;
-    V, Z and Mw for backward_weight), each 16 matrices apart by matrix_stride."""
+    V, Z and Mw for backward_weight), each of the (tile + 2)² matrices matrix_stride apart."""
     cg, kg = layer.c // layer.groups, layer.k // layer.groups
-    g, size = layer.groups, layer.itemsize
+    g, size, count = layer.groups, layer.itemsize, (tile + 2) ** 2
     if pass_ == "forward":
-        t = _tiles(_chunk(layer, pass_), layer.out_h, layer.out_w)[2]
+        t = _tiles(_chunk(layer, pass_, tile), layer.out_h, layer.out_w, tile)[2]
         shapes = [(layer.k, cg), (layer.c, t), (layer.k, t)]
     elif pass_ == "backward_data":
-        t = _tiles(_chunk(layer, pass_), layer.h, layer.w)[2]
+        t = _tiles(_chunk(layer, pass_, tile), layer.h, layer.w, tile)[2]
         shapes = [(layer.c, kg), (layer.k, t), (layer.c, t)]
     else:
-        t = _tiles(layer.n, layer.out_h, layer.out_w)[2]
+        t = _tiles(layer.n, layer.out_h, layer.out_w, tile)[2]
         shapes = [(layer.c, t), (layer.k, t), (layer.k, cg)]
-    return sum(_stack_elements(rows, cols, g, size) for rows, cols in shapes)
+    return sum(_stack_elements(rows, cols, g, size, count) for rows, cols in shapes)
 
 
 CHUNK_BYTES = 2 << 20              # V + M of one chunk of samples (samples_per_chunk)
 CHUNK_MAX_FILTER_BYTES = 512 << 10  # chunk only below this size of U
 
 
-def _stack16(rows: int, cols: int, groups: int, dtype, device) -> Tensor:
-    """An uninitialized (16, rows, cols) tensor whose matrices lie matrix_stride elements apart."""
+def _stack16(rows: int, cols: int, groups: int, dtype, device, count: int = 16) -> Tensor:
+    """An uninitialized (count, rows, cols) tensor (16 matrices unless told) whose matrices lie
+    matrix_stride elements apart."""
     itemsize = np.dtype(dtype).itemsize
     stride = matrix_stride(rows, cols, groups, itemsize)
-    buffer = memory.allocate(device, _stack_elements(rows, cols, groups, itemsize) * itemsize)
-    return Tensor(buffer, (16, rows, cols), dtype, device, (stride, cols, 1))
+    buffer = memory.allocate(device, _stack_elements(rows, cols, groups, itemsize, count) * itemsize)
+    return Tensor(buffer, (count, rows, cols), dtype, device, (stride, cols, 1))
 
 
 def _kernel(device, name: str, dtype, flip: int = 0):
@@ -230,7 +233,7 @@ def _grouped(t: Tensor, groups: int) -> Tensor:
 
 
 def samples_per_chunk(n: int, ch_in: int, ch_out: int, out_h: int, out_w: int, itemsize: int,
-                      groups: int = 1) -> int:
+                      groups: int = 1, tile: int = 2) -> int:
     """Samples whose transformed input V and product M are made and consumed together.
 
     With small filters the products stream V and M: cv9 at batch 32 (64 channels, 23,328 tiles) writes
@@ -238,9 +241,10 @@ def samples_per_chunk(n: int, ch_in: int, ch_out: int, out_h: int, out_w: int, i
     them in cache. Every chunk re-reads the transformed filters U and adds three launches, and its GEMM
     has fewer columns: with U above CHUNK_MAX_FILTER_BYTES that costs more than it saves, so those layers
     run whole."""
-    th, tw, _ = _tiles(1, out_h, out_w)
-    filter_bytes = 16 * ch_out * (ch_in // groups) * itemsize
-    per_sample = 16 * (ch_in + ch_out) * th * tw * itemsize
+    th, tw, _ = _tiles(1, out_h, out_w, tile)
+    count = (tile + 2) ** 2
+    filter_bytes = count * ch_out * (ch_in // groups) * itemsize
+    per_sample = count * (ch_in + ch_out) * th * tw * itemsize
     if filter_bytes > CHUNK_MAX_FILTER_BYTES or n * per_sample <= CHUNK_BYTES:
         return n
     limit = max(1, CHUNK_BYTES // per_sample)
@@ -251,34 +255,53 @@ def _view(t: Tensor, shape, offset: int) -> Tensor:
     return Tensor(t.buffer, shape, t.dtype, t.device, t.strides, t.offset + offset)
 
 
-def _correlate(src: Tensor, u: Tensor, out: Tensor, pad_h: int, pad_w: int, groups: int,
-               bias: Tensor | None = None, residual: Tensor | None = None, activation: str = "none") -> Tensor:
-    """out = the stride-1 3×3 correlation of src with the transformed filters u (any padding), a chunk of
-    samples at a time (samples_per_chunk: a divisor of the batch, so every chunk reuses V and M), with the
-    inference epilogue (bias, residual of out's shape, activation) in the output transform."""
-    n, ch_out, oh, ow = out.shape
-    ch_in, ih, iw = src.shape[1:]
-    chunk = samples_per_chunk(n, ch_in, ch_out, oh, ow, out.dtype.itemsize, groups)
-    th, tw, tiles = _tiles(chunk, oh, ow)
-    lanes = plane_lanes(out.device, chunk, th, tw)  # both transforms order the tiles the same way
-    v = _stack16(ch_in, tiles, groups, src.dtype, src.device)
-    m = _stack16(ch_out, tiles, groups, out.dtype, out.device)
-    for n0 in range(0, n, chunk):
-        x_part = _view(src, (chunk, ch_in, ih, iw), n0 * src.strides[0])
-        y_part = _view(out, (chunk, ch_out, oh, ow), n0 * out.strides[0])
-        r_part = None if residual is None else _view(residual, y_part.shape, n0 * residual.strides[0])
-        _input_transform(x_part, pad_h, pad_w, th, tw, groups, into=v, lanes=lanes)
-        gemm_batched(_grouped(u, groups), _grouped(v, groups), c=_grouped(m, groups))
-        _output_transform(m, y_part, th, tw, lanes, bias, r_part, activation)
-    return out
-
-
 class WinogradStrategy(ConvStrategy):
+    """F(2×2, 3×3) for every pass. The data passes run through :meth:`correlate`, whose three transforms
+    are methods, so a strategy with larger tiles (netcl.ops.conv_winograd4) reuses the pipeline around
+    them: chunking, the stacks of transformed matrices, the batched GEMM and the epilogue."""
     name = "winograd"
     tile = 2  # F(2×2, 3×3)
     keeps_weight_derivatives = True  # the transformed filters
     fuses_bias = True  # forward(..., bias=) adds the bias in the output transform
     fuses_epilogue = True  # and forward(..., residual=, activation=) the rest of an inference epilogue
+
+    @property
+    def elements(self) -> int:
+        """Elements of a transformed tile, one GEMM each: (tile + 2)²."""
+        return (self.tile + 2) ** 2
+
+    def transform_filters(self, w: Tensor, layer: ConvLayer, flip: bool, into: Tensor | None = None) -> Tensor:
+        return _filter_transform(w, layer, flip, into)
+
+    def transform_input(self, src: Tensor, pad_h: int, pad_w: int, th: int, tw: int, groups: int,
+                        into: Tensor) -> Tensor:
+        lanes = plane_lanes(src.device, src.shape[0], th, tw)  # the output transform orders tiles alike
+        return _input_transform(src, pad_h, pad_w, th, tw, groups, into=into, lanes=lanes)
+
+    def transform_output(self, m: Tensor, out: Tensor, th: int, tw: int, bias: Tensor | None,
+                         residual: Tensor | None, activation: str) -> Tensor:
+        lanes = plane_lanes(out.device, out.shape[0], th, tw)
+        return _output_transform(m, out, th, tw, lanes, bias, residual, activation)
+
+    def correlate(self, src: Tensor, u: Tensor, out: Tensor, pad_h: int, pad_w: int, groups: int,
+                  bias: Tensor | None = None, residual: Tensor | None = None, activation: str = "none") -> Tensor:
+        """out = the stride-1 3×3 correlation of src with the transformed filters u (any padding), a chunk
+        of samples at a time (samples_per_chunk: a divisor of the batch, so every chunk reuses V and M),
+        with the inference epilogue (bias, residual of out's shape, activation) in the output transform."""
+        n, ch_out, oh, ow = out.shape
+        ch_in, ih, iw = src.shape[1:]
+        chunk = samples_per_chunk(n, ch_in, ch_out, oh, ow, out.dtype.itemsize, groups, self.tile)
+        th, tw, tiles = _tiles(chunk, oh, ow, self.tile)
+        v = _stack16(ch_in, tiles, groups, src.dtype, src.device, self.elements)
+        m = _stack16(ch_out, tiles, groups, out.dtype, out.device, self.elements)
+        for n0 in range(0, n, chunk):
+            x_part = _view(src, (chunk, ch_in, ih, iw), n0 * src.strides[0])
+            y_part = _view(out, (chunk, ch_out, oh, ow), n0 * out.strides[0])
+            r_part = None if residual is None else _view(residual, y_part.shape, n0 * residual.strides[0])
+            self.transform_input(x_part, pad_h, pad_w, th, tw, groups, v)
+            gemm_batched(_grouped(u, groups), _grouped(v, groups), c=_grouped(m, groups))
+            self.transform_output(m, y_part, th, tw, bias, r_part, activation)
+        return out
 
     def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
         if (layer.r, layer.s) != (3, 3):
@@ -290,43 +313,43 @@ class WinogradStrategy(ConvStrategy):
         from ..runtime.device import resolve_device
         device = resolve_device(device)
         th, tw, tiles = _tiles(layer.n, *((layer.h, layer.w) if pass_ == "backward_data" else
-                                          (layer.out_h, layer.out_w)))
-        nbytes = 16 * max(layer.c, layer.k) * tiles * layer.itemsize
+                                          (layer.out_h, layer.out_w)), self.tile)
+        nbytes = self.elements * max(layer.c, layer.k) * tiles * layer.itemsize
         if nbytes > device.max_alloc_bytes:
-            return (f"its transformed tiles (16 × channels × tiles) need {nbytes:,} bytes, more than the "
-                    f"largest single allocation {device.name} allows ({device.max_alloc_bytes:,})")
+            return (f"its transformed tiles ({self.elements} × channels × tiles) need {nbytes:,} bytes, more "
+                    f"than the largest single allocation {device.name} allows ({device.max_alloc_bytes:,})")
         return None
 
     def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
         """U, V and M (V, Z and Mw for backward_weight), see workspace_elements, plus the packing buffers
         netcl.ops.gemm allocates for the one batched product (from an empty GEMM cache)."""
         from ..runtime.device import resolve_device
-        cg, kg, b = layer.c // layer.groups, layer.k // layer.groups, 16 * layer.groups
+        cg, kg, b = layer.c // layer.groups, layer.k // layer.groups, self.elements * layer.groups
         if pass_ == "forward":
-            t = _tiles(_chunk(layer, pass_), layer.out_h, layer.out_w)[2]
+            t = _tiles(_chunk(layer, pass_, self.tile), layer.out_h, layer.out_w, self.tile)[2]
             call = (kg, t, cg, b, b, 1, 1, t)
         elif pass_ == "backward_data":
-            t = _tiles(_chunk(layer, pass_), layer.h, layer.w)[2]
+            t = _tiles(_chunk(layer, pass_, self.tile), layer.h, layer.w, self.tile)[2]
             call = (cg, t, kg, b, b, 1, 1, t)
         else:
-            t = _tiles(layer.n, layer.out_h, layer.out_w)[2]
+            t = _tiles(layer.n, layer.out_h, layer.out_w, self.tile)[2]
             call = (kg, cg, t, b, b, 1, 1, cg)
         packing = gemm_packing_bytes(resolve_device(device), layer.dtype, [call])
-        return workspace_elements(layer, pass_) * layer.itemsize + packing
+        return workspace_elements(layer, pass_, self.tile) * layer.itemsize + packing
 
     def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
-        """16·groups batched products in the transformed domain (2.25× fewer multiplies than the
-        definition), one call per chunk of samples (samples_per_chunk) with three launches each; the
-        transformed tiles are written and read back once each, beside x, w and y."""
-        a, g = self.tile + 2, layer.groups
+        """(tile + 2)²·groups batched products in the transformed domain (F(2×2, 3×3): 2.25× fewer
+        multiplies than the definition), one call per chunk of samples (samples_per_chunk) with three
+        launches each; the transformed tiles are written and read back once each, beside x, w and y."""
+        g = layer.groups
         cg, kg = layer.c // g, layer.k // g
         oh, ow = (layer.h, layer.w) if pass_ == "backward_data" else (layer.out_h, layer.out_w)
-        chunk = layer.n if pass_ == "backward_weight" else _chunk(layer, pass_)
+        chunk = layer.n if pass_ == "backward_weight" else _chunk(layer, pass_, self.tile)
         tiles = chunk * -(-oh // self.tile) * -(-ow // self.tile)
         dims = {"forward": (kg, tiles, cg), "backward_data": (cg, tiles, kg), "backward_weight": (kg, cg, tiles)}[pass_]
         calls = layer.n // chunk
-        transformed = workspace_elements(layer, pass_) * layer.itemsize
-        return CostTerms(products=[Product(*dims, batch=a * a * g, calls=calls)], launches=1 + 3 * calls,
+        transformed = workspace_elements(layer, pass_, self.tile) * layer.itemsize
+        return CostTerms(products=[Product(*dims, batch=self.elements * g, calls=calls)], launches=1 + 3 * calls,
                          bytes_moved=tensor_bytes(layer) + 2 * transformed)
 
     def forward(self, x: Tensor, w: Tensor, layer: ConvLayer, bias: Tensor | None = None,
@@ -334,16 +357,16 @@ class WinogradStrategy(ConvStrategy):
         y = Tensor.empty(layer.output_shape, x.dtype, x.device)
         if y.size == 0:
             return y
-        u = derived_from_weight(w, ("winograd filters", layer.k, layer.c, layer.groups),
-                                lambda weight, into: _filter_transform(weight, layer, False, into), keep)
-        return _correlate(x, u, y, layer.pad_h, layer.pad_w, layer.groups, bias, residual, activation)
+        u = derived_from_weight(w, (f"{self.name} filters", layer.k, layer.c, layer.groups),
+                                lambda weight, into: self.transform_filters(weight, layer, False, into), keep)
+        return self.correlate(x, u, y, layer.pad_h, layer.pad_w, layer.groups, bias, residual, activation)
 
     def backward_data(self, grad_y: Tensor, w: Tensor, layer: ConvLayer) -> Tensor:
         gx = Tensor.empty(layer.input_shape, w.dtype, w.device)
         if gx.size == 0:
             return gx
-        u = _filter_transform(w, layer, flip=True)
-        return _correlate(grad_y, u, gx, 2 - layer.pad_h, 2 - layer.pad_w, layer.groups)
+        u = self.transform_filters(w, layer, flip=True)
+        return self.correlate(grad_y, u, gx, 2 - layer.pad_h, 2 - layer.pad_w, layer.groups)
 
     def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
         gw = Tensor.empty(layer.weight_shape, x.dtype, x.device)

@@ -34,7 +34,7 @@ LAYERS = [
     ((1, 3, 5, 16), (4, 3, 3, 3), 2, 1, 1, 1),   # stride 2, rows of whole vectors: direct_blocked's vector loads
     ((1, 2, 9, 13), (3, 2, 5, 5), 2, 2, 1, 1),   # a 5×5 stride-2 layer whose last blocks reach past the input
 ]
-TOLERANCES = {"winograd": (1e-4, 5e-4)}
+TOLERANCES = {"winograd": (1e-4, 5e-4), "winograd4": (1e-4, 5e-4)}
 
 
 def dtypes_of(device):
@@ -266,6 +266,8 @@ EPILOGUE_LAYERS = {
     # the output transform's store: partial tiles of the tile kernel, and (on a CPU device) the
     # whole-plane kernel with four samples in its lanes
     "winograd": [((1, 3, 5, 7), (4, 3, 3, 3), 1, 1, 1), ((4, 2, 5, 6), (3, 2, 3, 3), 1, 1, 1)],
+    # F(4×4, 3×3): a partial tile at the bottom and a work-item's run of tiles past the right border
+    "winograd4": [((1, 2, 6, 21), (3, 2, 3, 3), 1, 1, 1)],
 }
 
 
