@@ -9,7 +9,7 @@
 #
 # Usage: bash ci/oclgrind.sh [extra pytest arguments, e.g. -k gemm]
 # Environment: NETCL_REQUIRE_OCLGRIND=1  fail (instead of skipping) when oclgrind is not installed
-#              NETCL_OCLGRIND_TIMEOUT     seconds before the job is stopped (default 900)
+#              NETCL_OCLGRIND_TIMEOUT     seconds before the job is stopped (default 1500)
 #              NETCL_OCLGRIND_THREADS     Oclgrind worker threads (default: the number of cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +43,7 @@ status=0
 # kernel coverage this job could not gather);
 # --global-mem-size: the tests keep every buffer alive (see tests/oclgrind/conftest.py), 128 MiB is too little
 # (the value is read as a 32-bit number: 4 GiB wraps to 0)
-timeout "${NETCL_OCLGRIND_TIMEOUT:-900}" \
+timeout "${NETCL_OCLGRIND_TIMEOUT:-1500}" \
   oclgrind --check-api --data-races --uninitialized --max-errors 1000000000 --num-threads "$threads" \
     --global-mem-size 2000000000 \
   "$PYTHON" -m pytest -q -o addopts=-ra -m oclgrind tests/oclgrind -p no:cacheprovider "$@" \
@@ -52,7 +52,7 @@ wait  # for tee
 elapsed=$(( $(date +%s) - start ))
 
 if [ "$status" = 124 ]; then
-  echo "[oclgrind] FAILED: the job ran out of time (NETCL_OCLGRIND_TIMEOUT=${NETCL_OCLGRIND_TIMEOUT:-900}s)" >&2
+  echo "[oclgrind] FAILED: the job ran out of time (NETCL_OCLGRIND_TIMEOUT=${NETCL_OCLGRIND_TIMEOUT:-1500}s)" >&2
 fi
 if ! "$PYTHON" tests/oclgrind/oclgrind_reports.py "$work/stderr.log" > "$work/stray.txt"; then
   echo "[oclgrind] FAILED: Oclgrind reported problems outside any test:" >&2

@@ -16,6 +16,10 @@ one before (netcl.ops.conv_winograd.matrix_stride).
                           o input channel, i output channel of its group)
   wino4_output_transform  dst[n][o][4ty+i][4tx+j] = (A^T m A)[i][j] for the positions inside dst, VW adjacent
                           tiles per work-item, then the inference epilogue (bias, residual, activation)
+  wino4_grad_transform    Z[e][k][t] = (A dy A^T)[e], dy the 4x4 tile of the output gradient (zero past its
+                          border), VW adjacent tiles per work-item (backward_weight, the transposed algorithm:
+                          gw = G^T [Σ over tiles of Z (.) V] G, the sums 36 batched GEMMs Z·V^T)
+  wino4_filter_grad       gw[k][c] = G^T Mw[.][k][c] G (3x3 from the 36 summed products)
 
 Tiles: t = (n * TH + ty) * TW + tx with TH = ceil(out_h / 4), TW = ceil(out_w / 4); partial tiles at the
 bottom and right are computed and their missing outputs not stored, so any size works.
@@ -36,8 +40,8 @@ Template parameters (all have defaults):
   ACT     wino4_output_transform then applies "none", "relu", "relu6" or "hardswish": an inference
           epilogue with the bits of the separate pass (netcl.runtime.cl_activation) (default "none")
 
-Launch: the input and output transforms are 3-D, (ceil(TW / VW), TH, NB * CH) with the plane index
-n * CH + c; the filter transform is 2-D (COLS, ROWS). Every kernel guards its tail; any local size works
+Launch: the input, output and gradient transforms are 3-D, (ceil(TW / VW), TH, NB * CH) with the plane
+index n * CH + c; the filter transform is 2-D (COLS, ROWS), the filter gradient (CG, K). Every kernel guards its tail; any local size works
 (netcl.ops.conv_winograd4 picks them).
 
 Like kernels/winograd.cl, the file calls no OpenCL built-in function that takes or returns a vector
@@ -84,6 +88,45 @@ def linear_combination(row, terms, scalar):
 
 def lane(value, width, index):
     return value if width == 1 else "(%s).s%x" % (value, index)
+
+
+def accumulate_row(target, coefficients, k, sources, scalar):
+    """Statements adding input row k (the C values ``sources``, one per column j) into the rows of
+    ``target`` (a C array [i][j]) with coefficients(i, k): target[i][j] += coefficients(i, k) · sources[j].
+    Applied as the rows k = 0, 1, ... arrive, so the first nonzero coefficient of a target row assigns."""
+    lines = []
+    for i in range(coefficients.rows):
+        c = coefficients(i, k)
+        if c == 0:
+            continue
+        first = all(coefficients(i, kk) == 0 for kk in range(k))
+        for j, source in enumerate(sources):
+            term = source if abs(c) == 1 else "%s * %s" % (coefficient(abs(c), scalar), source)
+            if first:
+                lines.append("%s[%d][%d] = %s%s;" % (target, i, j, "-" if c < 0 else "", term))
+            else:
+                lines.append("%s[%d][%d] %s %s;" % (target, i, j, "+=" if c > 0 else "-=", term))
+    return "\n        ".join(lines)
+
+
+class Coefficients:
+    """matrix[i][k] (or, transposed, matrix[k][i]) as a callable of (i, k) with its number of rows i."""
+
+    def __init__(self, matrix, transposed=False):
+        self.matrix, self.transposed = matrix, transposed
+        self.rows = len(matrix[0]) if transposed else len(matrix)
+
+    def __call__(self, i, k):
+        return self.matrix[k][i] if self.transposed else self.matrix[i][k]
+
+
+def store_lanes(value, at, width):
+    """Statements storing the ``nt`` valid lanes (tiles) of ``value`` at ``at``: one vector store when
+    all ``width`` are, else lane by lane."""
+    if width == 1:
+        return "*(%s) = %s;" % (at, value)
+    lanes = " ".join("if (nt > %d) (%s)[%d] = %s;" % (l, at, l, lane(value, width, l)) for l in range(width - 1))
+    return "if (nt == %d) { %s } else { %s }" % (width, vstore(value, width, at), lanes)
 %>
 <%
     VT = T if VW == 1 else T + str(VW)
@@ -124,22 +167,7 @@ __kernel void wino4_input_transform(
 % for j in range(6):
         const ${VT} d${k}_${j} = (${VT})(${", ".join("r[%d]" % (4 * l + j) for l in range(VW))});
 % endfor
-% for i in range(6):
-% if B_T[i][k] != 0:
-% for j in range(6):
-<%
-    c = B_T[i][k]
-    term = ("d%d_%d" % (k, j)) if abs(c) == 1 else "%s * d%d_%d" % (coefficient(abs(c), T), k, j)
-    first = all(B_T[i][kk] == 0 for kk in range(k))
-%>\
-% if first:
-        bt_d[${i}][${j}] = ${"-" if c < 0 else ""}${term};
-% else:
-        bt_d[${i}][${j}] ${"+=" if c > 0 else "-="} ${term};
-% endif
-% endfor
-% endif
-% endfor
+        ${accumulate_row("bt_d", Coefficients(B_T), k, ["d%d_%d" % (k, j) for j in range(6)], T)}
     }
 % endfor
     __global ${T}* out = V + v_off + c * tiles + ((long)n * TH + ty) * TW + tx0;
@@ -148,17 +176,7 @@ __kernel void wino4_input_transform(
     {
         const ${VT} value = ${linear_combination(B_T[j], ["bt_d[%d][%d]" % (i, k) for k in range(6)], T)};
         __global ${T}* at = out + ${6 * i + j} * estride;
-% if VW == 1:
-        *at = value;
-% else:
-        if (nt == ${VW}) {
-            ${vstore("value", VW, "at")}
-        } else {
-% for l in range(VW - 1):
-            if (nt > ${l}) at[${l}] = ${lane("value", VW, l)};
-% endfor
-        }
-% endif
+        ${store_lanes("value", "at", VW)}
     }
 % endfor
 % endfor
@@ -229,22 +247,7 @@ __kernel void wino4_output_transform(
 % endif
         }
 % endfor
-% for i in range(4):
-% if A_T[i][k] != 0:
-% for j in range(6):
-<%
-    c = A_T[i][k]
-    term = ("m%d" % j) if abs(c) == 1 else "%s * m%d" % (coefficient(abs(c), T), j)
-    first = all(A_T[i][kk] == 0 for kk in range(k))
-%>\
-% if first:
-        at_m[${i}][${j}] = ${"-" if c < 0 else ""}${term};
-% else:
-        at_m[${i}][${j}] ${"+=" if c > 0 else "-="} ${term};
-% endif
-% endfor
-% endif
-% endfor
+        ${accumulate_row("at_m", Coefficients(A_T), k, ["m%d" % j for j in range(6)], T)}
     }
 % endfor
     const long plane_at = ((long)n * CH + o) * OH * OW;
@@ -266,5 +269,75 @@ __kernel void wino4_output_transform(
             row[j] = out;
         }
     }
+% endfor
+}
+
+// Z[e][k][t] = (A dy A^T)[e] of the 4x4 tile of the output gradient at (4ty, 4tx) (zero past its border),
+// VW adjacent tiles per work-item: backward_weight's transform of the gradient (A = (A^T)^T, 6x4).
+__kernel void wino4_grad_transform(
+    __global const ${T}* gy, const long gy_off,
+    const int NB, const int CH, const int OH, const int OW, const int TH, const int TW,
+    __global ${T}* Z, const long z_off, const long estride)
+{
+    const int tx0 = ${VW} * get_global_id(0), ty = get_global_id(1), pl = get_global_id(2);
+    if (tx0 >= TW || ty >= TH || pl >= NB * CH) return;
+    const int n = pl / CH, k = pl - n * CH;
+    const int tiles_left = TW - tx0, nt = ${lesser(str(VW), 'tiles_left')};
+    const long tiles = (long)NB * TH * TW;
+    const int w0 = 4 * tx0;
+    __global const ${T}* plane = gy + gy_off + ((long)n * CH + k) * OH * OW;
+    /* A applied down the columns as the rows arrive: a_dy[a][j] = Σ_i A[a][i] dy[i][j] */
+    ${VT} a_dy[6][4];
+% for i in range(4):
+    {
+        const int h = 4 * ty + ${i};
+        ${T} r[${4 * VW}];
+        if (h < OH && w0 + ${4 * VW - 1} < OW) {
+            __global const ${T}* row = plane + (long)h * OW + w0;
+            for (int j = 0; j < ${4 * VW}; ++j) r[j] = row[j];
+        } else {
+            for (int j = 0; j < ${4 * VW}; ++j)
+                r[j] = h < OH && w0 + j < OW ? plane[(long)h * OW + w0 + j] : (${T})0;
+        }
+% for j in range(4):
+        const ${VT} dy${i}_${j} = (${VT})(${", ".join("r[%d]" % (4 * l + j) for l in range(VW))});
+% endfor
+        ${accumulate_row("a_dy", Coefficients(A_T, transposed=True), i, ["dy%d_%d" % (i, j) for j in range(4)], T)}
+    }
+% endfor
+    __global ${T}* out = Z + z_off + k * tiles + ((long)n * TH + ty) * TW + tx0;
+% for a in range(6):
+% for b in range(6):
+    {
+        const ${VT} value = ${linear_combination([A_T[j][b] for j in range(4)], ["a_dy[%d][%d]" % (a, j) for j in range(4)], T)};
+        __global ${T}* at = out + ${6 * a + b} * estride;
+        ${store_lanes("value", "at", VW)}
+    }
+% endfor
+% endfor
+}
+
+// gw[k][c] = G^T Mw[.][k][c] G: the 3x3 weight gradient from the 36 products summed over every tile
+// (Mw is [36][K][CG], gw the (K, CG, 3, 3) weight gradient).
+__kernel void wino4_filter_grad(
+    __global const ${T}* Mw, const long m_off, const long estride, const int K, const int CG,
+    __global ${T}* gw, const long gw_off)
+{
+    const int c = get_global_id(0), k = get_global_id(1);
+    if (c >= CG || k >= K) return;
+    __global const ${T}* in = Mw + m_off + (long)k * CG + c;
+% for a in range(6):
+% for b in range(6):
+    const ${T} m${a}_${b} = in[${6 * a + b} * estride];
+% endfor
+% endfor
+    __global ${T}* out = gw + gw_off + ((long)k * CG + c) * 9;
+% for r in range(3):
+% for b in range(6):
+    const ${T} gm${r}_${b} = ${linear_combination([G[a][r] for a in range(6)], ["m%d_%d" % (a, b) for a in range(6)], T)};
+% endfor
+% for s in range(3):
+    out[${r * 3 + s}] = ${linear_combination([G[b][s] for b in range(6)], ["gm%d_%d" % (r, b) for b in range(6)], T)};
+% endfor
 % endfor
 }

@@ -8,7 +8,7 @@ the (K, C·R·S) weight with GEMM (one batch entry per group), then transform (K
                    from the (NPQ, CRS) layout
   backward_weight  gW(K, CRS)     = gY(K, NPQ) · colsᵀ
 For N = 1 the (K, PQ) product already is the output layout: no transform and no buffer for it.
-Why this layout and not the API's (NPQ, CRS): docs/explanation/convolution.md, "The seven strategies".
+Why this layout and not the API's (NPQ, CRS): docs/explanation/convolution.md, "The ten strategies".
 """
 from __future__ import annotations
 

@@ -4,14 +4,15 @@ and dilation 1, any padding, size, channel count, batch and group count.
 forward          V = BᵀdB of each 6×6 input patch, U = GgGᵀ of w, 36·groups batched GEMMs M = U·V,
                  y = AᵀmA of each 4×4 output tile (partial tiles at the borders computed and cropped).
 backward_data    the same pipeline on grad_y padded by 2 − pad with the rotated, channel-swapped filters.
+backward_weight  the transposed algorithm: V = BᵀdB of x, Z = A·dy·Aᵀ of each 4×4 tile of grad_y,
+                 36·groups GEMMs Mw = Z·Vᵀ (summing over every tile of the batch), gw = Gᵀ·Mw·G.
 
 Against F(2×2, 3×3) (the `winograd` strategy) it does 4× fewer multiplies than the definition instead of
 2.25×, and its transformed tensors hold 2.25 values per output instead of 4, so the transforms move less
 memory; its larger tiles waste more on small planes (a 7×7 output is 2×2 tiles of 16), its GEMMs have 36
 instead of 16 operands of fewer columns, and the transforms round more (points ±2 scale by up to 8). The
-planner weighs both per layer. The weight gradient is not served (`winograd` computes it by the
-transposed algorithm). Transforms are kernels/winograd4.cl; the pipeline around them (chunks of samples,
-matrix strides, the GEMMs, the epilogue) is netcl.ops.conv_winograd's.
+planner weighs both per layer and pass. Transforms are kernels/winograd4.cl; the pipeline around them
+(chunks of samples, matrix strides, the GEMMs, the epilogue) is netcl.ops.conv_winograd's.
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from .. import dtypes
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import ConvLayer, epilogue_operands
-from .conv_winograd import WinogradStrategy, _filter_local, _stack16, _tile_local
+from .conv_winograd import (WinogradStrategy, _filter_local, _grouped, _stack16, _tile_local, _tiles,
+                            gemm_packing_bytes, workspace_elements)
+from .gemm import gemm_batched
 
 TILES_PER_ITEM = 8  # adjacent tiles per work-item of the input and output transforms (kernels/winograd4.cl VW)
 
@@ -34,10 +37,16 @@ class Winograd4Strategy(WinogradStrategy):
     name = "winograd4"
     tile = 4  # F(4×4, 3×3)
 
-    def why_not(self, layer: ConvLayer, pass_: str, device=None) -> str | None:
-        if pass_ == "backward_weight":
-            return "computes the data passes only (the weight gradient runs on another strategy, e.g. winograd)"
-        return super().why_not(layer, pass_, device)
+    def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
+        """As winograd's, except that backward_weight's product reads V transposed (Mw = Z·Vᵀ), which
+        changes what netcl.ops.gemm packs."""
+        if pass_ != "backward_weight":
+            return super().workspace_bytes(layer, pass_, device)
+        from ..runtime.device import resolve_device
+        cg, kg, b = layer.c // layer.groups, layer.k // layer.groups, self.elements * layer.groups
+        t = _tiles(layer.n, layer.out_h, layer.out_w, self.tile)[2]
+        packing = gemm_packing_bytes(resolve_device(device), layer.dtype, [(kg, cg, t, b, b, 1, t, 1)])
+        return workspace_elements(layer, pass_, self.tile) * layer.itemsize + packing
 
     def transform_filters(self, w: Tensor, layer: ConvLayer, flip: bool, into: Tensor | None = None) -> Tensor:
         """U = G·w·Gᵀ of every filter (flipped and with channels swapped for backward_data)."""
@@ -73,8 +82,25 @@ class Winograd4Strategy(WinogradStrategy):
         return out
 
     def backward_weight(self, x: Tensor, grad_y: Tensor, layer: ConvLayer) -> Tensor:
-        from ..errors import ShapeError
-        raise ShapeError(f"conv2d strategy {self.name} {self.why_not(layer, 'backward_weight')}")
+        gw = Tensor.empty(layer.weight_shape, x.dtype, x.device)
+        if gw.size == 0:
+            return gw
+        g, cg = layer.groups, layer.c // layer.groups
+        th, tw, tiles = _tiles(layer.n, layer.out_h, layer.out_w, self.tile)
+        v = _stack16(layer.c, tiles, g, x.dtype, x.device, self.elements)
+        self.transform_input(x, layer.pad_h, layer.pad_w, th, tw, g, v)
+        z = _stack16(layer.k, tiles, g, x.dtype, x.device, self.elements)
+        items = -(-tw // TILES_PER_ITEM)
+        launch(x.device, _kernel(x.device, "wino4_grad_transform", x.dtype), (items, th, layer.n * layer.k),
+               _tile_local(th, items), grad_y.buffer, np.int64(grad_y.offset),
+               np.int32(layer.n), np.int32(layer.k), np.int32(layer.out_h), np.int32(layer.out_w),
+               np.int32(th), np.int32(tw), z.buffer, np.int64(z.offset), np.int64(z.strides[0]))
+        mw = _stack16(layer.k, cg, g, x.dtype, x.device, self.elements)
+        gemm_batched(_grouped(z, g), _grouped(v, g), c=_grouped(mw, g), trans_b=True)
+        launch(x.device, _kernel(x.device, "wino4_filter_grad", x.dtype), (cg, layer.k), _filter_local(cg),
+               mw.buffer, np.int64(mw.offset), np.int64(mw.strides[0]), np.int32(layer.k), np.int32(cg),
+               gw.buffer, np.int64(gw.offset))
+        return gw
 
 
 STRATEGY = Winograd4Strategy()
