@@ -154,19 +154,28 @@ __kernel void wino4_input_transform(
 % for k in range(6):
     {
         const int h = h0 + ${k};
-        ${T} r[${SPAN}];
+% for j in range(6):
+        ${VT} d${k}_${j};
+% endfor
         if (h >= 0 && h < IH && w0 >= 0 && w0 + ${SPAN - 1} < IW) {
+            /* tile l's first four columns as one vector each, their lanes regrouped by column */
             __global const ${T}* row = plane + (long)h * IW + w0;
-            for (int j = 0; j < ${SPAN}; ++j) r[j] = row[j];
+% for l in range(VW):
+            const ${T}4 q${l} = ${vload(T + "4", 4, "row + %d" % (4 * l))};
+% endfor
+% for j in range(6):
+            d${k}_${j} = (${VT})(${", ".join(("q%d.s%d" % (l + j // 4, j % 4)) if l + j // 4 < VW else "row[%d]" % (4 * l + j) for l in range(VW))});
+% endfor
         } else {
+            ${T} r[${SPAN}];
             for (int j = 0; j < ${SPAN}; ++j) {
                 const int w = w0 + j;
                 r[j] = (h >= 0 && h < IH && w >= 0 && w < IW) ? plane[(long)h * IW + w] : (${T})0;
             }
-        }
 % for j in range(6):
-        const ${VT} d${k}_${j} = (${VT})(${", ".join("r[%d]" % (4 * l + j) for l in range(VW))});
+            d${k}_${j} = (${VT})(${", ".join("r[%d]" % (4 * l + j) for l in range(VW))});
 % endfor
+        }
         ${accumulate_row("bt_d", Coefficients(B_T), k, ["d%d_%d" % (k, j) for j in range(6)], T)}
     }
 % endfor
@@ -291,17 +300,26 @@ __kernel void wino4_grad_transform(
 % for i in range(4):
     {
         const int h = 4 * ty + ${i};
-        ${T} r[${4 * VW}];
+% for j in range(4):
+        ${VT} dy${i}_${j};
+% endfor
         if (h < OH && w0 + ${4 * VW - 1} < OW) {
+            /* tile l's row as one vector, the lanes regrouped by column (as in wino4_input_transform) */
             __global const ${T}* row = plane + (long)h * OW + w0;
-            for (int j = 0; j < ${4 * VW}; ++j) r[j] = row[j];
+% for l in range(VW):
+            const ${T}4 q${l} = ${vload(T + "4", 4, "row + %d" % (4 * l))};
+% endfor
+% for j in range(4):
+            dy${i}_${j} = (${VT})(${", ".join("q%d.s%d" % (l, j) for l in range(VW))});
+% endfor
         } else {
+            ${T} r[${4 * VW}];
             for (int j = 0; j < ${4 * VW}; ++j)
                 r[j] = h < OH && w0 + j < OW ? plane[(long)h * OW + w0 + j] : (${T})0;
-        }
 % for j in range(4):
-        const ${VT} dy${i}_${j} = (${VT})(${", ".join("r[%d]" % (4 * l + j) for l in range(VW))});
+            dy${i}_${j} = (${VT})(${", ".join("r[%d]" % (4 * l + j) for l in range(VW))});
 % endfor
+        }
         ${accumulate_row("a_dy", Coefficients(A_T, transposed=True), i, ["dy%d_%d" % (i, j) for j in range(4)], T)}
     }
 % endfor

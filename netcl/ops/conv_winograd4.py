@@ -26,11 +26,18 @@ from .conv_winograd import (WinogradStrategy, _filter_local, _grouped, _stack16,
                             gemm_packing_bytes, workspace_elements)
 from .gemm import gemm_batched
 
-TILES_PER_ITEM = 8  # adjacent tiles per work-item of the input and output transforms (kernels/winograd4.cl VW)
+def tiles_per_item(device) -> int:
+    """Adjacent tiles per work-item of the tile transforms (kernels/winograd4.cl VW). On a CPU four, the
+    lanes of a 128-bit vector of floats: each tile's four leading columns are one vector load, and the
+    lanes regroup by column in one 4×4 transpose; with eight or sixteen tiles the regrouping costs more
+    than the wider arithmetic saves. Elsewhere one tile per work-item, neighbouring work-items on
+    neighbouring tiles (their loads and stores coalesce)."""
+    return 4 if device.kind == "cpu" else 1
 
 
 def _kernel(device, name: str, dtype, **params):
-    return get_kernel(device, "winograd4.cl", name, T=dtypes.c_type(dtype), VW=TILES_PER_ITEM, **params)
+    return get_kernel(device, "winograd4.cl", name, T=dtypes.c_type(dtype), VW=tiles_per_item(device),
+                      **params)
 
 
 class Winograd4Strategy(WinogradStrategy):
@@ -62,7 +69,7 @@ class Winograd4Strategy(WinogradStrategy):
     def transform_input(self, src: Tensor, pad_h: int, pad_w: int, th: int, tw: int, groups: int,
                         into: Tensor) -> Tensor:
         n, channels, ih, iw = src.shape
-        items = -(-tw // TILES_PER_ITEM)
+        items = -(-tw // tiles_per_item(src.device))
         launch(src.device, _kernel(src.device, "wino4_input_transform", src.dtype), (items, th, n * channels),
                _tile_local(th, items), src.buffer, np.int64(src.offset),
                np.int32(n), np.int32(channels), np.int32(ih), np.int32(iw), np.int32(pad_h), np.int32(pad_w),
@@ -72,7 +79,7 @@ class Winograd4Strategy(WinogradStrategy):
     def transform_output(self, m: Tensor, out: Tensor, th: int, tw: int, bias: Tensor | None,
                          residual: Tensor | None, activation: str) -> Tensor:
         n, channels, oh, ow = out.shape
-        items = -(-tw // TILES_PER_ITEM)
+        items = -(-tw // tiles_per_item(out.device))
         kernel = _kernel(out.device, "wino4_output_transform", out.dtype, BIAS=bias is not None,
                          RESIDUAL=residual is not None, ACT=activation)
         launch(out.device, kernel, (items, th, n * channels), _tile_local(th, items),
@@ -90,7 +97,7 @@ class Winograd4Strategy(WinogradStrategy):
         v = _stack16(layer.c, tiles, g, x.dtype, x.device, self.elements)
         self.transform_input(x, layer.pad_h, layer.pad_w, th, tw, g, v)
         z = _stack16(layer.k, tiles, g, x.dtype, x.device, self.elements)
-        items = -(-tw // TILES_PER_ITEM)
+        items = -(-tw // tiles_per_item(x.device))
         launch(x.device, _kernel(x.device, "wino4_grad_transform", x.dtype), (items, th, layer.n * layer.k),
                _tile_local(th, items), grad_y.buffer, np.int64(grad_y.offset),
                np.int32(layer.n), np.int32(layer.k), np.int32(layer.out_h), np.int32(layer.out_w),
