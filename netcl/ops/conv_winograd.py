@@ -120,7 +120,7 @@ CHUNK_BYTES = 2 << 20              # V + M of one chunk of samples (samples_per_
 CHUNK_MAX_FILTER_BYTES = 512 << 10  # chunk only below this size of U
 
 
-def _stack16(rows: int, cols: int, groups: int, dtype, device, count: int = 16) -> Tensor:
+def _stack(rows: int, cols: int, groups: int, dtype, device, count: int = 16) -> Tensor:
     """An uninitialized (count, rows, cols) tensor (16 matrices unless told) whose matrices lie
     matrix_stride elements apart."""
     itemsize = np.dtype(dtype).itemsize
@@ -137,11 +137,11 @@ def _input_transform(src: Tensor, pad_h: int, pad_w: int, th: int, tw: int, grou
                      tile_major: bool = False, into: Tensor | None = None, lanes: int = 0) -> Tensor:
     """V = BᵀdB of every tile: [16][channels][tiles], or tile-major [16][groups][tiles][channels/groups]
     (the form backward_weight multiplies without a transposed operand), into ``into`` when given (a
-    [16][channels][tiles] stack made by _stack16 for these tiles). ``lanes`` > 0: the whole-plane kernel
+    [16][channels][tiles] stack made by _stack for these tiles). ``lanes`` > 0: the whole-plane kernel
     with that many samples per work-item (plane_lanes), whose tiles are ordered sample-fastest."""
     n, channels, ih, iw = src.shape
     tiles = n * th * tw
-    v = into if into is not None else _stack16(channels, tiles, groups, src.dtype, src.device)
+    v = into if into is not None else _stack(channels, tiles, groups, src.dtype, src.device)
     if lanes:
         kernel = get_kernel(src.device, "winograd_plane.cl", "wino_input_plane", T=dtypes.c_type(src.dtype),
                             N=n, CH=channels, IH=ih, IW=iw, PH=pad_h, PW=pad_w, TH=th, TW=tw, VN=lanes)
@@ -169,7 +169,7 @@ def _filter_transform(w: Tensor, layer: ConvLayer, flip: bool, into: Tensor | No
     given (a stack _filter_transform made before for this layer)."""
     cg, kg = layer.c // layer.groups, layer.k // layer.groups
     rows, cols = (layer.c, kg) if flip else (layer.k, cg)
-    u = into if into is not None else _stack16(rows, cols, layer.groups, w.dtype, w.device)
+    u = into if into is not None else _stack(rows, cols, layer.groups, w.dtype, w.device)
     if not flip and cols % 8 == 0:
         launch(w.device, _kernel(w.device, "wino_filter_transform8", w.dtype), (cols // 8, rows),
                _filter_local(cols // 8),
@@ -292,8 +292,8 @@ class WinogradStrategy(ConvStrategy):
         ch_in, ih, iw = src.shape[1:]
         chunk = samples_per_chunk(n, ch_in, ch_out, oh, ow, out.dtype.itemsize, groups, self.tile)
         th, tw, tiles = _tiles(chunk, oh, ow, self.tile)
-        v = _stack16(ch_in, tiles, groups, src.dtype, src.device, self.elements)
-        m = _stack16(ch_out, tiles, groups, out.dtype, out.device, self.elements)
+        v = _stack(ch_in, tiles, groups, src.dtype, src.device, self.elements)
+        m = _stack(ch_out, tiles, groups, out.dtype, out.device, self.elements)
         for n0 in range(0, n, chunk):
             x_part = _view(src, (chunk, ch_in, ih, iw), n0 * src.strides[0])
             y_part = _view(out, (chunk, ch_out, oh, ow), n0 * out.strides[0])
@@ -374,7 +374,7 @@ class WinogradStrategy(ConvStrategy):
             return gw
         th, tw, tiles = _tiles(layer.n, layer.out_h, layer.out_w)
         v = _input_transform(x, layer.pad_h, layer.pad_w, th, tw, layer.groups, tile_major=True)
-        z = _stack16(layer.k, tiles, layer.groups, x.dtype, x.device)
+        z = _stack(layer.k, tiles, layer.groups, x.dtype, x.device)
         launch(x.device, _kernel(x.device, "wino_grad_transform", x.dtype), (tw, th, layer.n * layer.k),
                _tile_local(th, tw),
                grad_y.buffer, np.int64(grad_y.offset), np.int32(layer.n), np.int32(layer.k),
@@ -382,7 +382,7 @@ class WinogradStrategy(ConvStrategy):
                np.int32(_channel_major(th, tw)),
                z.buffer, np.int64(z.offset), np.int64(z.strides[0]))
         cg = layer.c // layer.groups
-        mw = _stack16(layer.k, cg, layer.groups, x.dtype, x.device)
+        mw = _stack(layer.k, cg, layer.groups, x.dtype, x.device)
         # v is [16][groups][tiles][cg] (tile-major): per (element, group) a tiles × cg matrix
         v_groups = Tensor(v.buffer, (16 * layer.groups, tiles, cg), v.dtype, v.device,
                           (v.strides[0] if layer.groups == 1 else tiles * cg, cg, 1), v.offset)

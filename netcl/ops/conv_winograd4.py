@@ -1,5 +1,5 @@
-"""The `winograd4` conv2d strategy: Winograd F(4×4, 3×3) for the data passes of 3×3 layers with stride 1
-and dilation 1, any padding, size, channel count, batch and group count.
+"""The `winograd4` conv2d strategy: Winograd F(4×4, 3×3) for 3×3 layers with stride 1 and dilation 1, any
+padding, size, channel count, batch and group count.
 
 forward          V = BᵀdB of each 6×6 input patch, U = GgGᵀ of w, 36·groups batched GEMMs M = U·V,
                  y = AᵀmA of each 4×4 output tile (partial tiles at the borders computed and cropped).
@@ -22,9 +22,10 @@ from .. import dtypes
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import ConvLayer, epilogue_operands
-from .conv_winograd import (WinogradStrategy, _filter_local, _grouped, _stack16, _tile_local, _tiles,
+from .conv_winograd import (WinogradStrategy, _filter_local, _grouped, _stack, _tile_local, _tiles,
                             gemm_packing_bytes, workspace_elements)
 from .gemm import gemm_batched
+
 
 def tiles_per_item(device) -> int:
     """Adjacent tiles per work-item of the tile transforms (kernels/winograd4.cl VW). On a CPU four, the
@@ -59,7 +60,7 @@ class Winograd4Strategy(WinogradStrategy):
         """U = G·w·Gᵀ of every filter (flipped and with channels swapped for backward_data)."""
         cg, kg = layer.c // layer.groups, layer.k // layer.groups
         rows, cols = (layer.c, kg) if flip else (layer.k, cg)
-        u = into if into is not None else _stack16(rows, cols, layer.groups, w.dtype, w.device, self.elements)
+        u = into if into is not None else _stack(rows, cols, layer.groups, w.dtype, w.device, self.elements)
         launch(w.device, _kernel(w.device, "wino4_filter_transform", w.dtype, FLIP=int(flip)), (cols, rows),
                _filter_local(cols),
                w.buffer, np.int64(w.offset), np.int32(rows), np.int32(cols), np.int32(cg), np.int32(kg),
@@ -94,15 +95,15 @@ class Winograd4Strategy(WinogradStrategy):
             return gw
         g, cg = layer.groups, layer.c // layer.groups
         th, tw, tiles = _tiles(layer.n, layer.out_h, layer.out_w, self.tile)
-        v = _stack16(layer.c, tiles, g, x.dtype, x.device, self.elements)
+        v = _stack(layer.c, tiles, g, x.dtype, x.device, self.elements)
         self.transform_input(x, layer.pad_h, layer.pad_w, th, tw, g, v)
-        z = _stack16(layer.k, tiles, g, x.dtype, x.device, self.elements)
+        z = _stack(layer.k, tiles, g, x.dtype, x.device, self.elements)
         items = -(-tw // tiles_per_item(x.device))
         launch(x.device, _kernel(x.device, "wino4_grad_transform", x.dtype), (items, th, layer.n * layer.k),
                _tile_local(th, items), grad_y.buffer, np.int64(grad_y.offset),
                np.int32(layer.n), np.int32(layer.k), np.int32(layer.out_h), np.int32(layer.out_w),
                np.int32(th), np.int32(tw), z.buffer, np.int64(z.offset), np.int64(z.strides[0]))
-        mw = _stack16(layer.k, cg, g, x.dtype, x.device, self.elements)
+        mw = _stack(layer.k, cg, g, x.dtype, x.device, self.elements)
         gemm_batched(_grouped(z, g), _grouped(v, g), c=_grouped(mw, g), trans_b=True)
         launch(x.device, _kernel(x.device, "wino4_filter_grad", x.dtype), (cg, layer.k), _filter_local(cg),
                mw.buffer, np.int64(mw.offset), np.int64(mw.strides[0]), np.int32(layer.k), np.int32(cg),
