@@ -55,12 +55,13 @@ def test_winograd_matches_reference(case, rng, device, canaries):
     ((4, 3, 3, 3), {"dilation": 2}, "needs dilation 1"),
     ((4, 3, 1, 3), {}, "needs a 3×3 kernel"),
 ])
-def test_forcing_winograd_where_it_cannot_run_names_the_rule(weight, kw, rule, device):
+@pytest.mark.parametrize("name", ["winograd", "winograd4"])
+def test_forcing_winograd_where_it_cannot_run_names_the_rule(name, weight, kw, rule, device):
     x = nc.Tensor.from_host(np.ones((1, 3, 11, 11), np.float32), device)
     w = nc.Tensor.from_host(np.ones(weight, np.float32), device)
     with pytest.raises(nc.ShapeError, match=rule) as info:
-        conv2d(x, w, strategy="winograd", **kw)
-    assert "winograd" in str(info.value)
+        conv2d(x, w, strategy=name, **kw)
+    assert f"'{name}'" in str(info.value) or f"{name} " in str(info.value)
 
 
 def test_workspace_formula(device):

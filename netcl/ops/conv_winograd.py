@@ -333,9 +333,14 @@ class WinogradStrategy(ConvStrategy):
             call = (cg, t, kg, b, b, 1, 1, t)
         else:
             t = _tiles(layer.n, layer.out_h, layer.out_w, self.tile)[2]
-            call = (kg, cg, t, b, b, 1, 1, cg)
+            call = (kg, cg, t, b, b, 1, *self.weight_product_strides(t, cg))
         packing = gemm_packing_bytes(resolve_device(device), layer.dtype, [call])
         return workspace_elements(layer, pass_, self.tile) * layer.itemsize + packing
+
+    def weight_product_strides(self, tiles: int, cols: int) -> tuple[int, int]:
+        """(column stride, row stride) of backward_weight's second GEMM operand, the transformed input
+        (tiles × cols): read in place from its tile-major layout."""
+        return 1, cols
 
     def cost_terms(self, layer: ConvLayer, pass_: str, device=None) -> CostTerms:
         """(tile + 2)²·groups batched products in the transformed domain (F(2×2, 3×3): 2.25× fewer

@@ -22,8 +22,7 @@ from .. import dtypes
 from ..runtime.kernels import get_kernel, launch
 from ..tensor import Tensor
 from .conv_common import ConvLayer, epilogue_operands
-from .conv_winograd import (WinogradStrategy, _filter_local, _grouped, _stack, _tile_local, _tiles,
-                            gemm_packing_bytes, workspace_elements)
+from .conv_winograd import WinogradStrategy, _filter_local, _grouped, _stack, _tile_local, _tiles
 from .gemm import gemm_batched
 
 
@@ -45,16 +44,9 @@ class Winograd4Strategy(WinogradStrategy):
     name = "winograd4"
     tile = 4  # F(4×4, 3×3)
 
-    def workspace_bytes(self, layer: ConvLayer, pass_: str, device=None) -> int:
-        """As winograd's, except that backward_weight's product reads V transposed (Mw = Z·Vᵀ), which
-        changes what netcl.ops.gemm packs."""
-        if pass_ != "backward_weight":
-            return super().workspace_bytes(layer, pass_, device)
-        from ..runtime.device import resolve_device
-        cg, kg, b = layer.c // layer.groups, layer.k // layer.groups, self.elements * layer.groups
-        t = _tiles(layer.n, layer.out_h, layer.out_w, self.tile)[2]
-        packing = gemm_packing_bytes(resolve_device(device), layer.dtype, [(kg, cg, t, b, b, 1, t, 1)])
-        return workspace_elements(layer, pass_, self.tile) * layer.itemsize + packing
+    def weight_product_strides(self, tiles: int, cols: int) -> tuple[int, int]:
+        """backward_weight multiplies V transposed (Mw = Z·Vᵀ, V in the data passes' [36][C][tiles])."""
+        return tiles, 1
 
     def transform_filters(self, w: Tensor, layer: ConvLayer, flip: bool, into: Tensor | None = None) -> Tensor:
         """U = G·w·Gᵀ of every filter (flipped and with channels swapped for backward_data)."""
