@@ -52,6 +52,9 @@ Template parameters (all have defaults):
          registers); 0 reads the count from C / K and the weights from memory    (default 1)
   WHOLE_ROWS  forward, L = 1: a row of Q ≤ VW outputs is one vector (lanes from Q on idle), no border
          columns                                                                (default False)
+  ROW_BLOCK  forward, not WHOLE_ROWS: the interior strips of this many adjacent output rows go together,
+         each input row they read loaded once for all of them (a run's last rows go one by one)
+                                                                                 (default 1)
 
 Arguments: input, weight, output (buffer, offset each); forward also the bias and the residual (buffer,
 offset; any buffer where unused). Scalar arguments: C, H, W (input channels and size), K, P, Q (output
@@ -62,7 +65,7 @@ size in elements (a whole row's loads reach into the rows before and after, neve
 Launch: local (L, 1, 1); global (L, runs of P, N·K) forward, (L, runs of H, N·C) backward_data,
 (L, chunks of N·P, K) weight partials.
 </%doc>
-<%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward', RESIDUAL=False, ACT='none', WHOLE_ROWS=False"/>
+<%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward', RESIDUAL=False, ACT='none', WHOLE_ROWS=False, ROW_BLOCK=1"/>
 <%!
 from netcl.runtime.cl_activation import apply_epilogue
 from netcl.runtime.cl_vectors import unaligned_load, unaligned_store, unaligned_vector_typedef
@@ -128,6 +131,36 @@ def lane(value, width, index):
         if SW == 1:
             return contiguous("row", s * DW)
         return vector(T, VW, ["row[%d]" % (l * SW + s * DW) for l in range(VW)])
+
+    def interior_rows(rows):
+        """forward's interior strips of output rows p .. p + rows − 1 (a statement): each input row any of
+        them reads is loaded once (its S taps), and every output adds its taps in the order of its rows,
+        then its columns, as a single row does (the same rounding whichever path a row takes)."""
+        offsets = sorted({i * SH + r * DH for i in range(rows) for r in range(R)})
+        lines = ["{",
+                 "        for (int t = lane; t < strips; t += lanes) {",
+                 "            const int q0 = lo + t * %d < hi - %d ? lo + t * %d : hi - %d;" % (VW, VW, VW, VW)]
+        lines += ["            %s acc%d = (%s)(%s);" % (VT, i, VT, ZERO) for i in range(rows)]
+        lines.append(sources_open())
+        for o in offsets:
+            lines += ["            {",
+                      "                const int h = p * %d - PH + %d;" % (SH, o),
+                      "                if (INSIDE(h, H)) {",
+                      "                    __global const %s* row = xp + (long)h * W + q0 * %d - PW;" % (T, SW)]
+            for s in range(S):
+                lines += ["                    {", "                        const %s tap = %s;" % (VT, strip_tap(s))]
+                for i in range(rows):
+                    d = o - i * SH
+                    if d >= 0 and d % DH == 0 and d // DH < R:
+                        lines.append("                        acc%d = tap * %s + acc%d;" % (i, weight(d // DH, s), i))
+                lines.append("                    }")
+            lines += ["                }", "            }"]
+        lines.append(sources_close())
+        for i in range(rows):
+            lines.append("            " + epilogue("acc%d" % i, VT, contiguous("rp", "(long)(p + %d) * Q + q0" % i)))
+            lines.append("            " + store_contiguous("yp + (long)(p + %d) * Q + q0" % i, "acc%d" % i))
+        lines += ["        }", "    }"]
+        return "\n".join(lines)
 
     def epilogue(value, type_, residual):
         """forward's statements on ``value`` (of type_) before it is stored: the bias, the residual
@@ -284,28 +317,13 @@ ${sources_close()}
     int lo, hi, strips;
     interior(W, Q, PW, &lo, &hi, &strips);
     const int borders = Q - (strips ? hi - lo : 0);
-    for (int p = p_begin; p < p_end; ++p) {
-        __global ${T}* out = yp + (long)p * Q;
-        for (int t = lane; t < strips; t += lanes) {
-            const int q0 = lo + t * ${VW} < hi - ${VW} ? lo + t * ${VW} : hi - ${VW};
-            ${VT} acc = (${VT})(${ZERO});
-${sources_open()}
-% for r in range(R):
-            {
-                const int h = p * ${SH} - PH + ${r * DH};
-                if (INSIDE(h, H)) {
-                    __global const ${T}* row = xp + (long)h * W + q0 * ${SW} - PW;
-% for s in range(S):
-                    acc = ${strip_tap(s)} * ${weight(r, s)} + acc;
-% endfor
-                }
-            }
-% endfor
-${sources_close()}
-            ${epilogue("acc", VT, contiguous("rp", "(long)p * Q + q0"))}
-            ${store_contiguous("out + q0", "acc")}
-        }
-    }
+    int p = p_begin;
+% if ROW_BLOCK > 1:
+    for (; p + ${ROW_BLOCK} <= p_end; p += ${ROW_BLOCK})
+        ${interior_rows(ROW_BLOCK)}
+% endif
+    for (; p < p_end; ++p)
+        ${interior_rows(1)}
     /* Border columns, one at a time down the run: which of a column's taps fall outside the row is the
        same on every row, so it is decided once (their loads clamped into the row, their weights zero). */
     for (int b = lane; b < borders; b += lanes) {

@@ -142,6 +142,29 @@ def test_row_runs_and_weight_chunks(rng, device, monkeypatch, canaries):
         check(case, rng, device)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_row_blocks(rows, rng, device, monkeypatch, canaries):
+    """Forward strips of several output rows at once (each input row loaded once for all of them), on
+    runs of rows that split planes unevenly: the block's rows and a run's leftover rows, stride 1 and 2,
+    5×5, dilation, multipliers, and backward_data's flipped pass of stride-1 layers."""
+    monkeypatch.setattr(depthwise, "_row_block", lambda dev, pass_, vector: rows)
+    monkeypatch.setitem(depthwise.GROUPS_PER_UNIT, device.kind, 7)
+    for case in (CASES[2], CASES[6], CASES[7], CASES[12], CASES[14]):
+        check(case, rng, device)
+
+
+def test_row_blocks_round_alike(rng, device, monkeypatch):
+    """A row's outputs have the same bits whether its strips go alone or in a block of rows."""
+    layer = ConvLayer.from_shapes((2, 3, 13, 37), (6, 1, 3, 3), 1, 1, 1, 3)
+    x = nc.Tensor.from_host(rng.standard_normal(layer.input_shape).astype(np.float32), device)
+    w = nc.Tensor.from_host(rng.standard_normal(layer.weight_shape).astype(np.float32), device)
+    outputs = []
+    for rows in (1, 2, 3):
+        monkeypatch.setattr(depthwise, "_row_block", lambda dev, pass_, vector, rows=rows: rows)
+        outputs.append(depthwise.STRATEGY.forward(x, w, layer).to_host())
+    assert all(np.array_equal(outputs[0], other) for other in outputs[1:])
+
+
 def test_interior_columns():
     """The columns every tap reads inside the row: 56 wide, 3×3, padding 1 leaves 54; stride 2 leaves 27
     of 28; backward_data's phases of a stride-2 layer each lose one."""

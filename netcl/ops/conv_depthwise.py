@@ -46,6 +46,10 @@ GROUPS_PER_UNIT = {"cpu": 4, "gpu": 32}
 # backward_data of a stride-1 layer holds the flipped weights of an input plane's M output channels in
 # registers up to this many taps (beyond, it reads them from memory)
 FLIPPED_IN_REGISTERS = 64
+# A CPU's forward strips take this many adjacent output rows at once: an input row both read is loaded
+# once, and the two rows' accumulator chains interleave (one chain of R·S dependent multiply-adds per
+# strip leaves the vector units waiting on latency)
+CPU_ROW_BLOCK = 2
 MAX_TAPS = 256  # the template unrolls the taps (and backward_weight holds one accumulator per tap)
 
 
@@ -54,13 +58,14 @@ class Geometry:
     """How one pass runs: ``vector`` columns per interior strip (the template's VW), ``group`` work-items
     per work-group sharing a row's columns, ``rows`` per group (backward_weight: per chunk), and the
     launch. With ``whole_rows`` (forward on a CPU, rows of at most one vector) a row is one vector,
-    borders included."""
+    borders included; ``row_block`` adjacent output rows share their input rows' loads (forward)."""
     vector: int
     group: int
     rows: int
     global_size: tuple
     local_size: tuple
     whole_rows: bool = False
+    row_block: int = 1
 
 
 def interior_columns(layer: ConvLayer, pass_: str) -> int:
@@ -123,6 +128,11 @@ def _whole_row_columns(layer: ConvLayer, pass_: str, device) -> int:
     return width
 
 
+def _row_block(device, pass_: str, vector: int) -> int:
+    """Output rows whose strips go together: CPU_ROW_BLOCK in a CPU's forward strips, else 1."""
+    return CPU_ROW_BLOCK if pass_ == "forward" and device.kind == "cpu" and vector > 1 else 1
+
+
 def geometry(layer: ConvLayer, pass_: str, device) -> Geometry:
     """The geometry of ``pass_``'s kernel on ``device``."""
     whole_row = _whole_row_columns(layer, pass_, device)
@@ -139,7 +149,8 @@ def geometry(layer: ConvLayer, pass_: str, device) -> Geometry:
         columns, rows, planes = layer.w, layer.h, layer.n * layer.c
     group = _group_lanes(device, -(-columns // vector))
     per_group = _rows_per_group(rows, planes, device)
-    return Geometry(vector, group, per_group, (group, -(-rows // per_group), planes), (group, 1, 1))
+    return Geometry(vector, group, per_group, (group, -(-rows // per_group), planes), (group, 1, 1),
+                    row_block=_row_block(device, pass_, vector))
 
 
 def kernel_view(layer: ConvLayer, pass_: str) -> tuple[str, ConvLayer, str, bool]:
@@ -191,7 +202,7 @@ def _run(pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor, extra=
                   R=seen.r, S=seen.s, SH=seen.stride_h, SW=seen.stride_w, DH=seen.dil_h, DW=seen.dil_w)
     args = [a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset)]
     if seen_pass == "forward":
-        params.update(BIAS=bias is not None, FLIP=flip, WHOLE_ROWS=shape.whole_rows)
+        params.update(BIAS=bias is not None, FLIP=flip, WHOLE_ROWS=shape.whole_rows, ROW_BLOCK=shape.row_block)
         if flip:
             sources = layer.k // layer.c
             params["MULT"] = sources if sources * layer.r * layer.s <= FLIPPED_IN_REGISTERS else 0
