@@ -241,6 +241,14 @@ def test_parameters_come_from_the_database(device):
     assert shape_class(512, 49, 4608) == "small_n"  # many rows, few columns: ResNet's 7x7 layers at batch 1
     assert shape_class(49, 512, 4608) == "small_mn"
     assert shape_class(64, 10, 500) == "tiny"
+    # a Winograd layer's products at batch 1: many small ones in one launch
+    assert shape_class(128, 49, 128, 36) == "batched"
+    assert shape_class(128, 49, 128, 36, batched=False) == "small_n"
+    assert shape_class(256, 16, 256, 36) == "batched"
+    assert shape_class(64, 784, 64, 16) == "small_k"    # each product more than tiny alone
+    assert shape_class(64, 1568, 64, 36) == "small_k"
+    assert shape_class(128, 49, 128, 4) == "small_n"    # a short batch: as many launches' worth of work
+    assert shape_class(8, 8, 8, 36) == "tiny"           # tiny as a whole
     p = params_for(device, np.float32, 512, 512, 512)
     assert {"MR", "VW", "NV"} <= set(p)
 

@@ -137,8 +137,33 @@ def test_small_n_products_fall_back_to_the_small_mn_entry(tmp_cache, device, rng
     assert_close(out.to_host(), a.astype(np.float64) @ b, 1e-5, "gemm with the small_n entry")
 
 
+def test_batched_products_fall_back_to_their_own_class(tmp_cache, device, rng):
+    """A device tuned before the batched class existed serves a batched launch with the tile of its
+    products' own class (and that class's fallback), as before; once batched is tuned, its entry wins,
+    and the launch computes the products with it."""
+    small_mn = {"MR": 3, "VW": 4, "NV": 1, "WG_M": 2, "WG_N": 1, "PACK_B": 1, "ORDER": "mn", "gflops": 1.0}
+    db.store(device, "gemm", small_mn, key="float32/small_mn")
+    assert gemm_module.params_for(device, np.float32, 128, 49, 128, 36)["MR"] == 3  # small_n -> small_mn
+    db.store(device, "gemm", dict(small_mn, MR=6, NV=2), key="float32/batched")
+    assert gemm_module.params_for(device, np.float32, 128, 49, 128, 36)["MR"] == 6
+    assert gemm_module.params_for(device, np.float32, 128, 49, 128, 4)["MR"] == 3   # a short batch: not batched
+    a = rng.standard_normal((9, 67, 47)).astype(np.float32)
+    b = rng.standard_normal((9, 47, 81)).astype(np.float32)
+    assert gemm_module.shape_class(67, 81, 47, 9) == "batched"
+    out = gemm_module.gemm_batched(nc.Tensor.from_host(a, device), nc.Tensor.from_host(b, device))
+    assert_close(out.to_host(), a.astype(np.float64) @ b, 1e-5, "gemm_batched with the batched entry")
+
+
+def test_tuner_times_batched_cases_as_one_launch(device, tmp_cache):
+    case = tuner._Case(device, np.dtype(np.float32), 11, 19, 13, 9, rng=np.random.default_rng(0))
+    assert case.name == "11x19x13x9" and case.flop == 2.0 * 11 * 19 * 13 * 9
+    score, rates = tuner._score([case], {"MR": 2, "VW": 4, "NV": 1}, 1, 1e-5)
+    assert score is not None and score > 0 and len(rates) == 1
+    assert case.error() <= 1e-5  # every product of the batch computed
+
+
 def test_tuner_rejects_wrong_results(device, tmp_cache):
-    case = tuner._Case(device, np.dtype(np.float32), 9, 17, 13, np.random.default_rng(0))
+    case = tuner._Case(device, np.dtype(np.float32), 9, 17, 13, rng=np.random.default_rng(0))
     score, rates = tuner._score([case], {"MR": 2, "VW": 4, "NV": 1}, 1, 1e-5)
     assert score is not None and score > 0 and len(rates) == 1
     case.ref = case.ref + 1.0  # no candidate can match a wrong reference
@@ -164,7 +189,7 @@ def test_register_tiles_include_256_bit_ones_when_the_reported_vector_is_wider(d
 
 def test_tuner_stores_winners(device, tmp_cache, monkeypatch):
     small = {"large": [(40, 48, 40)], "small_k": [(24, 40, 8)], "small_mn": [(8, 40, 120)],
-             "small_n": [(40, 8, 120)], "tiny": [(4, 10, 50)]}
+             "small_n": [(40, 8, 120)], "tiny": [(4, 10, 50)], "batched": [(16, 12, 20, 9)]}
     monkeypatch.setattr(tuner, "QUICK_SHAPES", small)
     monkeypatch.setattr(tuner, "_tiles", lambda lanes, quick, dtype: [{"MR": 2, "VW": 4, "NV": 1}])
     monkeypatch.setattr(tuner, "_groups", lambda quick: [{"WG_M": 2, "WG_N": 1, "ORDER": "mn"}])
@@ -172,7 +197,7 @@ def test_tuner_stores_winners(device, tmp_cache, monkeypatch):
     result = tuner.run_cli(types.SimpleNamespace(quick=True, json=True))
     assert "float32/large" in result["results"]
     for key in ("float32/large", "float32/small_k", "float32/small_mn", "float32/small_n", "float32/tiny",
-                "float32"):
+                "float32/batched", "float32"):
         entry = db.lookup(device, "gemm", key)
         assert db.source(device, "gemm", key) == "user"
         assert entry["gflops"] > 0 and {"MR", "VW", "NV"} <= set(entry)
@@ -212,7 +237,7 @@ def test_leaders_are_chosen_head_to_head_not_by_their_search_scores(device, tmp_
 
 
 def test_head_to_head_times_every_leader_on_the_device(device, tmp_cache):
-    cases = [tuner._Case(device, np.dtype(np.float32), 13, 31, 7, np.random.default_rng(0))]
+    cases = [tuner._Case(device, np.dtype(np.float32), 13, 31, 7, rng=np.random.default_rng(0))]
     leaders = [tuple(sorted({"MR": mr, "VW": 4, "NV": 1}.items())) for mr in (1, 2)]
     rates = tuner._settle(cases, leaders, repeat=1)
     assert set(rates) == set(leaders)

@@ -53,16 +53,27 @@ def normalize(params: dict) -> dict:
     return p
 
 
-def shape_class(M: int, N: int, K: int, batch: int = 1) -> str:
+# A launch of at least this many products, each one tiny alone (TINY_PRODUCT_FLOP), is a "batched" one:
+# the Winograd F(4×4) strategy's 36 products of a layer at a small batch (ResNet's 128×49×128 at batch 1)
+BATCHED_MIN = 8
+
+
+def shape_class(M: int, N: int, K: int, batch: int = 1, batched: bool = True) -> str:
     """The tuning database's key suffix for a product: the tuner measures one representative per class.
     "tiny" products take about one launch's time, so their best tile is the one that keeps the grid
     small and its edges cheap (64x10x500, LeNet's last layer, runs faster with 8x8 tiles than with the
-    small_mn class's). "small_n" products have many rows and few columns, a convolution's late layers
-    at batch 1 (ResNet's 512x49x4608): a tile wide along N wastes most of its lanes on their edge, so
-    they are tuned apart from "small_mn", whose representatives are few rows by many columns. A batched
-    launch is tiny only if the whole batch is."""
+    small_mn class's). "batched" launches are many such products at once (a Winograd layer's at a small
+    batch): each product's K loop is short and its edges are a large part of it, and the grid has the
+    batch to spread over, so their best tile differs from a single product's of the same shape.
+    "small_n" products have many rows and few columns, a convolution's late layers at batch 1 (ResNet's
+    512x49x4608): a tile wide along N wastes most of its lanes on their edge, so they are tuned apart from
+    "small_mn", whose representatives are few rows by many columns. A batched launch is tiny only if the
+    whole batch is. ``batched=False`` gives the class a launch had before the batched class existed
+    (the one a device without a batched entry takes its tile from)."""
     if 2 * M * N * K * batch <= TINY_PRODUCT_FLOP:
         return "tiny"
+    if batched and batch >= BATCHED_MIN and 2 * M * N * K <= TINY_PRODUCT_FLOP:
+        return "batched"
     if K <= 96:
         return "small_k"
     if N <= 96 < M:
@@ -74,16 +85,18 @@ def shape_class(M: int, N: int, K: int, batch: int = 1) -> str:
 
 def params_for(device, dtype, M: int, N: int, K: int, batch: int = 1) -> dict:
     """Kernel parameters for one product: the tuned entry for (dtype, shape class), else for the dtype
-    (a fresh dict; lookups are memoized until the tuning database changes)."""
+    (a fresh dict; lookups are memoized until the tuning database changes). A batched launch on a device
+    tuned without that class takes the entry its products' own class has."""
     name = np.dtype(dtype).name
     cls = shape_class(M, N, K, batch)
+    unbatched = shape_class(M, N, K, batch, batched=False)
     memo = device.state.table(PARAMETERS)
-    memo_key = (name, cls, db.generation())
+    memo_key = (name, cls, unbatched, db.generation())
     p = memo.get(memo_key)
     if p is None:
         if len(memo) > 1024:
             memo.clear()
-        p = memo[memo_key] = _lookup_params(device, name, cls)
+        p = memo[memo_key] = _lookup_params(device, name, cls, unbatched)
     return dict(p)
 
 
@@ -134,13 +147,16 @@ def register_lanes(device, dtype) -> int:
 CLASS_FALLBACK = {"small_n": "small_mn"}
 
 
-def _lookup_params(device, name: str, cls: str) -> dict:
-    keys = [f"{name}/{cls}"] + ([f"{name}/{CLASS_FALLBACK[cls]}"] if cls in CLASS_FALLBACK else []) + [name]
+def _lookup_params(device, name: str, cls: str, unbatched: str | None = None) -> dict:
+    classes = [cls] + ([unbatched] if unbatched and unbatched != cls else [])
+    classes += [CLASS_FALLBACK[c] for c in classes if c in CLASS_FALLBACK]
+    keys = [f"{name}/{c}" for c in dict.fromkeys(classes)] + [name]
     for key in keys:
         p = db.lookup(device, "gemm", key) or {}
         if p:
             break
-    if p and cls == "large" and device.kind == "cpu" and db.source(device, "gemm", key) == "builtin":
+    served = unbatched if cls == "batched" and key != f"{name}/batched" else cls  # the class whose tile it is
+    if p and served == "large" and device.kind == "cpu" and db.source(device, "gemm", key) == "builtin":
         # The built-in CPU tiles were measured on 256-bit vectors. For large products an untuned device
         # keeps the tile's shape in vectors at its own vector's width (AVX-512 more than doubles the rate
         # of a large product). Smaller classes stay at 256 bits: their time is launches and edges, and

@@ -1,7 +1,7 @@
 """`netcl tune gemm [--quick]`: search the GEMM template's parameters on the current device.
 
 For each dtype and shape class (netcl.ops.gemm.shape_class) the tuner times candidates on a few
-representative products and keeps the fastest whose result matches a float64 NumPy reference (relative
+representative products (for the batched class, batches of them, each batch one launch) and keeps the fastest whose result matches a float64 NumPy reference (relative
 L2 error <= 1e-5 for float32, 1e-12 for float64; anything else, or a failed build, is rejected). The
 search is staged to keep the number of kernel builds small: first the register tile (MR x VW*NV), then
 the work-group shape and grid order, then packing and K unrolling, then the register tile again with
@@ -29,6 +29,8 @@ SHAPES = {
     "small_mn": [(50, 4096, 500), (50, 500, 4096), (64, 500, 800), (96, 196, 576)],
     "small_n": [(512, 49, 4608), (2048, 49, 512), (256, 49, 2304)],  # ResNets' 7x7 layers at batch 1
     "tiny": [(64, 10, 500), (10, 500, 64), (64, 500, 10)],  # LeNet's last layer, forward and backward
+    # (M, N, K, batch): Winograd F(4x4) products of ResNets' 3x3 layers at batch 1 (56, 28 and 14 pixels)
+    "batched": [(64, 196, 64, 36), (128, 49, 128, 36), (256, 16, 256, 36), (128, 196, 64, 36)],
 }
 QUICK_SHAPES = {
     "large": [(512, 512, 512), (1536, 1536, 1536)],  # a big one: grid order matters once B leaves L2
@@ -36,6 +38,7 @@ QUICK_SHAPES = {
     "small_mn": [(50, 4096, 500), (64, 500, 800), (96, 196, 576)],  # the last: MobileNetV2's 14x14 projection
     "small_n": [(512, 49, 4608), (2048, 49, 512)],
     "tiny": [(64, 10, 500), (10, 500, 64)],
+    "batched": [(64, 196, 64, 36), (128, 49, 128, 36), (256, 16, 256, 36)],
 }
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 
@@ -86,18 +89,28 @@ def _local_variants(dtype: str):
 
 
 class _Case:
-    """One product with its operands on the device and its float64 reference."""
+    """One product (a batch of them, one launch, when ``batch`` > 1) with its operands on the device and
+    its float64 reference."""
 
-    def __init__(self, device, dtype, M, N, K, rng):
+    def __init__(self, device, dtype, M, N, K, batch: int = 1, *, rng):
         from ..tensor import Tensor
-        self.M, self.N, self.K = M, N, K
-        self.flop = 2.0 * M * N * K
-        a = rng.standard_normal((M, K)).astype(dtype)
-        b = rng.standard_normal((K, N)).astype(dtype)
+        self.M, self.N, self.K, self.batch = M, N, K, batch
+        self.flop = 2.0 * M * N * K * batch
+        shape = (batch,) if batch > 1 else ()
+        a = rng.standard_normal(shape + (M, K)).astype(dtype)
+        b = rng.standard_normal(shape + (K, N)).astype(dtype)
         self.ref = a.astype(np.float64) @ b.astype(np.float64)
         self.a, self.b = Tensor.from_host(a, device), Tensor.from_host(b, device)
-        self.c = Tensor.empty((M, N), dtype, device)
+        self.c = Tensor.empty(shape + (M, N), dtype, device)
         self.device = device
+
+    @property
+    def name(self) -> str:
+        return f"{self.M}x{self.N}x{self.K}" + (f"x{self.batch}" if self.batch > 1 else "")
+
+    def run(self, params) -> None:
+        from ..ops.gemm import gemm, gemm_batched
+        (gemm_batched if self.batch > 1 else gemm)(self.a, self.b, self.c, params=params)
 
     def error(self) -> float:
         out = self.c.to_host().astype(np.float64)
@@ -106,7 +119,6 @@ class _Case:
         return float(np.linalg.norm(out - self.ref) / max(np.linalg.norm(self.ref), 1e-300))
 
     def gflops(self, params, repeat: int) -> float:
-        from ..ops.gemm import gemm
         from ..runtime.timing import sample
         # A small product is timed as a run of calls between two waits, as a training loop issues it:
         # one call between waits would time the driver's wake-up latency, the same for every candidate.
@@ -114,7 +126,7 @@ class _Case:
         # The fastest sample, not the median: other processes only ever slow a run down, so on a shared
         # machine the minimum is the steadiest estimate of what the kernel itself can do. The warm-up run
         # builds the kernel and warms the caches.
-        timing = sample(lambda: gemm(self.a, self.b, self.c, params=params), self.device, repeats=repeat,
+        timing = sample(lambda: self.run(params), self.device, repeats=repeat,
                         warmup=calls, calls=calls, statistic="min")
         return self.flop / timing.seconds / 1e9
 
@@ -132,7 +144,7 @@ def _score(cases, params, repeat: int, tol: float):
             return None, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
         err = case.error()
         if not err <= tol:
-            return None, f"rejected: relative L2 error {err:.2e} > {tol:.0e} on {case.M}x{case.N}x{case.K}"
+            return None, f"rejected: relative L2 error {err:.2e} > {tol:.0e} on {case.name}"
         rates.append(rate)
     return float(np.exp(np.mean(np.log(rates)))), [round(r, 2) for r in rates]
 
@@ -163,11 +175,9 @@ def _settle(cases, leaders: list, repeat: int) -> dict:
 
 
 def _calls(case, params: dict, calls: int):
-    from ..ops.gemm import gemm
-
     def run():
         for _ in range(calls):
-            gemm(case.a, case.b, case.c, params=params)
+            case.run(params)
     return run
 
 
@@ -176,7 +186,7 @@ def tune_class(device, dtype: str, cls: str, quick: bool, log=print) -> dict:
     from ..ops.gemm import native_lanes, normalize, params_for
     shapes = (QUICK_SHAPES if quick else SHAPES)[cls]
     rng = np.random.default_rng(1234)
-    cases = [_Case(device, np.dtype(dtype), M, N, K, rng) for M, N, K in shapes]
+    cases = [_Case(device, np.dtype(dtype), *shape, rng=rng) for shape in shapes]
     repeat = 3 if quick else 5
     tol = TOLERANCE[dtype]
     tried: dict[tuple, float | None] = {}
@@ -226,7 +236,7 @@ def tune_class(device, dtype: str, cls: str, quick: bool, log=print) -> dict:
         best_score, per_case = _score(cases, best, repeat, tol)
         if best_score is None:
             best_score, per_case = 0.0, []
-    rates = {f"{M}x{N}x{K}": r for (M, N, K), r in zip(shapes, per_case)}
+    rates = {case.name: r for case, r in zip(cases, per_case)}
     return {"params": best, "gflops": round(best_score, 2), "rates": rates, "candidates": len(tried)}
 
 
