@@ -62,13 +62,12 @@ class DeviceProfile:
 
     def rate(self, m: int, n: int, k: int, batch: int = 1) -> float:
         """GFLOP/s of a (batched) product of this shape: the measured rate surface's, else its shape
-        class's measured rate (a batched launch's: its products' class's, where its own was not measured),
-        else the large one."""
+        class's measured rate (netcl.ops.gemm.class_chain: the first class measured), else the large one."""
         if self.surface is not None:
             return self.surface.gflops(m, n, k, batch)
-        from .gemm import shape_class
-        return float(self.class_gflops.get(shape_class(m, n, k, batch))
-                     or self.class_gflops.get(shape_class(m, n, k, batch, batched=False)) or self.gemm_gflops)
+        from .gemm import class_chain
+        return float(next((self.class_gflops[c] for c in class_chain(m, n, k, batch) if self.class_gflops.get(c)),
+                          self.gemm_gflops))
 
     @property
     def calibrated(self) -> bool:

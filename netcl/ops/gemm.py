@@ -88,15 +88,14 @@ def params_for(device, dtype, M: int, N: int, K: int, batch: int = 1) -> dict:
     (a fresh dict; lookups are memoized until the tuning database changes). A batched launch on a device
     tuned without that class takes the entry its products' own class has."""
     name = np.dtype(dtype).name
-    cls = shape_class(M, N, K, batch)
-    unbatched = shape_class(M, N, K, batch, batched=False)
+    classes = class_chain(M, N, K, batch)
     memo = device.state.table(PARAMETERS)
-    memo_key = (name, cls, unbatched, db.generation())
+    memo_key = (name, classes, db.generation())
     p = memo.get(memo_key)
     if p is None:
         if len(memo) > 1024:
             memo.clear()
-        p = memo[memo_key] = _lookup_params(device, name, cls, unbatched)
+        p = memo[memo_key] = _lookup_params(device, name, classes)
     return dict(p)
 
 
@@ -147,15 +146,25 @@ def register_lanes(device, dtype) -> int:
 CLASS_FALLBACK = {"small_n": "small_mn"}
 
 
-def _lookup_params(device, name: str, cls: str, unbatched: str | None = None) -> dict:
-    classes = [cls] + ([unbatched] if unbatched and unbatched != cls else [])
+def class_chain(M: int, N: int, K: int, batch: int = 1) -> tuple[str, ...]:
+    """The shape classes whose measurements serve a product, the first measured one winning: its own
+    class, for a batched launch then its products' own class (a device tuned before the batched class
+    existed), then each one's CLASS_FALLBACK neighbour."""
+    classes = [shape_class(M, N, K, batch)]
+    if classes[0] == "batched":
+        classes.append(shape_class(M, N, K, batch, batched=False))
     classes += [CLASS_FALLBACK[c] for c in classes if c in CLASS_FALLBACK]
-    keys = [f"{name}/{c}" for c in dict.fromkeys(classes)] + [name]
-    for key in keys:
+    return tuple(dict.fromkeys(classes))
+
+
+def _lookup_params(device, name: str, classes: tuple[str, ...]) -> dict:
+    for served in classes + (None,):  # None: the dtype's own entry, for the product's own class
+        key = name if served is None else f"{name}/{served}"
         p = db.lookup(device, "gemm", key) or {}
         if p:
             break
-    served = unbatched if cls == "batched" and key != f"{name}/batched" else cls  # the class whose tile it is
+    if served is None:
+        served = next(c for c in classes if c != "batched")
     if p and served == "large" and device.kind == "cpu" and db.source(device, "gemm", key) == "builtin":
         # The built-in CPU tiles were measured on 256-bit vectors. For large products an untuned device
         # keeps the tile's shape in vectors at its own vector's width (AVX-512 more than doubles the rate

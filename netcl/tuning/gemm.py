@@ -1,8 +1,9 @@
 """`netcl tune gemm [--quick]`: search the GEMM template's parameters on the current device.
 
 For each dtype and shape class (netcl.ops.gemm.shape_class) the tuner times candidates on a few
-representative products (for the batched class, batches of them, each batch one launch) and keeps the fastest whose result matches a float64 NumPy reference (relative
-L2 error <= 1e-5 for float32, 1e-12 for float64; anything else, or a failed build, is rejected). The
+representative products (for the batched class, batches of them, each batch one launch) and keeps the
+fastest whose result matches a float64 NumPy reference (relative L2 error <= 1e-5 for float32, 1e-12
+for float64; anything else, or a failed build, is rejected). The
 search is staged to keep the number of kernel builds small: first the register tile (MR x VW*NV), then
 the work-group shape and grid order, then packing and K unrolling, then the register tile again with
 those, then (full search only) local-memory tiles. The current parameters are always a candidate, so a
