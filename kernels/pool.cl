@@ -80,7 +80,6 @@ Every kernel writes each of its elements at most once: backward is deterministic
     VT = f"{T}{VW}"
     IN = "long" if T == "double" else "int"
     IT = f"{IN}{VW}"
-    MASK = "u" + IN  # shuffle masks: unsigned, as wide as an element
     HEX = "0123456789ABCDEF"
     LANES = "(" + ", ".join(str(k * SW) for k in range(VW)) + ")"
     # backward: window m + d may cover column m*SW + r of cell m for d in [D_MIN_W, D_MAX_W]
@@ -92,6 +91,15 @@ Every kernel writes each of its elements at most once: backward is deterministic
 %>
 % if T == 'double':
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
+% endif
+
+% if SW == 2:
+/* The even lanes of `low` then the odd lanes of `high`, named one by one: LLVM makes this one shuffle,
+   where PoCL's built-in shuffle2 with a mask vector picks lane by lane */
+inline ${VT} even_odd(const ${VT} low, const ${VT} high)
+{
+    return (${VT})(${", ".join(["low.s%s" % HEX[l] for l in range(0, VW, 2)] + ["high.s%s" % HEX[l] for l in range(1, VW, 2)])});
+}
 % endif
 
 ## Emit `body(i, j)` for every tap: literally unrolled for small kernels, else as two loops.
@@ -177,7 +185,7 @@ inline int window_cols(const int ow, const int lo, const int hi) {
 % if SW == 1:
 vload${VW}(0, ${p})\
 % elif SW == 2:
-shuffle2(vload${VW}(0, ${p}), vload${VW}(0, ${p} + ${VW - 1}), (${MASK}${VW}) (${', '.join([str(2 * k) for k in range(VW // 2)] + [str(VW + 2 * k + 1) for k in range(VW // 2)])}))\
+even_odd(vload${VW}(0, ${p}), vload${VW}(0, ${p} + ${VW - 1}))\
 % else:
 (${VT}) (${', '.join(f'({p})[{k * SW}]' for k in range(VW))})\
 % endif
@@ -276,7 +284,10 @@ ${block_ids('oh', 'Ho', 'n_cols')}    const int ow = c0 + start;
     const int w0 = ow * ${SW} - ${PW};
 % if OP == 'max':
     ${VT} best = (${VT}) -INFINITY;
-    ${IT} rel = (${IT}) -1, nan = (${IT}) 0;
+  % if ARGMAX:
+    ${IT} rel = (${IT}) -1;
+  % endif
+    ${IT} nan = (${IT}) 0;
 % else:
     ${VT} acc = (${VT}) 0;
 % endif
@@ -296,10 +307,16 @@ ${block_ids('oh', 'Ho', 'n_cols')}    const int ow = c0 + start;
         {
             const ${VT} v = ${strided(f"row + {j * DW}")};
     % if OP == 'max':
+      % if ARGMAX:
             const ${IT} take = ok & ((v > best) | (rel < 0));
             nan |= ok & (v != v);
             best = select(best, v, take);
             rel = select(rel, (${IT}) (${i * DH} * W + ${j * DW}), take);
+      % else:
+            /* no argmax to keep: a tap equal to the best so far changes nothing */
+            nan |= ok & (v != v);
+            best = select(best, v, ok & (v > best));
+      % endif
     % else:
             acc += select((${VT}) 0, v, ok);
     % endif
@@ -308,12 +325,16 @@ ${block_ids('oh', 'Ho', 'n_cols')}    const int ow = c0 + start;
     }
 % endfor
 % if OP == 'max':
+  % if ARGMAX:
     ${IT} at = select((${IT}) (h0 * W + w0) + (${IT}) ${LANES} + rel, (${IT}) -1, rel < 0);
+  % endif
     best = select(best, (${VT}) NAN, nan);
   % if RELU:
     const ${IT} off = best <= (${VT}) 0;  /* NaN stays NaN, as relu(NaN) */
     best = select(best, (${VT}) 0, off);
+    % if ARGMAX:
     at = select(at, (${IT}) -1, off);
+    % endif
   % endif
 ${store_lanes("y + y_off + out_at", "best", VT)}
   % if ARGMAX:
@@ -423,9 +444,10 @@ ${block_ids('ih', 'H', 'n_cells')}    const int m = m0 + start;
 % if SW == 1:
 ${store_lanes("out", "acc0", VT)}
 % elif SW == 2:
-    /* interleaved as two VW-lane halves (no 2*VW-lane vectors: LLVM 14 cannot scalarize 16 lanes) */
-    const ${VT} low = shuffle2(acc0, acc1, (${MASK}${VW}) (${', '.join(f'{k}, {VW + k}' for k in range(VW // 2))}));
-    const ${VT} high = shuffle2(acc0, acc1, (${MASK}${VW}) (${', '.join(f'{k}, {VW + k}' for k in range(VW // 2, VW))}));
+    /* interleaved as two VW-lane halves (no 2*VW-lane vectors: LLVM 14 cannot scalarize 16 lanes), lanes
+       named as in even_odd */
+    const ${VT} low = (${VT}) (${', '.join(f'acc0.s{HEX[k]}, acc1.s{HEX[k]}' for k in range(VW // 2))});
+    const ${VT} high = (${VT}) (${', '.join(f'acc0.s{HEX[k]}, acc1.s{HEX[k]}' for k in range(VW // 2, VW))});
     if (skip == 0) {
         vstore${VW}(low, 0, out);
         vstore${VW}(high, 0, out + ${VW});

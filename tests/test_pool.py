@@ -211,7 +211,8 @@ def test_pool_wide_rows_block_kernels(device, rng, canaries, shape, k, s, p, p_e
 
 def test_max_pool_wide_rows_nan_and_minus_infinity(device, canaries):
     """The block kernels keep the edge kernels' rules: a NaN window outputs NaN, and a window of -inf
-    values sends its gradient to its first tap inside the input (padding never wins)."""
+    values sends its gradient to its first tap inside the input (padding never wins); without an argmax
+    (no graph) the outputs are the same."""
     x = np.full((1, 1, 4, 40), -np.inf, np.float32)
     x[0, 0, 1, 20] = np.nan
     t = nc.tensor(x, device=device, requires_grad=True)
@@ -220,6 +221,8 @@ def test_max_pool_wide_rows_nan_and_minus_infinity(device, canaries):
     nan_windows = np.zeros(out.shape, bool)
     nan_windows[:2, 10] = True  # the windows around (1, 20)
     assert np.isnan(out[nan_windows]).all() and (out[~nan_windows] == -np.inf).all()
+    with nc.no_grad():  # no argmax kept: the same outputs
+        np.testing.assert_array_equal(F.max_pool2d(t, 3, 2, 1).to_host()[0, 0], out)
     y.backward(nc.tensor(np.ones(y.shape, np.float32), device=device))
     expected = np.zeros((4, 40))
     for oh in range(out.shape[0]):
