@@ -9,7 +9,9 @@ The interior goes in strips of VW adjacent columns, one vector (T<VW>) per strip
 each tap is a run of consecutive (unit stride) loads, which the compiler makes one vector load; a last
 strip that would run past the interior is moved back to end where it ends (forward and backward_data
 compute some columns twice, with the same result; backward_weight masks the columns counted already).
-The border columns go one by one with bounds tests. Row tests are branches the whole group shares.
+The border columns go one by one with bounds tests, or (EDGE_STRIPS, a CPU's forward pass) in strips
+of their own whose taps' lanes in the padding read zero, the row then going in strips from end to end.
+Row tests are branches the whole group shares.
 A CPU runs L = 1 with VW = its vector width (its compiler then keeps the vectors as written); a GPU
 runs VW = 1 with L adjacent columns (coalesced loads). A CPU's forward pass on rows of at most one
 vector (WHOLE_ROWS) takes each row as one vector, borders included: a lane whose tap falls in the padding
@@ -55,6 +57,10 @@ Template parameters (all have defaults):
   ROW_BLOCK  forward, not WHOLE_ROWS: the interior strips of this many adjacent output rows go together,
          each input row they read loaded once for all of them (a run's last rows go one by one)
                                                                                  (default 1)
+  EDGE_STRIPS  forward, not WHOLE_ROWS, VW > 1: strips cover whole rows, those reaching into the padding
+         masking their taps' lanes outside the input row, instead of the border columns going one by
+         one (planes whose edge strips would read outside the input tensor keep the border columns)
+                                                                                 (default False)
 
 Arguments: input, weight, output (buffer, offset each); forward also the bias and the residual (buffer,
 offset; any buffer where unused). Scalar arguments: C, H, W (input channels and size), K, P, Q (output
@@ -65,7 +71,7 @@ size in elements (a whole row's loads reach into the rows before and after, neve
 Launch: local (L, 1, 1); global (L, runs of P, N·K) forward, (L, runs of H, N·C) backward_data,
 (L, chunks of N·P, K) weight partials.
 </%doc>
-<%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward', RESIDUAL=False, ACT='none', WHOLE_ROWS=False, ROW_BLOCK=1"/>
+<%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward', RESIDUAL=False, ACT='none', WHOLE_ROWS=False, ROW_BLOCK=1, EDGE_STRIPS=False"/>
 <%!
 from netcl.runtime.cl_activation import apply_epilogue
 from netcl.runtime.cl_vectors import unaligned_load, unaligned_store, unaligned_vector_typedef
@@ -132,34 +138,72 @@ def lane(value, width, index):
             return contiguous("row", s * DW)
         return vector(T, VW, ["row[%d]" % (l * SW + s * DW) for l in range(VW)])
 
-    def interior_rows(rows):
-        """forward's interior strips of output rows p .. p + rows − 1 (a statement): each input row any of
-        them reads is loaded once (its S taps), and every output adds its taps in the order of its rows,
-        then its columns, as a single row does (the same rounding whichever path a row takes)."""
+    def strip_taps(rows, edge):
+        """Statements adding the taps of the strip at column q0 to acc0 .. acc{rows − 1}, the outputs of
+        rows p .. p + rows − 1: each input row any of them reads is loaded once (its S taps), and every
+        output adds its taps in the order of its rows, then its columns, as a single row does (the same
+        rounding whichever path a row takes). In an ``edge`` strip the lanes of tap s whose column is
+        outside the input row (inside_s false) read zero, as the padding does."""
         offsets = sorted({i * SH + r * DH for i in range(rows) for r in range(R)})
-        lines = ["{",
-                 "        for (int t = lane; t < strips; t += lanes) {",
-                 "            const int q0 = lo + t * %d < hi - %d ? lo + t * %d : hi - %d;" % (VW, VW, VW, VW)]
-        lines += ["            %s acc%d = (%s)(%s);" % (VT, i, VT, ZERO) for i in range(rows)]
-        lines.append(sources_open())
+        lines = []
         for o in offsets:
             lines += ["            {",
                       "                const int h = p * %d - PH + %d;" % (SH, o),
                       "                if (INSIDE(h, H)) {",
                       "                    __global const %s* row = xp + (long)h * W + q0 * %d - PW;" % (T, SW)]
-            for s in range(S):
-                lines += ["                    {", "                        const %s tap = %s;" % (VT, strip_tap(s))]
+            for t in range(S):
+                value = strip_tap(t)
+                if edge:
+                    value = "inside%d ? %s : (%s)(%s)" % (t, value, VT, ZERO)
+                lines += ["                    {", "                        const %s tap = %s;" % (VT, value)]
                 for i in range(rows):
                     d = o - i * SH
                     if d >= 0 and d % DH == 0 and d // DH < R:
-                        lines.append("                        acc%d = tap * %s + acc%d;" % (i, weight(d // DH, s), i))
+                        lines.append("                        acc%d = tap * %s + acc%d;" % (i, weight(d // DH, t), i))
                 lines.append("                    }")
             lines += ["                }", "            }"]
+        return lines
+
+    def strip_rows(rows, edges):
+        """forward's strips of output rows p .. p + rows − 1 (a statement). Without ``edges`` they cover
+        the interior [lo, hi), a last one moved back to end at hi (the border columns go apart); with
+        ``edges`` (EDGE_STRIPS) the whole row, a last one moved back to end at Q, and those reaching
+        outside the interior mask their taps' lanes in the padding."""
+        lines = ["{"]
+        if edges:
+            lines += ["        for (int t = lane; t < row_strips; t += lanes) {",
+                      "            const int q0 = t * %d < Q - %d ? t * %d : Q - %d;" % (VW, VW, VW, VW)]
+        else:
+            lines += ["        for (int t = lane; t < strips; t += lanes) {",
+                      "            const int q0 = lo + t * %d < hi - %d ? lo + t * %d : hi - %d;" % (VW, VW, VW, VW)]
+        lines += ["            %s acc%d = (%s)(%s);" % (VT, i, VT, ZERO) for i in range(rows)]
+        if edges:
+            lines.append("            if (q0 >= lo && q0 + %d <= hi) {" % VW)
+        lines.append(sources_open())
+        lines += strip_taps(rows, False)
         lines.append(sources_close())
+        if edges:
+            lines += ["            } else {",
+                      "                const %s columns = (lane_index + q0) * %d - PW;" % (IT, SW)]
+            lines += ["                const %s inside%d = (columns >= %d) & (columns < W - %d);" % (IT, t, -t * DW, t * DW)
+                      for t in range(S)]
+            lines.append(sources_open())
+            lines += strip_taps(rows, True)
+            lines.append(sources_close())
+            lines.append("            }")
         for i in range(rows):
             lines.append("            " + epilogue("acc%d" % i, VT, contiguous("rp", "(long)(p + %d) * Q + q0" % i)))
             lines.append("            " + store_contiguous("yp + (long)(p + %d) * Q + q0" % i, "acc%d" % i))
         lines += ["        }", "    }"]
+        return "\n".join(lines)
+
+    def row_loops(edges):
+        """forward's strips down the run of rows, ROW_BLOCK at a time, then the run's last rows alone."""
+        lines = ["int p = p_begin;"]
+        if ROW_BLOCK > 1:
+            lines += ["        for (; p + %d <= p_end; p += %d)" % (ROW_BLOCK, ROW_BLOCK),
+                      "        " + strip_rows(ROW_BLOCK, edges)]
+        lines += ["        for (; p < p_end; ++p)", "        " + strip_rows(1, edges)]
         return "\n".join(lines)
 
     def epilogue(value, type_, residual):
@@ -316,14 +360,30 @@ ${sources_close()}
 % else:
     int lo, hi, strips;
     interior(W, Q, PW, &lo, &hi, &strips);
-    const int borders = Q - (strips ? hi - lo : 0);
-    int p = p_begin;
-% if ROW_BLOCK > 1:
-    for (; p + ${ROW_BLOCK} <= p_end; p += ${ROW_BLOCK})
-        ${interior_rows(ROW_BLOCK)}
+% if EDGE_STRIPS and VW > 1:
+    /* Strips over whole rows when every load of the edge strips stays inside the input tensor: they read
+       at most PW elements before a row and past its end into the row before or after, which exist for
+       every plane but the tensor's first and last (those take the border columns). */
+% if FLIP:
+    const long plane_at = xn - (x + x_off), plane_elems = (long)M * H * W;
+% else:
+    const long plane_at = xp - (x + x_off), plane_elems = (long)H * W;
 % endif
-    for (; p < p_end; ++p)
-        ${interior_rows(1)}
+    const int past_row = (Q - 1) * ${SW} - PW + ${(S - 1) * DW} - (W - 1);
+    const int row_strips = Q >= ${VW} ? (Q + ${VW - 1}) / ${VW} : 0;
+    const bool edge_strips = row_strips > 0 && plane_at >= (PW > 0 ? PW : 0)
+                             && plane_at + plane_elems + (past_row > 0 ? past_row : 0) <= x_elems;
+    const int borders = edge_strips ? 0 : Q - (strips ? hi - lo : 0);
+    const ${IT} lane_index = (${IT})(${", ".join(str(l) for l in range(VW))});
+    if (edge_strips) {
+        ${row_loops(True)}
+    } else {
+        ${row_loops(False)}
+    }
+% else:
+    const int borders = Q - (strips ? hi - lo : 0);
+    ${row_loops(False)}
+% endif
     /* Border columns, one at a time down the run: which of a column's taps fall outside the row is the
        same on every row, so it is decided once (their loads clamped into the row, their weights zero). */
     for (int b = lane; b < borders; b += lanes) {

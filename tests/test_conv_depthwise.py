@@ -153,16 +153,30 @@ def test_row_blocks(rows, rng, device, monkeypatch, canaries):
         check(case, rng, device)
 
 
-def test_row_blocks_round_alike(rng, device, monkeypatch):
-    """A row's outputs have the same bits whether its strips go alone or in a block of rows."""
-    layer = ConvLayer.from_shapes((2, 3, 13, 37), (6, 1, 3, 3), 1, 1, 1, 3)
+def test_strip_paths_round_alike(rng, device, monkeypatch):
+    """An output has the same bits whether its row's strips go alone or in a block of rows, and whether
+    an edge strip or a border column computed it."""
+    layer = ConvLayer.from_shapes((2, 5, 13, 37), (10, 1, 3, 3), 1, 1, 1, 5)
     x = nc.Tensor.from_host(rng.standard_normal(layer.input_shape).astype(np.float32), device)
     w = nc.Tensor.from_host(rng.standard_normal(layer.weight_shape).astype(np.float32), device)
     outputs = []
-    for rows in (1, 2, 3):
+    for rows, edges in ((1, False), (2, False), (3, False), (1, True), (2, True), (3, True)):
         monkeypatch.setattr(depthwise, "_row_block", lambda dev, pass_, vector, rows=rows: rows)
+        monkeypatch.setattr(depthwise, "_edge_strips", lambda dev, pass_, vector, edges=edges: edges and vector > 1)
         outputs.append(depthwise.STRATEGY.forward(x, w, layer).to_host())
     assert all(np.array_equal(outputs[0], other) for other in outputs[1:])
+
+
+@pytest.mark.parametrize("edges", [False, True])
+def test_edge_strips(edges, rng, device, monkeypatch, canaries):
+    """Forward strips over whole rows, the lanes of their taps in the padding masked (the tensor's first
+    and last planes, whose edge strips would read outside it, keep the border columns), or the interior
+    strips and border columns alone: padding 0-3, stride 2, 5×5, dilation, multipliers, rows just wider
+    than a vector, and backward_data's flipped pass of stride-1 layers (negative padding included)."""
+    monkeypatch.setattr(depthwise, "_edge_strips", lambda dev, pass_, vector: edges and vector > 1)
+    for case in (CASES[0], CASES[1], CASES[2], CASES[4], CASES[7], CASES[10], CASES[11], CASES[12], CASES[13],
+                 ((2, 3, 5, 17), 1, (3, 3), 1, 4, 1), ((2, 4, 6, 9), 2, (3, 3), 2, 1, 1)):
+        check(case, rng, device)
 
 
 def test_interior_columns():

@@ -58,7 +58,9 @@ class Geometry:
     """How one pass runs: ``vector`` columns per interior strip (the template's VW), ``group`` work-items
     per work-group sharing a row's columns, ``rows`` per group (backward_weight: per chunk), and the
     launch. With ``whole_rows`` (forward on a CPU, rows of at most one vector) a row is one vector,
-    borders included; ``row_block`` adjacent output rows share their input rows' loads (forward)."""
+    borders included; ``row_block`` adjacent output rows share their input rows' loads (forward); with
+    ``edge_strips`` (forward on a CPU) strips cover whole rows, the padding masked, where the border
+    columns would otherwise go one by one."""
     vector: int
     group: int
     rows: int
@@ -66,6 +68,7 @@ class Geometry:
     local_size: tuple
     whole_rows: bool = False
     row_block: int = 1
+    edge_strips: bool = False
 
 
 def interior_columns(layer: ConvLayer, pass_: str) -> int:
@@ -133,6 +136,12 @@ def _row_block(device, pass_: str, vector: int) -> int:
     return CPU_ROW_BLOCK if pass_ == "forward" and device.kind == "cpu" and vector > 1 else 1
 
 
+def _edge_strips(device, pass_: str, vector: int) -> bool:
+    """Whether a forward pass's strips cover whole rows, masking the padding (a CPU's vectors), instead
+    of leaving the border columns to go one by one (a GPU's work-items are single columns already)."""
+    return pass_ == "forward" and device.kind == "cpu" and vector > 1
+
+
 def geometry(layer: ConvLayer, pass_: str, device) -> Geometry:
     """The geometry of ``pass_``'s kernel on ``device``."""
     whole_row = _whole_row_columns(layer, pass_, device)
@@ -150,7 +159,7 @@ def geometry(layer: ConvLayer, pass_: str, device) -> Geometry:
     group = _group_lanes(device, -(-columns // vector))
     per_group = _rows_per_group(rows, planes, device)
     return Geometry(vector, group, per_group, (group, -(-rows // per_group), planes), (group, 1, 1),
-                    row_block=_row_block(device, pass_, vector))
+                    row_block=_row_block(device, pass_, vector), edge_strips=_edge_strips(device, pass_, vector))
 
 
 def kernel_view(layer: ConvLayer, pass_: str) -> tuple[str, ConvLayer, str, bool]:
@@ -168,12 +177,15 @@ def kernel_view(layer: ConvLayer, pass_: str) -> tuple[str, ConvLayer, str, bool
 
 def issued_flops(layer: ConvLayer, pass_: str, device) -> float:
     """Multiply-adds (×2) the kernel issues: every tap of every column, those a moved-back last strip
-    computes twice included; backward_data's taps that serve a column's phase."""
+    computes twice included (edge strips: as if every plane took them); backward_data's taps that serve
+    a column's phase."""
     _, seen, pass_, _ = kernel_view(layer, pass_)
     shape = geometry(seen, pass_, device)
     taps = 2.0 * seen.r * seen.s * (seen.c // seen.groups)  # the forward view's sources per output plane
     if shape.whole_rows:
         return taps * seen.n * seen.k * seen.out_h * shape.vector
+    if shape.edge_strips and seen.out_w >= shape.vector:
+        return taps * seen.n * seen.k * seen.out_h * -(-seen.out_w // shape.vector) * shape.vector
     inner = interior_columns(seen, pass_)
     strips = -(-inner // shape.vector) if inner >= shape.vector else 0
     columns = seen.w if pass_ == "backward_data" else seen.out_w
@@ -202,7 +214,8 @@ def _run(pass_: str, layer: ConvLayer, a: Tensor, b: Tensor, out: Tensor, extra=
                   R=seen.r, S=seen.s, SH=seen.stride_h, SW=seen.stride_w, DH=seen.dil_h, DW=seen.dil_w)
     args = [a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset)]
     if seen_pass == "forward":
-        params.update(BIAS=bias is not None, FLIP=flip, WHOLE_ROWS=shape.whole_rows, ROW_BLOCK=shape.row_block)
+        params.update(BIAS=bias is not None, FLIP=flip, WHOLE_ROWS=shape.whole_rows, ROW_BLOCK=shape.row_block,
+                      EDGE_STRIPS=shape.edge_strips)
         if flip:
             sources = layer.k // layer.c
             params["MULT"] = sources if sources * layer.r * layer.s <= FLIPPED_IN_REGISTERS else 0

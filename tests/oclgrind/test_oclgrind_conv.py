@@ -98,7 +98,8 @@ def test_winograd_whole_plane_kernels(rng, device, monkeypatch):
 def test_depthwise_cpu_strips(rng, device, monkeypatch):
     """The depthwise strips a CPU runs (4 and 16 columns a vector, a last strip moved back, borders on
     both sides; at stride 2 each tap's two loads), padding beyond the kernel's reach, and backward_data's
-    phases of stride 2."""
+    phases of stride 2; the forward pass's edge strips, whose loads reach into the rows before and after
+    (the tensor's first and last planes keep the border columns), 5×5 and negative flipped padding."""
     from netcl.ops import conv_depthwise
     monkeypatch.setattr(device, "kind", "cpu")
     monkeypatch.setattr(conv_depthwise, "_whole_row_columns", lambda layer, pass_, dev: 0)
@@ -106,7 +107,8 @@ def test_depthwise_cpu_strips(rng, device, monkeypatch):
         monkeypatch.setattr(conv_depthwise, "_vector_columns",
                             lambda dev, dtype, columns: vector if columns >= vector else 1)
         for spec in [((1, 2, 5, 23), (2, 1, 3, 3), 1, 1, 1, 2), ((2, 2, 6, 37), (4, 1, 3, 5), 2, (1, 3), 1, 2),
-                     ((1, 1, 4, 22), (2, 1, 3, 3), 1, 3, 2, 1)]:
+                     ((1, 1, 4, 22), (2, 1, 3, 3), 1, 3, 2, 1), ((2, 3, 5, 23), (3, 1, 3, 3), 1, 1, 1, 3),
+                     ((2, 3, 7, 21), (6, 1, 5, 5), 1, 2, 1, 3), ((2, 3, 5, 19), (3, 1, 3, 3), 1, 3, 1, 3)]:
             assert run_layer("depthwise", spec, "float32", rng, device) == ["forward", "backward_data",
                                                                           "backward_weight"]
 
