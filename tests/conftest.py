@@ -6,17 +6,20 @@ guard must be intact. This catches out-of-bounds writes and kernels that ignore 
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import math
 import os
+import shutil
+import tempfile
 
 import numpy as np
 import pytest
 
 import netcl as nc
-from netcl import dtypes
-from netcl.runtime import binaries, first_step, memory
+from netcl import dtypes, settings
+from netcl.runtime import binaries, cache, first_step, memory
 from netcl.runtime.device import resolve_device
 from netcl.tensor import Tensor, _check_shape
 
@@ -25,6 +28,22 @@ from netcl.tensor import Tensor, _check_shape
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [_REPO_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _REPO_ROOT])
+
+# Tests plan, measure and tune on purpose, on layers and under conditions chosen to test (monkeypatched
+# timers, forced device kinds): none of it may reach the user's tuning database, whose calibration it
+# would skew. The session gets a cache directory of its own (shared by pytest-xdist's workers, which
+# inherit the environment), reusing the user's compiled kernels, which are keyed by their source.
+if settings.CACHE.get() and "NETCL_TEST_CACHE_DIR" not in os.environ:
+    _user_cache = cache.cache_root()
+    _session_cache = tempfile.mkdtemp(prefix="netcl-tests-")
+    atexit.register(shutil.rmtree, _session_cache, ignore_errors=True)
+    for _shared in ("kernels", "templates"):
+        try:
+            (_user_cache / _shared).mkdir(parents=True, exist_ok=True)
+            os.symlink(_user_cache / _shared, os.path.join(_session_cache, _shared))
+        except OSError:
+            pass  # an unwritable user cache or no symbolic links: the session builds its kernels afresh
+    os.environ["NETCL_TEST_CACHE_DIR"] = os.environ["NETCL_CACHE_DIR"] = _session_cache
 
 # Tests check the kernels a process keeps running: products borrowing another's kernel during a cold
 # first step are the subject of tests/test_first_step.py alone (and of the fresh-process runs).

@@ -123,6 +123,28 @@ def test_fit_recovers_two_coefficients_and_falls_back_to_one_scale():
     assert conv_cost.fit([("x", 1, 2), (1, 1, -1)]) is None
 
 
+def test_predictions_stay_within_the_ratios_measured(device):
+    """Samples of tiny layers, whose time is all launches and traffic (arith near zero) and noisy, leave
+    the arithmetic coefficient free to reach its bound; a layer that is mostly arithmetic is then priced
+    no further from the model than the samples' own measured / modelled ratios, not a thousand times."""
+    from netcl.ops.conv_common import CostTerms
+    rows = [[6.1e-05, 0.300158, 0.393174, "n1c5h7w10k7r1s1st1x1p0x0d4x8g1float32"],
+            [5.5e-05, 0.300142, 1.062815, "n1c5h7w9k7r1s1st1x1p0x0d4x8g1float32"],
+            [0.000375, 0.300966, 0.344493, "n1c4h15w29k5r1s2st1x1p0x0d8x4g1float32"],
+            [0.000188, 0.30064, 0.61058, "n1c4h15w25k5r1s1st1x1p0x0d8x4g1float32"]]
+    a, b = conv_cost.fit([r[:3] for r in rows])
+    assert a > 100 * b  # the noise is "explained" by the term the samples barely exercise
+    profile = conv_profile.profile_from_entry(device, "float32", {"samples": {"im2col|forward": rows}})
+    lowest, highest = profile.ratio_ranges["im2col|forward"]
+    assert lowest == pytest.approx(0.344493 / (0.000375 + 0.300966)) and highest == pytest.approx(1.062815 / 0.300197)
+    terms = CostTerms(kernel_flops=10.0 * profile.gemm_gflops * 1e6, bytes_moved=1e6, launches=3)  # 10 ms
+    arith, other = conv_cost.split_ms(terms, profile)
+    assert arith > other
+    predicted, calibrated = conv_cost.predict_ms("im2col", "forward", terms, profile)
+    assert calibrated and lowest * (arith + other) <= predicted <= highest * (arith + other) * (1 + 1e-9)
+    assert a * arith > 30 * predicted
+
+
 def _features(n=8, channels=16, groups=1, pixels=196, taps=9, stride=1):
     return (math.log(n), math.log(channels), math.log(channels), math.log(pixels), math.log(taps),
             math.log(stride), math.log(groups))

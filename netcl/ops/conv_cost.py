@@ -57,6 +57,10 @@ class DeviceProfile:
     class_gflops: dict = field(default_factory=dict)  # GEMM rate per netcl.ops.gemm.shape_class
     coefficients: dict = field(default_factory=dict)  # "strategy|pass" -> (a, b, samples)
     residuals: dict = field(default_factory=dict)     # "strategy|pass" -> Residual fitted to its measured samples
+    # "strategy|pass" -> (lowest, highest) measured / (arith + other) of its samples: a prediction stays
+    # within them, so coefficients fitted where one term was negligible are not extrapolated to layers
+    # where it dominates
+    ratio_ranges: dict = field(default_factory=dict)
     calibration: str = "none"  # "netcl tune conv", "measured plans", or "none" (the fallback)
     surface: object = None  # netcl.ops.gemm_surface.RateSurface measured by calibration, when there is one
 
@@ -167,7 +171,11 @@ def predict_ms(name: str, pass_: str, terms: CostTerms, profile: DeviceProfile, 
     a, b = coefficients[0], coefficients[1]
     residual = profile.residuals.get(key)
     correction = residual.correction(arith, other, layer_features(layer)) if residual and layer is not None else 1.0
-    return (a * arith + b * other) * correction, True
+    predicted = (a * arith + b * other) * correction
+    if key in profile.ratio_ranges:
+        lowest, highest = profile.ratio_ranges[key]
+        predicted = min(max(predicted, lowest * (arith + other)), highest * (arith + other))
+    return predicted, True
 
 
 def _without_batch(signature: str) -> str:
@@ -211,6 +219,13 @@ def score_residual(samples: dict, ridge: float = RIDGE) -> dict:
         log_slowdown += math.log(ratio)
     return {"choices": choices, "hits": hits,
             "geomean_slowdown": round(math.exp(log_slowdown / choices), 4) if choices else None}
+
+
+def ratio_range(samples) -> tuple[float, float] | None:
+    """(lowest, highest) measured / (arith + other) over ``samples`` [(arith_ms, other_ms, measured_ms), ...];
+    None without a usable row."""
+    ratios = [t / (a + o) for a, o, t in samples if a + o > 0 and t > 0 and math.isfinite(t / (a + o))]
+    return (min(ratios), max(ratios)) if ratios else None
 
 
 def fit(samples) -> tuple[float, float] | None:

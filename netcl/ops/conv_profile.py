@@ -135,6 +135,7 @@ def profile_from_entry(device, dtype: str, entry: dict, ridge: float = conv_cost
         fitted = conv_cost.fit([r[:3] for r in rows])
         if fitted:
             profile.coefficients[key] = (fitted[0], fitted[1], len(rows))
+            profile.ratio_ranges[key] = conv_cost.ratio_range([r[:3] for r in rows])
             profile.residuals[key] = conv_cost.fit_residual(*fitted, [r[:4] for r in rows], ridge)
     if profile.coefficients:
         profile.calibration = str(entry.get("calibrated_by") or "measured plans")
