@@ -265,6 +265,11 @@ inline int border_column(const int b, const int lo, const int hi, const int stri
 }
 
 % if KERNEL == 'forward':
+% if VW > 1:
+/* Vectorized by hand: the hint keeps a compiler that vectorizes across work-items (Intel's) to the
+   vectors as written */
+__attribute__((vec_type_hint(${VT})))
+% endif
 __kernel void depthwise_forward(
     __global const ${T}* x, const long x_off,
     __global const ${T}* w, const long w_off,
