@@ -74,7 +74,7 @@ Launch: local (L, 1, 1); global (L, runs of P, N·K) forward, (L, runs of H, N·
 <%page args="T='float', VW=16, R=3, S=3, SH=1, SW=1, DH=1, DW=1, BIAS=False, FLIP=False, MULT=1, KERNEL='forward', RESIDUAL=False, ACT='none', WHOLE_ROWS=False, ROW_BLOCK=1, EDGE_STRIPS=False"/>
 <%!
 from netcl.runtime.cl_activation import apply_epilogue
-from netcl.runtime.cl_vectors import unaligned_load, unaligned_store, unaligned_vector_typedef
+from netcl.runtime.cl_vectors import even_odd_definition, unaligned_load, unaligned_store, unaligned_vector_typedef
 
 
 def vector(type_, width, items):
@@ -222,11 +222,8 @@ ${unaligned_vector_typedef(VT, 8 if T == "double" else 4)}
 #define INSIDE(i, n) ((uint)(i) < (uint)(n))
 % if SW == 2 and DW == 1 and VW > 1:
 
-/* A stride-2 strip's tap: the even lanes of `low` then the odd lanes of `high` (named lanes: a shuffle) */
-inline ${VT} even_odd(const ${VT} low, const ${VT} high)
-{
-    return (${VT})(${", ".join(["low.s%x" % l for l in range(0, VW, 2)] + ["high.s%x" % l for l in range(1, VW, 2)])});
-}
+/* A stride-2 strip's tap: the even lanes of `low` then the odd lanes of `high` */
+${even_odd_definition(VT, VW)}
 % endif
 
 /* A row pass's work-group: its lanes, its run of rows [begin, end) of `rows`, and its plane

@@ -66,7 +66,10 @@ one element a work-item, every tap bounds-checked.
 Every kernel writes each of its elements at most once: backward is deterministic (no atomics).
 </%doc>
 <%page args="T='float', KH=2, KW=2, SH=2, SW=2, PH=0, PW=0, PH_END=None, PW_END=None, CEIL=False, DH=1, DW=1, OP='max', COUNT_PAD=True, RELU=False, VW=8, ARGMAX=True"/>
-<%! from netcl.runtime.cl_guards import beyond %>
+<%!
+from netcl.runtime.cl_guards import beyond
+from netcl.runtime.cl_vectors import even_odd_definition
+%>
 <%
     PH_END = PH if PH_END is None else PH_END
     PW_END = PW if PW_END is None else PW_END
@@ -94,12 +97,8 @@ Every kernel writes each of its elements at most once: backward is deterministic
 % endif
 
 % if SW == 2:
-/* The even lanes of `low` then the odd lanes of `high`, named one by one: LLVM makes this one shuffle,
-   where PoCL's built-in shuffle2 with a mask vector picks lane by lane */
-inline ${VT} even_odd(const ${VT} low, const ${VT} high)
-{
-    return (${VT})(${", ".join(["low.s%s" % HEX[l] for l in range(0, VW, 2)] + ["high.s%s" % HEX[l] for l in range(1, VW, 2)])});
-}
+/* A stride-2 block's tap: the even lanes of `low` then the odd lanes of `high` */
+${even_odd_definition(VT, VW)}
 % endif
 
 ## Emit `body(i, j)` for every tap: literally unrolled for small kernels, else as two loops.

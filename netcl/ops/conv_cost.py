@@ -168,14 +168,20 @@ def predict_ms(name: str, pass_: str, terms: CostTerms, profile: DeviceProfile, 
     coefficients = profile.coefficients.get(key)
     if not coefficients:
         return arith + other, False
-    a, b = coefficients[0], coefficients[1]
-    residual = profile.residuals.get(key)
-    correction = residual.correction(arith, other, layer_features(layer)) if residual and layer is not None else 1.0
+    features = layer_features(layer) if layer is not None else None
+    return calibrated_ms(coefficients[:2], profile.residuals.get(key), profile.ratio_ranges.get(key),
+                         arith, other, features), True
+
+
+def calibrated_ms(coefficients, residual, ratios, arith: float, other: float, features) -> float:
+    """(a·arith + b·other) × the residual's correction (without features, none), kept within ``ratios``
+    (lowest, highest measured / (arith + other) of the samples fitted; None: unbounded)."""
+    a, b = coefficients
+    correction = residual.correction(arith, other, features) if residual and features is not None else 1.0
     predicted = (a * arith + b * other) * correction
-    if key in profile.ratio_ranges:
-        lowest, highest = profile.ratio_ranges[key]
-        predicted = min(max(predicted, lowest * (arith + other)), highest * (arith + other))
-    return predicted, True
+    if ratios:
+        predicted = min(max(predicted, ratios[0] * (arith + other)), ratios[1] * (arith + other))
+    return predicted
 
 
 def _without_batch(signature: str) -> str:
@@ -193,16 +199,17 @@ def score_residual(samples: dict, ridge: float = RIDGE) -> dict:
         name, pass_ = key.split("|", 1)
         for arith, other, measured, features, layer in rows:
             cases.setdefault((layer, pass_), {})[name] = (arith, other, measured, features)
-    models = {}  # (layer left out, key) -> ((a, b), residual)
+    models = {}  # (layer left out, key) -> ((a, b), residual, ratio range)
     for left_out in sorted({layer for layer, _ in cases}):
         shape = _without_batch(left_out)
         for key, rows in samples.items():
             # the layer goes out with its copies at other batch sizes (LeNet's layers are calibrated at two),
             # which would otherwise predict it almost exactly
             rest = [row[:4] for row in rows if _without_batch(row[4]) != shape]
-            fitted = fit([row[:3] for row in rest])
+            triples = [row[:3] for row in rest]
+            fitted = fit(triples)
             if fitted:
-                models[(left_out, key)] = (fitted, fit_residual(*fitted, rest, ridge))
+                models[(left_out, key)] = (fitted, fit_residual(*fitted, rest, ridge), ratio_range(triples))
     choices = hits = 0
     log_slowdown = 0.0
     for (layer, pass_), measured in cases.items():
@@ -210,9 +217,8 @@ def score_residual(samples: dict, ridge: float = RIDGE) -> dict:
             continue
         predicted = {}
         for name, (arith, other, _, features) in measured.items():
-            (a, b), residual = models.get((layer, f"{name}|{pass_}"), ((1.0, 1.0), None))
-            correction = residual.correction(arith, other, features) if residual and features else 1.0
-            predicted[name] = (a * arith + b * other) * correction
+            model = models.get((layer, f"{name}|{pass_}"), ((1.0, 1.0), None, None))
+            predicted[name] = calibrated_ms(*model, arith, other, features)
         ratio = measured[min(predicted, key=predicted.get)][2] / min(m[2] for m in measured.values())
         choices += 1
         hits += ratio <= HIT_RATIO

@@ -132,10 +132,11 @@ def profile_from_entry(device, dtype: str, entry: dict, ridge: float = conv_cost
     if profile.source == "measured" and isinstance(surface.get("grid"), dict) and isinstance(surface.get("rows"), list):
         profile.surface = gemm_surface.RateSurface.from_rows(surface["grid"], surface["rows"])
     for key, rows in valid_samples(entry).items():
-        fitted = conv_cost.fit([r[:3] for r in rows])
+        triples = [r[:3] for r in rows]
+        fitted = conv_cost.fit(triples)
         if fitted:
             profile.coefficients[key] = (fitted[0], fitted[1], len(rows))
-            profile.ratio_ranges[key] = conv_cost.ratio_range([r[:3] for r in rows])
+            profile.ratio_ranges[key] = conv_cost.ratio_range(triples)
             profile.residuals[key] = conv_cost.fit_residual(*fitted, [r[:4] for r in rows], ridge)
     if profile.coefficients:
         profile.calibration = str(entry.get("calibrated_by") or "measured plans")

@@ -60,3 +60,12 @@ def unaligned_store(width: int, ptr: str, value: str) -> str:
     if width == 1:
         return "*(%s) = %s;" % (ptr, value)
     return "*(__global %s*)(%s) = %s;" % (UNALIGNED_VECTOR, ptr, value)
+
+
+def even_odd_definition(vector_type: str, width: int) -> str:
+    """An inline OpenCL function ``even_odd(low, high)``: the even lanes of ``low``, then the odd lanes of
+    ``high`` (a stride-2 run from two consecutive loads). The lanes are named one by one, which LLVM
+    turns into one shuffle; PoCL's ``shuffle2`` built-in with a mask vector picks lane by lane."""
+    lanes = ["low.s%x" % lane for lane in range(0, width, 2)] + ["high.s%x" % lane for lane in range(1, width, 2)]
+    return ("inline %s even_odd(const %s low, const %s high)\n{\n    return (%s)(%s);\n}"
+            % (vector_type, vector_type, vector_type, vector_type, ", ".join(lanes)))
