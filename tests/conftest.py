@@ -33,16 +33,23 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # timers, forced device kinds): none of it may reach the user's tuning database, whose calibration it
 # would skew. The session gets a cache directory of its own (shared by pytest-xdist's workers, which
 # inherit the environment), reusing the user's compiled kernels, which are keyed by their source.
+def _cache_sharing_kernels(new_root, kernels_from) -> None:
+    """Make ``new_root`` a cache directory whose compiled kernels and rendered templates are those of
+    ``kernels_from`` (keyed by their source, so sharing them changes no result) and whose tuning
+    database and plans start empty."""
+    for shared in ("kernels", "templates"):
+        source = (kernels_from / shared).resolve()
+        try:
+            source.mkdir(parents=True, exist_ok=True)
+            os.symlink(source, os.path.join(new_root, shared))
+        except OSError:
+            pass  # an unwritable cache or no symbolic links: the new cache builds its kernels afresh
+
+
 if settings.CACHE.get() and "NETCL_TEST_CACHE_DIR" not in os.environ:
-    _user_cache = cache.cache_root()
     _session_cache = tempfile.mkdtemp(prefix="netcl-tests-")
     atexit.register(shutil.rmtree, _session_cache, ignore_errors=True)
-    for _shared in ("kernels", "templates"):
-        try:
-            (_user_cache / _shared).mkdir(parents=True, exist_ok=True)
-            os.symlink(_user_cache / _shared, os.path.join(_session_cache, _shared))
-        except OSError:
-            pass  # an unwritable user cache or no symbolic links: the session builds its kernels afresh
+    _cache_sharing_kernels(_session_cache, cache.cache_root())
     os.environ["NETCL_TEST_CACHE_DIR"] = os.environ["NETCL_CACHE_DIR"] = _session_cache
 
 # Tests check the kernels a process keeps running: products borrowing another's kernel during a cold
@@ -108,6 +115,18 @@ def binaries_per_test(monkeypatch, binary_writing, device):
         binaries.save_binaries()
     else:
         binaries.discard_unsaved()
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """A cache directory of the test's own: pytest-xdist's other workers store measured plans and
+    calibration samples in the session's tuning database meanwhile, and the planner reads it anew
+    whenever it changes. Compiled kernels are shared with the session's cache."""
+    root = tmp_path / "private-cache"
+    root.mkdir()
+    _cache_sharing_kernels(root, cache.cache_root())
+    monkeypatch.setenv("NETCL_CACHE_DIR", str(root))
+    return root
 
 
 @pytest.fixture
