@@ -130,11 +130,12 @@ def test_netcls_caches_keep_no_device_alive(device, rng):
     assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
 
 
-def test_the_convolution_chooser_forgets_its_memory_in_one_call(device):
+def test_the_convolution_chooser_forgets_its_memory_in_one_call(device, private_cache):
     """Profiles, plans and training trials are one object per device (netcl.ops.conv_memory), which the
     device's chooser drops whole; the next plan is the same."""
     from netcl.ops import conv2d_planner as planner, conv_chooser, conv_online
     from netcl.ops.conv_common import ConvLayer
+    conv_chooser.chooser(device).clear(device)  # profiles read from the session's tuning database go
     layer = ConvLayer.from_shapes((2, 3, 9, 7), (5, 3, 3, 3), padding=1)
     first = planner.plan_conv2d_layer(layer, "forward", "heuristic", device=device).strategy
     conv_online.trial_state(layer, "forward", device)
