@@ -69,6 +69,44 @@ def test_captured_inference_equals_eager_inference_bit_for_bit(name, rng):
         np.testing.assert_array_equal(out.to_host(), eager(model, nc.tensor(x)))
 
 
+def test_the_warm_up_measures_each_convolution_and_the_replay_runs_the_winners(device, rng, monkeypatch,
+                                                                               private_cache):
+    """Unforced, the warm-up calls go on while the convolutions measure their candidates (one per call, on
+    the real input); the recording then holds each layer's fastest, stored as an "inference" plan, and
+    replays what the forward as written now computes, bit for bit. A second capture of the same model
+    measures nothing."""
+    from netcl.ops import conv_chooser, conv_online
+    from netcl.runtime import tuning_db as db
+    monkeypatch.delenv("NETCL_CONV_STRATEGY")
+    monkeypatch.delenv("NETCL_CONV_PLAN_MODE", raising=False)
+    monkeypatch.setattr(conv_online, "MARGIN", 1e9)  # every applicable strategy is a candidate
+    conv_chooser.clear_memory_cache(device)
+    try:
+        nc.manual_seed(3)
+        model = small_mobilenet()
+        randomize_batchnorm(model, rng)
+        model.eval()
+        x = nc.tensor(rng.standard_normal((1, 3, 15, 15)).astype(np.float32), device=device)
+        infer = nc.training.CapturedInference(model)
+        while not infer.replaying and infer.calls < 40:
+            infer(x)
+        assert infer.replaying, infer.status
+        assert infer.eager_calls > 1 + conv_online.MAX_CANDIDATES * conv_online.RUNS  # the trials ran first
+        assert conv_online.measuring(device) == 0
+        plans = db.entries(device)["conv_plans"]
+        assert plans and all(entry["mode"] == "inference" for entry in plans.values())
+        assert any(len(entry["measured_ms"]) > 1 for entry in plans.values())
+        replayed = infer(x).to_host()
+        np.testing.assert_array_equal(replayed, eager(model, x))
+        again = nc.training.CapturedInference(model)
+        for _ in range(4):
+            again(x)
+        assert again.replaying and again.eager_calls == again.warmup, again.status
+        np.testing.assert_array_equal(again(x).to_host(), replayed)
+    finally:
+        conv_chooser.clear_memory_cache(device)
+
+
 def test_the_folded_patterns_of_the_small_mobilenet():
     """Conv-BN-ReLU6 and the linear Conv-BN fold in inference (the replay records the folded forward)."""
     model = small_mobilenet()

@@ -17,7 +17,7 @@ import netcl as nc
 from netcl.ops import conv2d_planner as planner
 from netcl.ops import conv_chooser
 from netcl.ops import conv_cost, conv_online, conv_profile
-from netcl.ops.conv2d import conv2d
+from netcl.ops.conv2d import conv2d, conv2d_inference
 from netcl.ops.conv_common import ConvLayer
 from netcl.runtime import timing
 from netcl.runtime import tuning_db as db
@@ -375,6 +375,43 @@ def test_inference_and_heuristic_mode_do_not_measure(device, rng, monkeypatch):
     for _ in range(4):
         conv2d(x, W, padding=1).sum().backward()
     assert db.entries(device).get("conv_plans") is None
+
+
+def test_inference_measures_its_forward_inside_the_choosers_block(device, rng, monkeypatch):
+    """Inside ``measuring_inference`` the forward pass of inference (the fused conv2d_inference and a plain
+    conv2d without a gradient alike) measures its candidates over its calls, each result used, and stores
+    an "inference" plan that later inference runs; outside the block nothing is measured; a training trial
+    of the same layer does not take the inference plan, it measures again."""
+    monkeypatch.setattr(conv_online, "MARGIN", 1e9)  # every applicable strategy is a candidate
+    shape_x, shape_w = (2, 5, 11, 9), (6, 5, 3, 3)
+    layer = ConvLayer.from_shapes(shape_x, shape_w, padding=1)
+    x, w = rng.uniform(-1, 1, shape_x).astype(np.float32), rng.uniform(-1, 1, shape_w).astype(np.float32)
+    b = rng.uniform(-1, 1, shape_w[0]).astype(np.float32)
+    X, W, B = (nc.Tensor.from_host(a, device) for a in (x, w, b))
+    expected = np.maximum(conv2d_ref(x, w, padding=(1, 1)) + b[None, :, None, None], 0.0)
+    choice = conv_chooser.chooser(device)
+    measuring_before = conv_online.calls_measuring(device)
+    for _ in range(2):
+        conv2d_inference(X, W, B, padding=1, activation="relu")
+    assert conv_online.calls_measuring(device) == measuring_before  # no block open: the heuristic's choice
+    with choice.measuring_inference():
+        for call in range(1 + conv_online.MAX_CANDIDATES * conv_online.RUNS):
+            y = conv2d_inference(X, W, B, padding=1, activation="relu") if call % 2 else conv2d(X, W, B, padding=1)
+            assert_close(y.to_host(), expected if call % 2 else expected + np.minimum(
+                conv2d_ref(x, w, padding=(1, 1)) + b[None, :, None, None], 0.0), 1e-4)
+            if call == 1:
+                assert choice.inputs(layer, "forward", device).trials == "measuring"
+                assert conv_online.trial_state(layer, "forward", device, "inference") == "measuring"
+    assert conv_online.measuring(device) == 0
+    assert conv_online.trial_state(layer, "forward", device) == "not started"  # training's trial is another
+    entry = db.lookup(device, "conv_plans", f"{layer.signature()}|forward")
+    assert entry["mode"] == "inference" and len(entry["measured_ms"]) >= 2
+    winner = min(entry["measured_ms"], key=entry["measured_ms"].get)
+    plan = planner.plan_conv2d_layer(layer, "forward", device=device)
+    assert (plan.strategy, plan.source) == (winner, "inference")
+    XG, WG = (nc.Tensor.from_host(a, device, requires_grad=True) for a in (x, w))
+    conv2d(XG, WG, padding=1).sum().backward()
+    assert conv_online.trial_state(layer, "forward", device) == "measuring"
 
 
 def test_compare_rotates_warms_up_and_names_its_statistic(device):

@@ -52,7 +52,7 @@ BATCHES = (1, 8, 32)
 NUM_CLASSES = 1000
 IMAGE_SIZE = 224
 PASSES = ("forward", "backward_data", "backward_weight")
-MAX_WARMUP_STEPS = 40  # a training step's warm-up: the planner's trials and CapturedStep's recordings
+MAX_WARMUP_STEPS = 40  # a warm-up's calls at most: the planner's trials, then the recordings
 PEAK_STEPS = 3
 CHILD_TIMEOUT_S = 1800
 
@@ -97,13 +97,16 @@ def _inputs(batch: int, image_size: int, device, num_classes: int = NUM_CLASSES)
 
 
 def inference_call(model, batch: int, image_size: int, device):
-    """A warmed-up call running one batch of inference, replayed by CapturedInference."""
+    """A warmed-up call running one batch of inference, replayed by CapturedInference (past its
+    convolutions' trials and its recordings)."""
     import netcl as nc
     model.eval()
     infer = nc.training.CapturedInference(model)
     x, _ = _inputs(batch, image_size, device)
-    for _ in range(infer.warmup + 3):  # one more for the cold start, two recordings
+    for _ in range(MAX_WARMUP_STEPS):
         infer(x)
+        if infer.replaying:
+            break
     device.synchronize()
     return lambda: infer(x), infer.status
 

@@ -165,7 +165,8 @@ def conv2d_inference(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1,
 
     ``residual``: a tensor of the output's shape added after the bias; ``activation``: None (or "none"),
     "relu", "relu6" or "hardswish", applied last. The strategy is chosen for the forward pass as by
-    :func:`conv2d`. Where it fuses an epilogue into the layer (``ConvStrategy.fuses_epilogue_for``) the
+    :func:`conv2d`; inside the chooser's ``measuring_inference`` block (a captured inference's warm-up)
+    the candidates are measured here, each with its epilogue. Where it fuses an epilogue into the layer (``ConvStrategy.fuses_epilogue_for``) the
     convolution applies them as it stores its output; elsewhere it runs without its bias, and one pass
     after it adds the bias and the residual and applies the activation. With a bias both give the same
     bits: z = conv + bias, z += residual, then the activation as netcl.runtime.cl_activation writes it.
@@ -180,11 +181,16 @@ def conv2d_inference(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1,
         residual = as_contiguous(residual)
     x, w = as_contiguous(x), as_contiguous(w)
     bias = None if bias is None else as_contiguous(bias)
-    impl = chooser(x.device).strategy_for(layer, "forward", resolve_strategy(strategy), x.device)
-    # inference: what the strategy derives from the weight alone is kept (netcl.ops.kept)
-    options = {"keep": True} if impl.keeps_weight_derivatives else {}
-    if impl.fuses_epilogue_for(layer):
-        return impl.forward(x, w, layer, bias=bias, residual=residual, activation=activation, **options)
-    if residual is None and activation == "none" and (bias is None or impl.fuses_bias):
-        return impl.forward(x, w, layer, **options) if bias is None else impl.forward(x, w, layer, bias=bias, **options)
-    return _separate_epilogue(impl.forward(x, w, layer, **options), bias, residual, activation)
+    choice, strategy = chooser(x.device), resolve_strategy(strategy)
+
+    def execute(name):
+        impl = choice.strategy_for(layer, "forward", name, x.device)
+        # inference: what the strategy derives from the weight alone is kept (netcl.ops.kept)
+        options = {"keep": True} if impl.keeps_weight_derivatives else {}
+        if impl.fuses_epilogue_for(layer):
+            return impl.forward(x, w, layer, bias=bias, residual=residual, activation=activation, **options)
+        if residual is None and activation == "none" and (bias is None or impl.fuses_bias):
+            return impl.forward(x, w, layer, **options) if bias is None else impl.forward(x, w, layer, bias=bias, **options)
+        return _separate_epilogue(impl.forward(x, w, layer, **options), bias, residual, activation)
+    # a captured inference's warm-up measures the candidates here, the epilogue included
+    return choice.run("forward", layer, x.device, strategy, False, execute)

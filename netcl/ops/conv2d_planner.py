@@ -9,11 +9,11 @@ Modes: ``heuristic`` (no kernel runs, instant), ``measure`` (times the candidate
 out by more than ``MEASURE_MARGIN``×), ``exhaustive`` (times every applicable one). Measured plans are
 stored per device (family "conv_plans" of the tuning database) and reused by every later process in any
 mode; their timings also refine the device's calibration. Training measures its plans over its first
-steps instead (netcl.ops.conv_online). Budget: ``budget_bytes``, else ``NETCL_CONV_WORKSPACE_LIMIT``
+steps instead, and a captured inference over its warm-up calls (netcl.ops.conv_online). Budget: ``budget_bytes``, else ``NETCL_CONV_WORKSPACE_LIMIT``
 (bytes, or with a K/M/G suffix), else the smaller of the device's max allocation and half its global
 memory. Overrides: a strategy forced by the caller, or ``NETCL_CONV_STRATEGY``. What decided a plan
 (netcl.ops.conv_plan.ChoiceInputs) travels with it as ``plan.inputs``. Convolutions reach this module through the
-device's chooser (netcl.ops.conv_chooser), which also runs the training trials; this module imports
+device's chooser (netcl.ops.conv_chooser), which also runs the trials; this module imports
 neither.
 """
 from __future__ import annotations
@@ -52,6 +52,8 @@ MEASURE_TIMING = dict(warmup=2, min_runs=7, max_runs=40, time_budget_s=3.0, cont
 # Independent series of timings per measured plan, the lower result counting: under load the first series
 # on a layer in a process can still disagree with later ones, and a stored plan is worth a second series.
 MEASURE_SERIES = 2
+# Modes of plans stored by the trials (netcl.ops.conv_online), which name the plans made from them
+TRIAL_MODES = ("training", "inference")
 
 
 def default_budget(device) -> int:
@@ -227,7 +229,7 @@ def _free_plan(layer, pass_, mode, budget, device, names, candidates, entry) -> 
                 c.measured_ms = float(value)
         if any(c.measured_ms is not None for c in candidates if c.applicable and c.within_budget):
             name, reason = choose(layer, pass_, candidates, budget, True, True)
-            source = "training" if entry.get("mode") == "training" else "cache"
+            source = entry["mode"] if entry.get("mode") in TRIAL_MODES else "cache"
             return Plan(name, reason, candidates, pass_, mode, budget, layer, source, calibrated)
     note = fallback_note(candidates)
     if mode == "heuristic" or sum(c.applicable and c.within_budget for c in candidates) == 1:

@@ -5,7 +5,9 @@ chooser is the one place that decides between the three ways of choosing:
 
 - a strategy forced by the caller or ``NETCL_CONV_STRATEGY`` runs as forced (checked);
 - in training with ``NETCL_CONV_PLAN_MODE=online`` (the default), the training trials measure the
-  candidates over the first steps (netcl.ops.conv_online) unless a measured plan is stored;
+  candidates over the first steps (netcl.ops.conv_online) unless a measured plan is stored; so do the
+  forward passes of inference inside :meth:`ConvChooser.measuring_inference` (the warm-up calls of a
+  captured inference, netcl.training.CapturedInference);
 - otherwise the planner's plan (netcl.ops.conv2d_planner): a stored measured plan, else the model's
   choice (heuristic: no kernel runs), or a measurement in the measure modes, stored once.
 
@@ -16,7 +18,9 @@ conv_memory, the device's memory of all three (profiles, plans, trials).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 
 from .. import settings
 from ..errors import ShapeError
@@ -43,13 +47,39 @@ class ConvChooser:
     and the trials fill; :meth:`clear` forgets it in one call. Methods take the device: the device's state
     refers to no Device."""
 
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._inference_measuring = 0  # measuring_inference blocks open on the device
+
+    @contextlib.contextmanager
+    def measuring_inference(self):
+        """Inside this block the forward passes of "auto" convolutions run without a gradient (inference)
+        measure their candidates over their calls as training's do, unless a measured plan is stored
+        (netcl.ops.conv_online, purpose "inference"). It holds for the device, whichever thread calls."""
+        with self._lock:
+            self._inference_measuring += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._inference_measuring -= 1
+
+    def _trial_purpose(self, pass_: str, strategy: str | None, training: bool) -> str | None:
+        """"training" or "inference" where this call may measure its choice, else None."""
+        if not trials_on() or planner.forced_strategy(strategy)[0] is not None:
+            return None
+        if training:
+            return "training"
+        return "inference" if pass_ == "forward" and self._inference_measuring else None
+
     def inputs(self, layer: ConvLayer, pass_: str, device, strategy: str | None = None,
                training: bool = False) -> ChoiceInputs:
         """Everything besides the layer and pass that decides which strategy runs this pass."""
-        if training and trials_on() and planner.forced_strategy(strategy)[0] is None:
+        purpose = self._trial_purpose(pass_, strategy, training)
+        if purpose is not None:
             plan = planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device)
             return dataclasses.replace(plan.inputs, mode="online",
-                                       trials=conv_online.trial_state(layer, pass_, device))
+                                       trials=conv_online.trial_state(layer, pass_, device, purpose))
         return planner.plan_conv2d_layer(layer, pass_, None, device=device, strategy=strategy).inputs
 
     def strategy_for(self, layer: ConvLayer, pass_: str, strategy: str | None, device) -> object:
@@ -69,9 +99,11 @@ class ConvChooser:
 
     def run(self, pass_: str, layer: ConvLayer, device, strategy: str | None, training: bool, execute):
         """Run ``pass_`` of ``layer``: ``execute(name)`` runs strategy ``name`` and returns its result.
-        ``strategy`` is the caller's (None or "auto": choose); ``training`` lets the trials measure."""
-        if strategy in (None, "auto") and training and trials_on():
-            return conv_online.run(pass_, layer, device, execute)
+        ``strategy`` is the caller's (None or "auto": choose); ``training`` lets the trials measure, and
+        so does an open :meth:`measuring_inference` block for a forward pass."""
+        purpose = self._trial_purpose(pass_, strategy, training) if strategy in (None, "auto") else None
+        if purpose is not None:
+            return conv_online.run(pass_, layer, device, execute, purpose)
         return execute(strategy)
 
     def clear(self, device) -> None:

@@ -1,4 +1,4 @@
-"""Measured plans for training, without holding up the first step.
+"""Measured plans for training and captured inference, without holding up the first step.
 
 With strategy="auto", the first call of a (device, layer, pass, dtype) that has no measured plan runs the
 model's choice (in a process's first step, a candidate whose kernels the process already holds, if any:
@@ -10,9 +10,17 @@ samples, the fastest becomes the plan: stored per device (netcl.ops.conv2d_plann
 The cost of measuring (the trial runs' time beyond what the winner would have taken) is in the stored
 plan and in :func:`stats`.
 
+Inference measures the same way where the caller asks it to (``purpose="inference"``: the forward pass
+of a captured inference's warm-up calls, netcl.training.CapturedInference), storing plans of mode
+"inference". They differ from training's: inference keeps what a strategy derives from the weight alone
+(a packed or transformed filter) from call to call, and times the epilogue fused into the layer, so a
+training trial does not take an inference plan for its own (it measures the forward pass again, and its
+plan replaces the inference one), while inference takes either. An inference trial's timings of the
+strategies that keep weight derivatives leave that work out, so only the others refine the calibration.
+
 The binaries of the programs only losing candidates ran are not written
 (netcl.runtime.loser_binaries). The trials are reached through the device's convolution chooser
-(netcl.ops.conv_chooser), which decides when training measures.
+(netcl.ops.conv_chooser), which decides when training and inference measure.
 """
 from __future__ import annotations
 
@@ -26,6 +34,10 @@ from .conv_common import ConvLayer
 from .conv_memory import memory
 from .conv_registry import strategies
 
+PURPOSES = ("training", "inference")
+# the stored plans each purpose takes as final (a plan source, netcl.ops.conv_plan.Plan.source)
+FINAL_SOURCES = {"training": ("cache", "training", "override"),
+                 "inference": ("cache", "training", "inference", "override")}
 MARGIN = 3.0
 MAX_CANDIDATES = 4
 RUNS = 3  # per candidate: one warm-up, then the samples
@@ -35,7 +47,7 @@ class _Online:
     """What the training-time trials keep for one device (its convolution memory's ``trials``)."""
 
     def __init__(self, device):
-        self.trials: dict = {}  # (layer signature, pass) -> Trial
+        self.trials: dict = {}  # (layer signature, pass, purpose) -> Trial
         self.ran: dict = {}  # (pass, dtype) -> names of the strategies run untimed
         self.totals = {"trials_done": 0, "cost_s": 0.0, "runs": 0, "calls_measuring": 0}
         self.losers = LoserBinaries(device.state)
@@ -91,13 +103,13 @@ class Trial:
         return {name: min(v[1:]) * 1e3 for name, v in self.samples.items() if len(v) > 1}
 
 
-def _trial_for(layer: ConvLayer, pass_: str, device):
-    key = (layer.signature(), pass_)
+def _trial_for(layer: ConvLayer, pass_: str, device, purpose: str):
+    key = (layer.signature(), pass_, purpose)
     online = _online(device)
     trial = online.trials.get(key)
     if trial is None:
         plan = planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device)
-        if plan.source in ("cache", "training", "override"):
+        if plan.source in FINAL_SOURCES[purpose]:
             return plan, None
         candidates = [c.strategy for c in planner.worth_measuring(plan.candidates, MARGIN)]
         best_first = sorted(candidates, key=lambda n: plan.candidate(n).predicted_ms)[:MAX_CANDIDATES]
@@ -109,10 +121,12 @@ def _trial_for(layer: ConvLayer, pass_: str, device):
     return None, trial
 
 
-def run(pass_: str, layer: ConvLayer, device, execute):
-    """Run ``pass_`` with the strategy training should use now: ``execute(name)`` runs it and returns
-    the result. Measures a candidate on this call when one is due."""
-    plan, trial = _trial_for(layer, pass_, device)
+def run(pass_: str, layer: ConvLayer, device, execute, purpose: str = "training"):
+    """Run ``pass_`` with the strategy training (or inference, ``purpose``) should use now:
+    ``execute(name)`` runs it and returns the result. Measures a candidate on this call when one is due."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"purpose must be one of {PURPOSES}, got {purpose!r}")
+    plan, trial = _trial_for(layer, pass_, device, purpose)
     if trial is None:
         return execute(plan.strategy)
     online = _online(device)
@@ -127,7 +141,7 @@ def run(pass_: str, layer: ConvLayer, device, execute):
     device.synchronize()
     trial.add(name, time.perf_counter() - start)
     if trial.complete() and not trial.done:
-        _finish(trial, layer, pass_, device)
+        _finish(trial, layer, pass_, device, purpose)
     return out
 
 
@@ -147,7 +161,7 @@ def _untimed_choice(trial: Trial, pass_: str, layer: ConvLayer, device) -> str:
     return trial.heuristic
 
 
-def _finish(trial: Trial, layer: ConvLayer, pass_: str, device) -> None:
+def _finish(trial: Trial, layer: ConvLayer, pass_: str, device, purpose: str) -> None:
     trial.done = True
     measured = trial.results_ms()
     best_ms = min(measured.values())
@@ -158,8 +172,11 @@ def _finish(trial: Trial, layer: ConvLayer, pass_: str, device) -> None:
     cost_s = max(0.0, trial.spent_s - runs * best_ms / 1e3)
     names = tuple(planner.strategies())
     terms = {a.strategy: a.terms for a in planner.answers(layer, pass_, device) if a.terms is not None}
-    conv_profile.record(device, layer.dtype, pass_, measured, terms, layer.signature())
-    planner.store_plan(device, layer, pass_, names, {"mode": "training", "measured_ms": measured,
+    registry = strategies()
+    calibrating = {name: ms for name, ms in measured.items()
+                   if purpose == "training" or not getattr(registry.get(name), "keeps_weight_derivatives", False)}
+    conv_profile.record(device, layer.dtype, pass_, calibrating, terms, layer.signature())
+    planner.store_plan(device, layer, pass_, names, {"mode": purpose, "measured_ms": measured,
                                                       "cost_s": round(cost_s, 4), "runs": runs})
     with device.state.lock:
         online.totals["trials_done"] += 1
@@ -167,31 +184,33 @@ def _finish(trial: Trial, layer: ConvLayer, pass_: str, device) -> None:
         online.totals["runs"] += runs
 
 
-def trial_state(layer: ConvLayer, pass_: str, device) -> str:
+def trial_state(layer: ConvLayer, pass_: str, device, purpose: str = "training") -> str:
     """"measuring" while this layer and pass's candidates are being measured, "done" once they were,
-    "not started" before its first call in training."""
-    trial = _online(device).trials.get((layer.signature(), pass_))
+    "not started" before its first call in training (or in a measuring inference, ``purpose``)."""
+    trial = _online(device).trials.get((layer.signature(), pass_, purpose))
     if trial is None:
         return "not started"
     return "done" if trial.done else "measuring"
 
 
 def measuring(device) -> int:
-    """How many layer-passes on ``device`` have begun measuring their candidates and not finished (a
+    """How many layer-passes (of training or inference) on ``device`` have begun measuring their candidates and not finished (a
     benchmark warms up until none has: trial runs in its timed rounds cost LeNet a third of its speed)."""
     return sum(1 for trial in list(_online(device).trials.values()) if not trial.done and trial.calls > 0)
 
 
 def calls_measuring(device) -> int:
     """How many conv calls on ``device`` went to a layer-pass whose candidates were still being measured
-    (timed or not): a training step that made none has nothing left to measure for its layers, so it
-    can be recorded and replayed (netcl.training.CapturedStep)."""
+    (timed or not): a training step (or a captured inference's warm-up call) that made none has nothing
+    left to measure for its layers, so it can be recorded and replayed (netcl.training.CapturedStep,
+    CapturedInference)."""
     return _online(device).totals["calls_measuring"]
 
 
 def stats(device) -> dict:
-    """{trials_done, cost_s, runs} on ``device``: layer-passes measured in training, the time it cost
-    beyond the winners' and the trial runs made (the training loop reports them with its metrics)."""
+    """{trials_done, cost_s, runs} on ``device``: layer-passes measured in training or a captured
+    inference's warm-up, the time it cost beyond the winners' and the trial runs made (the training loop
+    reports them with its metrics)."""
     with device.state.lock:
         totals = _online(device).totals
         return {"trials_done": totals["trials_done"], "cost_s": round(totals["cost_s"], 4), "runs": totals["runs"]}

@@ -57,7 +57,8 @@ class ChoiceInputs:
     first_step     whether the device's cold start is in progress (netcl.runtime.first_step)
     stored_plan    the mode of the measured plan stored for this layer and pass, if one is valid
     calibration    who calibrated the device's cost model ("none": the uncalibrated fallback)
-    trials         the training trials of this layer and pass: "off", "measuring" or "done"
+    trials         the trials of this layer and pass (training's, or a captured inference's warm-up):
+                   "off", "measuring" or "done"
     """
     mode: str
     budget_bytes: int
@@ -98,7 +99,7 @@ class Plan:
     mode: str
     budget_bytes: int
     layer: ConvLayer = field(repr=False)
-    source: str = "model"    # "model", "measured", "cache", "override", "training"
+    source: str = "model"    # "model", "measured", "cache", "override", "training", "inference"
     calibrated: bool = False  # whether the device's calibration informed the predictions
     inputs: ChoiceInputs | None = None  # what decided it (besides the layer and pass)
 

@@ -4,8 +4,11 @@ At batch 1 an ImageNet network's forward pass is a few hundred small launches, a
 them (modules, fusion patterns, the planner's lookups, shape checks) costs the host about as much as the
 device spends computing; on a CPU device that host time comes from the cores the kernels run on.
 ``CapturedInference(model)`` is called like the model, under no_grad. Its first ``warmup`` calls for an
-input shape run the forward as written (kernels are built and plans made there); then it records two
-forwards (netcl.runtime.recording) and, when both enqueued the same commands on the same buffers, replays
+input shape run the forward as written (kernels are built and plans made there), and so do the calls
+after them while the convolutions measure their choices: in these warm-up calls each "auto" convolution
+without a stored measured plan times the candidates its device's cost model cannot rule out, one per
+call, on the real input (netcl.ops.conv_online, as training's first steps do), and stores the fastest
+for later calls and processes. Then it records two forwards (netcl.runtime.recording) and, when both enqueued the same commands on the same buffers, replays
 the second for every later input of that shape, dtype and device: the input is copied into the recorded
 input tensor and the recorded commands are enqueued again. BatchNorm folded into a convolution in eval
 mode is kept with the BatchNorm (netcl.nn.fusion.FoldedConvBN); the recording holds, as host work, the
@@ -30,6 +33,7 @@ import collections
 
 from .. import autograd
 from ..module import Module
+from ..ops import conv_chooser, conv_online
 from ..runtime import first_step, memory
 from ..runtime.recording import Recording, Replay
 from ..tensor import Tensor
@@ -41,7 +45,8 @@ class CapturedInference:
     Args:
         model: the module run (normally in eval mode).
         warmup: calls per input shape run as written before the first recording (one more if the
-            process's cold start is still deferring builds: it ends there, see netcl.runtime.first_step).
+            process's cold start is still deferring builds: it ends there, see netcl.runtime.first_step;
+            more while the convolutions measure their choices).
         attempts: recordings tried (two make one comparison) before replay is given up for good.
         reuse_output: return the recorded output tensor (overwritten by the next call) instead of a copy.
         enabled: False runs every call as written (for comparisons).
@@ -71,6 +76,7 @@ class CapturedInference:
         self._refreshes_follow_the_model = False
         self._in_flight: collections.deque = collections.deque()
         self._refused = False                   # a recording was refused: the forward reads on the host
+        self._measured_last_call = False        # whether the last warm-up call measured a convolution
 
     @property
     def launches(self) -> int:
@@ -92,13 +98,15 @@ class CapturedInference:
             if key == self._key:
                 return self._replayed(x, versions)
             self._forget("recording again: the model's modules, their modes or a parameter's storage changed")
-        if self._calls_of_layout <= self.warmup or self.recordings >= self.attempts or self._refused:
+        if self._calls_of_layout <= self.warmup or self._measured_last_call:
+            return self._warming_up(x)
+        if self.recordings >= self.attempts or self._refused:
             return self._eager(x)
         if first_step.in_progress(x.device):
             # A recording keeps the kernels it saw for good: the cold start's stand-ins must give way to
             # each call's own kernels first, which this forward as written builds.
             first_step.end(x.device)
-            return self._eager(x)
+            return self._warming_up(x)
         return self._recorded(x)
 
     # ---- the three ways of running the forward --------------------------------------------------------
@@ -106,6 +114,15 @@ class CapturedInference:
         self.eager_calls += 1
         with autograd.no_grad():
             return self.model(x)
+
+    def _warming_up(self, x: Tensor) -> Tensor:
+        """The forward as written, its convolutions measuring their choices (recorded ones keep theirs)."""
+        device = x.device
+        before = conv_online.calls_measuring(device)
+        with conv_chooser.chooser(device).measuring_inference():
+            output = self._eager(x)
+        self._measured_last_call = conv_online.calls_measuring(device) != before
+        return output
 
     def _recorded(self, x: Tensor) -> Tensor:
         if self._input is None:
