@@ -380,8 +380,8 @@ def test_inference_and_heuristic_mode_do_not_measure(device, rng, monkeypatch):
 def test_inference_measures_its_forward_inside_the_choosers_block(device, rng, monkeypatch):
     """Inside ``measuring_inference`` the forward pass of inference (the fused conv2d_inference and a plain
     conv2d without a gradient alike) measures its candidates over its calls, each result used, and stores
-    an "inference" plan that later inference runs; outside the block nothing is measured; a training trial
-    of the same layer does not take the inference plan, it measures again."""
+    an "inference" plan, apart from training's, that later inference runs; outside the block nothing is
+    measured; a training trial of the same layer does not take the inference plan, it measures its own."""
     monkeypatch.setattr(conv_online, "MARGIN", 1e9)  # every applicable strategy is a candidate
     shape_x, shape_w = (2, 5, 11, 9), (6, 5, 3, 3)
     layer = ConvLayer.from_shapes(shape_x, shape_w, padding=1)
@@ -404,11 +404,13 @@ def test_inference_measures_its_forward_inside_the_choosers_block(device, rng, m
                 assert conv_online.trial_state(layer, "forward", device, "inference") == "measuring"
     assert conv_online.measuring(device) == 0
     assert conv_online.trial_state(layer, "forward", device) == "not started"  # training's trial is another
-    entry = db.lookup(device, "conv_plans", f"{layer.signature()}|forward")
+    entry = db.lookup(device, "conv_plans", f"{layer.signature()}|forward|inference")
     assert entry["mode"] == "inference" and len(entry["measured_ms"]) >= 2
+    assert db.lookup(device, "conv_plans", f"{layer.signature()}|forward") is None
     winner = min(entry["measured_ms"], key=entry["measured_ms"].get)
-    plan = planner.plan_conv2d_layer(layer, "forward", device=device)
+    plan = planner.plan_conv2d_layer(layer, "forward", device=device, inference=True)
     assert (plan.strategy, plan.source) == (winner, "inference")
+    assert planner.plan_conv2d_layer(layer, "forward", device=device).source == "model"  # training's plan
     XG, WG = (nc.Tensor.from_host(a, device, requires_grad=True) for a in (x, w))
     conv2d(XG, WG, padding=1).sum().backward()
     assert conv_online.trial_state(layer, "forward", device) == "measuring"

@@ -76,7 +76,7 @@ def run_pass(pass_: str, a: Tensor, b: Tensor, layer: ConvLayer, strategy: str, 
     choice = chooser(device)
 
     def execute(name):
-        impl = choice.strategy_for(layer, pass_, name, device)
+        impl = choice.strategy_for(layer, pass_, name, device, inference=not training)
         if pass_ != "forward":
             return impl.run(pass_, a, b, layer)
         # no gradient will be asked of this call: what the strategy derives from the weight alone is kept
@@ -184,7 +184,7 @@ def conv2d_inference(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1,
     choice, strategy = chooser(x.device), resolve_strategy(strategy)
 
     def execute(name):
-        impl = choice.strategy_for(layer, "forward", name, x.device)
+        impl = choice.strategy_for(layer, "forward", name, x.device, inference=True)
         # inference: what the strategy derives from the weight alone is kept (netcl.ops.kept)
         options = {"keep": True} if impl.keeps_weight_derivatives else {}
         if impl.fuses_epilogue_for(layer):

@@ -97,20 +97,29 @@ def plan_context(device, names: tuple) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def stored_plan(device, layer: ConvLayer, pass_: str, names: tuple) -> dict | None:
-    try:
-        entry = db.lookup(device, PLAN_FAMILY, f"{layer.signature()}|{pass_}", default=None)
-    except Exception:
-        return None
-    if not isinstance(entry, dict) or entry.get("context") != plan_context(device, names):
-        return None
-    return entry if isinstance(entry.get("measured_ms"), dict) else None
+def plan_key(layer: ConvLayer, pass_: str, inference: bool = False) -> str:
+    """The key of a stored plan: inference's (mode "inference") are kept apart from the others."""
+    return f"{layer.signature()}|{pass_}" + ("|inference" if inference else "")
+
+
+def stored_plan(device, layer: ConvLayer, pass_: str, names: tuple, inference: bool = False) -> dict | None:
+    """The valid measured plan stored for this layer and pass: for ``inference``, the one measured in
+    inference, else the one measured in training or by the measure modes."""
+    for key in ([plan_key(layer, pass_, True)] if inference else []) + [plan_key(layer, pass_)]:
+        try:
+            entry = db.lookup(device, PLAN_FAMILY, key, default=None)
+        except Exception:
+            continue
+        if (isinstance(entry, dict) and entry.get("context") == plan_context(device, names)
+                and isinstance(entry.get("measured_ms"), dict)):
+            return entry
+    return None
 
 
 def store_plan(device, layer: ConvLayer, pass_: str, names: tuple, entry: dict) -> None:
     entry = dict(entry, context=plan_context(device, names), layer=layer.describe(), time=round(time.time()))
     try:
-        db.store(device, PLAN_FAMILY, entry, key=f"{layer.signature()}|{pass_}")
+        db.store(device, PLAN_FAMILY, entry, key=plan_key(layer, pass_, entry.get("mode") == "inference"))
     except OSError:
         pass  # an unwritable cache costs the next process a measurement only
     forget(device, layer, pass_)
@@ -182,8 +191,9 @@ def time_strategies(impls: dict, layer: ConvLayer, pass_: str, device, rng=None,
 # entry points
 
 def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, budget_bytes: int | None = None,
-                      device=None, strategy: str | None = None) -> Plan:
-    """The plan for one pass of one layer on ``device`` (the default device when None)."""
+                      device=None, strategy: str | None = None, inference: bool = False) -> Plan:
+    """The plan for one pass of one layer on ``device`` (the default device when None); ``inference``: for
+    a pass run without gradients, which takes a plan measured in inference first."""
     if pass_ not in PASSES:
         raise ShapeError(f"pass_ must be one of {', '.join(PASSES)}, got {pass_!r}")
     mode = planning_mode() if mode is None else mode
@@ -195,13 +205,13 @@ def plan_conv2d_layer(layer: ConvLayer, pass_: str, mode: str | None = None, bud
     budget, budget_from = budget_and_source(device) if budget_bytes is None else (int(budget_bytes), "the caller")
     names = tuple(strategies())
     chosen, how = forced_strategy(strategy)
-    key = (layer.signature(), pass_, mode, budget, names, chosen)
+    key = (layer.signature(), pass_, mode, budget, names, chosen, bool(inference))
     plans = memory(device).plans
     plan = plans.get(key)
     if plan is not None:
         return plan
     profile = device_profile(device, layer.dtype)
-    entry = None if chosen else stored_plan(device, layer, pass_, names)
+    entry = None if chosen else stored_plan(device, layer, pass_, names, inference)
     inputs = ChoiceInputs(mode, budget, budget_from, chosen, how, settings.DETERMINISTIC.get(),
                           first_step.in_progress(device), entry.get("mode") if entry else None, profile.calibration)
     candidates = assess(pass_, profile, answers(layer, pass_, device), budget, layer)

@@ -76,17 +76,20 @@ class ConvChooser:
                training: bool = False) -> ChoiceInputs:
         """Everything besides the layer and pass that decides which strategy runs this pass."""
         purpose = self._trial_purpose(pass_, strategy, training)
+        inference = not training and pass_ == "forward"
         if purpose is not None:
-            plan = planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device)
+            plan = planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device, inference=inference)
             return dataclasses.replace(plan.inputs, mode="online",
                                        trials=conv_online.trial_state(layer, pass_, device, purpose))
-        return planner.plan_conv2d_layer(layer, pass_, None, device=device, strategy=strategy).inputs
+        return planner.plan_conv2d_layer(layer, pass_, None, device=device, strategy=strategy,
+                                         inference=inference).inputs
 
-    def strategy_for(self, layer: ConvLayer, pass_: str, strategy: str | None, device) -> object:
+    def strategy_for(self, layer: ConvLayer, pass_: str, strategy: str | None, device,
+                     inference: bool = False) -> object:
         """The strategy object that runs ``pass_`` of ``layer`` on ``device``: the forced one (checked),
-        or the planner's choice for that device."""
+        or the planner's choice for that device (``inference``: for a pass without gradients)."""
         if strategy in (None, "auto"):
-            strategy = planner.plan_conv2d_layer(layer, pass_, device=device).strategy
+            strategy = planner.plan_conv2d_layer(layer, pass_, device=device, inference=inference).strategy
         impl = strategies().get(strategy)
         if impl is None:
             raise ShapeError(f"unknown conv2d strategy {strategy!r}; choose one of {', '.join(strategies())} "

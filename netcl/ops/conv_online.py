@@ -12,11 +12,11 @@ plan and in :func:`stats`.
 
 Inference measures the same way where the caller asks it to (``purpose="inference"``: the forward pass
 of a captured inference's warm-up calls, netcl.training.CapturedInference), storing plans of mode
-"inference". They differ from training's: inference keeps what a strategy derives from the weight alone
-(a packed or transformed filter) from call to call, and times the epilogue fused into the layer, so a
-training trial does not take an inference plan for its own (it measures the forward pass again, and its
-plan replaces the inference one), while inference takes either. An inference trial's timings of the
-strategies that keep weight derivatives leave that work out, so only the others refine the calibration.
+"inference", apart from training's: inference keeps what a strategy derives from the weight alone (a
+packed or transformed filter) from call to call and times the epilogue fused into the layer, so each
+purpose measures its own plan (a plan of the measure modes serves both). An inference trial's timings
+of the strategies that keep weight derivatives leave that work out, so only the others refine the
+calibration.
 
 The binaries of the programs only losing candidates ran are not written
 (netcl.runtime.loser_binaries). The trials are reached through the device's convolution chooser
@@ -37,7 +37,7 @@ from .conv_registry import strategies
 PURPOSES = ("training", "inference")
 # the stored plans each purpose takes as final (a plan source, netcl.ops.conv_plan.Plan.source)
 FINAL_SOURCES = {"training": ("cache", "training", "override"),
-                 "inference": ("cache", "training", "inference", "override")}
+                 "inference": ("cache", "inference", "override")}
 MARGIN = 3.0
 MAX_CANDIDATES = 4
 RUNS = 3  # per candidate: one warm-up, then the samples
@@ -108,7 +108,7 @@ def _trial_for(layer: ConvLayer, pass_: str, device, purpose: str):
     online = _online(device)
     trial = online.trials.get(key)
     if trial is None:
-        plan = planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device)
+        plan = planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device, inference=purpose == "inference")
         if plan.source in FINAL_SOURCES[purpose]:
             return plan, None
         candidates = [c.strategy for c in planner.worth_measuring(plan.candidates, MARGIN)]
@@ -117,7 +117,8 @@ def _trial_for(layer: ConvLayer, pass_: str, device, purpose: str):
         if not trial.done:
             online.losers.opened()
     if trial.done:
-        return planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device), None
+        return planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device,
+                                         inference=purpose == "inference"), None
     return None, trial
 
 
