@@ -166,8 +166,8 @@ def conv2d_inference(x: Tensor, w: Tensor, bias: Tensor | None = None, stride=1,
     ``residual``: a tensor of the output's shape added after the bias; ``activation``: None (or "none"),
     "relu", "relu6" or "hardswish", applied last. The strategy is chosen for the forward pass as by
     :func:`conv2d`; inside the chooser's ``measuring_inference`` block (a captured inference's warm-up)
-    the candidates are measured here, each with its epilogue. Where it fuses an epilogue into the layer (``ConvStrategy.fuses_epilogue_for``) the
-    convolution applies them as it stores its output; elsewhere it runs without its bias, and one pass
+    the candidates are measured here, each with its epilogue. Where it fuses an epilogue into the layer
+    (``ConvStrategy.fuses_epilogue_for``) the convolution applies them as it stores its output; elsewhere it runs without its bias, and one pass
     after it adds the bias and the residual and applies the activation. With a bias both give the same
     bits: z = conv + bias, z += residual, then the activation as netcl.runtime.cl_activation writes it.
     """

@@ -9,9 +9,9 @@ Modes: ``heuristic`` (no kernel runs, instant), ``measure`` (times the candidate
 out by more than ``MEASURE_MARGIN``×), ``exhaustive`` (times every applicable one). Measured plans are
 stored per device (family "conv_plans" of the tuning database) and reused by every later process in any
 mode; their timings also refine the device's calibration. Training measures its plans over its first
-steps instead, and a captured inference over its warm-up calls (netcl.ops.conv_online). Budget: ``budget_bytes``, else ``NETCL_CONV_WORKSPACE_LIMIT``
-(bytes, or with a K/M/G suffix), else the smaller of the device's max allocation and half its global
-memory. Overrides: a strategy forced by the caller, or ``NETCL_CONV_STRATEGY``. What decided a plan
+steps instead, and a captured inference over its warm-up calls (netcl.ops.conv_online). Budget:
+``budget_bytes``, else ``NETCL_CONV_WORKSPACE_LIMIT`` (bytes, or with a K/M/G suffix), else the smaller
+of the device's max allocation and half its global memory. Overrides: a strategy forced by the caller, or ``NETCL_CONV_STRATEGY``. What decided a plan
 (netcl.ops.conv_plan.ChoiceInputs) travels with it as ``plan.inputs``. Convolutions reach this module through the
 device's chooser (netcl.ops.conv_chooser), which also runs the trials; this module imports
 neither.
@@ -52,7 +52,7 @@ MEASURE_TIMING = dict(warmup=2, min_runs=7, max_runs=40, time_budget_s=3.0, cont
 # Independent series of timings per measured plan, the lower result counting: under load the first series
 # on a layer in a process can still disagree with later ones, and a stored plan is worth a second series.
 MEASURE_SERIES = 2
-# Modes of plans stored by the trials (netcl.ops.conv_online), which name the plans made from them
+# Modes of the plans the trials store (netcl.ops.conv_online), each also the source of a plan made from one
 TRIAL_MODES = ("training", "inference")
 
 

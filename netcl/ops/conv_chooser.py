@@ -65,12 +65,15 @@ class ConvChooser:
                 self._inference_measuring -= 1
 
     def _trial_purpose(self, pass_: str, strategy: str | None, training: bool) -> str | None:
-        """"training" or "inference" where this call may measure its choice, else None."""
-        if not trials_on() or planner.forced_strategy(strategy)[0] is not None:
-            return None
+        """"training" or "inference" where this call may measure its choice, else None. Every convolution
+        asks: the settings are read only for calls that could measure."""
         if training:
-            return "training"
-        return "inference" if pass_ == "forward" and self._inference_measuring else None
+            purpose = "training"
+        elif pass_ == "forward" and self._inference_measuring:
+            purpose = "inference"
+        else:
+            return None
+        return purpose if trials_on() and planner.forced_strategy(strategy)[0] is None else None
 
     def inputs(self, layer: ConvLayer, pass_: str, device, strategy: str | None = None,
                training: bool = False) -> ChoiceInputs:
@@ -104,7 +107,7 @@ class ConvChooser:
         """Run ``pass_`` of ``layer``: ``execute(name)`` runs strategy ``name`` and returns its result.
         ``strategy`` is the caller's (None or "auto": choose); ``training`` lets the trials measure, and
         so does an open :meth:`measuring_inference` block for a forward pass."""
-        purpose = self._trial_purpose(pass_, strategy, training) if strategy in (None, "auto") else None
+        purpose = self._trial_purpose(pass_, strategy, training)
         if purpose is not None:
             return conv_online.run(pass_, layer, device, execute, purpose)
         return execute(strategy)

@@ -34,7 +34,7 @@ from .conv_common import ConvLayer
 from .conv_memory import memory
 from .conv_registry import strategies
 
-PURPOSES = ("training", "inference")
+PURPOSES = planner.TRIAL_MODES  # what a trial measures for, and the mode of the plan it stores
 # the stored plans each purpose takes as final (a plan source, netcl.ops.conv_plan.Plan.source)
 FINAL_SOURCES = {"training": ("cache", "training", "override"),
                  "inference": ("cache", "inference", "override")}
@@ -108,7 +108,8 @@ def _trial_for(layer: ConvLayer, pass_: str, device, purpose: str):
     online = _online(device)
     trial = online.trials.get(key)
     if trial is None:
-        plan = planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device, inference=purpose == "inference")
+        plan = planner.plan_conv2d_layer(layer, pass_, "heuristic", device=device,
+                                         inference=purpose == "inference")
         if plan.source in FINAL_SOURCES[purpose]:
             return plan, None
         candidates = [c.strategy for c in planner.worth_measuring(plan.candidates, MARGIN)]
@@ -195,8 +196,9 @@ def trial_state(layer: ConvLayer, pass_: str, device, purpose: str = "training")
 
 
 def measuring(device) -> int:
-    """How many layer-passes (of training or inference) on ``device`` have begun measuring their candidates and not finished (a
-    benchmark warms up until none has: trial runs in its timed rounds cost LeNet a third of its speed)."""
+    """How many layer-passes (of training or inference) on ``device`` have begun measuring their candidates
+    and not finished (a benchmark warms up until none has: trial runs in its timed rounds cost LeNet a
+    third of its speed)."""
     return sum(1 for trial in list(_online(device).trials.values()) if not trial.done and trial.calls > 0)
 
 

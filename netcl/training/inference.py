@@ -4,20 +4,21 @@ At batch 1 an ImageNet network's forward pass is a few hundred small launches, a
 them (modules, fusion patterns, the planner's lookups, shape checks) costs the host about as much as the
 device spends computing; on a CPU device that host time comes from the cores the kernels run on.
 ``CapturedInference(model)`` is called like the model, under no_grad. Its first ``warmup`` calls for an
-input shape run the forward as written (kernels are built and plans made there), and so do the calls
-after them while the convolutions measure their choices: in these warm-up calls each "auto" convolution
-without a stored measured plan times the candidates its device's cost model cannot rule out, one per
-call, on the real input (netcl.ops.conv_online, as training's first steps do), and stores the fastest
-for later calls and processes. Then it records two forwards (netcl.runtime.recording) and, when both enqueued the same commands on the same buffers, replays
-the second for every later input of that shape, dtype and device: the input is copied into the recorded
-input tensor and the recorded commands are enqueued again. BatchNorm folded into a convolution in eval
-mode is kept with the BatchNorm (netcl.nn.fusion.FoldedConvBN); the recording holds, as host work, the
-check of each fold against the versions of the tensors it comes from, so a replay after parameters
-changed in place (an optimizer step, ``load_state_dict``, a replayed training step) folds those anew
-into the same tensors first. Each call reads the versions of the model's parameters and buffers; while
-they are those of the previous call, a replay leaves those checks out (netcl.runtime.recording's
-``refresh_call``): at batch 1 the host's time is the cores' time on a CPU device. A recording whose checks
-read a tensor from elsewhere (a weight kept as a plain attribute) makes them at every replay.
+input shape run the forward as written (kernels are built and plans made there), and so do the calls after
+them while the convolutions measure their choices: in these warm-up calls each "auto" convolution without a
+stored measured plan times the candidates its device's cost model cannot rule out, one per call, on the
+real input (netcl.ops.conv_online, as training's first steps do), and stores the fastest for later calls
+and processes. Then it records two forwards (netcl.runtime.recording) and, when both enqueued the same
+commands on the same buffers, replays the second for every later input of that shape, dtype and device: the
+input is copied into the recorded input tensor and the recorded commands are enqueued again. BatchNorm
+folded into a convolution in eval mode is kept with the BatchNorm (netcl.nn.fusion.FoldedConvBN); the
+recording holds, as host work, the check of each fold against the versions of the tensors it comes from, so
+a replay after parameters changed in place (an optimizer step, ``load_state_dict``, a replayed training
+step) folds those anew into the same tensors first. Each call reads the versions of the model's parameters
+and buffers; while they are those of the previous call, a replay leaves those checks out
+(netcl.runtime.recording's ``refresh_call``): at batch 1 the host's time is the cores' time on a CPU
+device. A recording whose checks read a tensor from elsewhere (a weight kept as a plain attribute) makes
+them at every replay.
 
 An input of another shape, a model switched between train() and eval(), or a parameter or buffer whose
 storage was replaced runs as written (a replaced storage or sub-module records again). A forward that reads a result on
